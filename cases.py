@@ -1,0 +1,34 @@
+"""The official case lists (SPEC 4), the aiter MI355X reference times, and CPU-sized smoke cases."""
+
+TESTS = [
+    dict(dhidden=4096, dexpert=1024, nroutedexperts=256, nexpertspertoken=8, nsharedexperts=1, bs=8, seed=9371),
+    dict(dhidden=7168, dexpert=2048, nroutedexperts=32, nexpertspertoken=8, nsharedexperts=1, bs=32, seed=2291),
+    dict(dhidden=4096, dexpert=1536, nroutedexperts=64, nexpertspertoken=6, nsharedexperts=1, bs=128, seed=81934),
+]
+
+BENCHMARKS = [
+    dict(dhidden=7168, dexpert=256, nroutedexperts=256, nexpertspertoken=8, nsharedexperts=1, bs=16, seed=9371),
+    dict(dhidden=7168, dexpert=256, nroutedexperts=256, nexpertspertoken=8, nsharedexperts=1, bs=128, seed=2291),
+    dict(dhidden=7168, dexpert=256, nroutedexperts=256, nexpertspertoken=8, nsharedexperts=1, bs=512, seed=81934),
+    dict(dhidden=7168, dexpert=512, nroutedexperts=32, nexpertspertoken=8, nsharedexperts=1, bs=16, seed=2291),
+    dict(dhidden=7168, dexpert=512, nroutedexperts=32, nexpertspertoken=8, nsharedexperts=1, bs=128, seed=81934),
+    dict(dhidden=7168, dexpert=512, nroutedexperts=32, nexpertspertoken=8, nsharedexperts=1, bs=512, seed=81934),
+    dict(dhidden=7168, dexpert=2048, nroutedexperts=32, nexpertspertoken=8, nsharedexperts=1, bs=512, seed=81934),
+]
+
+# aiter's fused_moe on an MI355X, microseconds, aligned with BENCHMARKS (SPEC 4).
+AITER_MI355X_US = [152.7, 239.0, 336.5, 106.2, 141.1, 225.0, 380.4]
+
+# Small enough for Triton's CPU interpreter: a few seconds each.
+SMOKE = [
+    dict(dhidden=512, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=8, seed=1),
+    dict(dhidden=256, dexpert=512, nroutedexperts=4, nexpertspertoken=2, nsharedexperts=1, bs=5, seed=2),
+    dict(dhidden=768, dexpert=256, nroutedexperts=16, nexpertspertoken=6, nsharedexperts=1, bs=33, seed=3),
+]
+
+
+def case_name(case: dict) -> str:
+    """Short label, e.g. 'H7168-I256-E257-k9-bs16'."""
+    experts = case["nroutedexperts"] + case["nsharedexperts"]
+    topk = case["nexpertspertoken"] + case["nsharedexperts"]
+    return f"H{case['dhidden']}-I{case['dexpert']}-E{experts}-k{topk}-bs{case['bs']}"

@@ -1,0 +1,33 @@
+"""Shared test setup: import paths, the hypothesis profile, and a `device` fixture."""
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import HealthCheck, settings
+
+# The modules sit at the repository root (mxfp4, reference, cases, task), the oracle beside the
+# tests; both importable under any pytest import mode.
+for path in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parent):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+# Fast property tests (the whole of test_mxfp4 + test_reference takes seconds on 2 CPU cores);
+# no example database written into the tree.
+settings.register_profile(
+    "moe-mxfp4",
+    max_examples=50,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("moe-mxfp4")
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(params=DEVICES)
+def device(request) -> torch.device:
+    """Cheap tests run on the CPU and, where present, on CUDA."""
+    return torch.device(request.param)
