@@ -1,0 +1,180 @@
+"""Tune and check the Triton backend's tile configurations on the official shapes (needs a GPU).
+
+python bench/tune_triton.py --cases bench --sweep --json sweep.json
+    per case and routing block: time stage-1 and stage-2 tile options in one pass (per-kernel
+    GPU time from torch.profiler), keep each stage's best, then check the winner against
+    reference.ref_kernel and time it the runner's way; prints TUNED entries for tile_configs.py.
+python bench/tune_triton.py --cases all --seeds 20
+    check the configured tiles on leaderboard-style seeds (seed + 13 i).
+python bench/tune_triton.py --variants block_n1=64,128 warps1=4,8
+    time a grid of overrides of the configured tiles, the runner's way.
+"""
+
+import argparse
+import itertools
+import json
+import math
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from cases import BENCHMARKS, TESTS, case_name  # noqa: E402
+from moe_triton import fused_moe_triton  # noqa: E402
+from reference import check_implementation, generate_input  # noqa: E402
+from tile_configs import TileConfig, tile_config  # noqa: E402
+
+STAGE1_OPTIONS = [
+    dict(block_n1=n, block_k1=k, warps1=w, stages1=s)
+    for n, k, w, s in itertools.product((64, 128), (128, 256), (4, 8), (2, 3))
+]
+STAGE2_OPTIONS = [
+    dict(block_n2=n, block_k2=k, warps2=w, stages2=s)
+    for n, k, w, s in itertools.product((64, 128, 256), (128, 256), (4, 8), (2,))
+]
+
+
+def run(data, tiles):
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles)
+
+
+def case_tiles(data) -> TileConfig:
+    n_tokens, d_hidden = data[0].shape
+    return tile_config(n_tokens, d_hidden, data[1].shape[1] // 2, data[1].shape[0], data[10].shape[1])
+
+
+def time_call(fn, reps: int, flush: torch.Tensor) -> list[float]:
+    """Microseconds per call: L2 flush and synchronize before each, events around one call."""
+    times = []
+    for _ in range(reps):
+        flush.zero_()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return times[3:]
+
+
+def kernel_times(fn, reps: int, flush: torch.Tensor) -> dict[str, float]:
+    """Mean GPU microseconds per kernel name over reps calls (each after an L2 flush)."""
+    fn()
+    torch.cuda.synchronize()
+    totals = defaultdict(float)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            flush.zero_()
+            fn()
+        torch.cuda.synchronize()
+    for event in prof.key_averages():
+        if event.key.startswith("moe_"):
+            totals[event.key] += event.device_time_total / reps
+    return dict(totals)
+
+
+def block_m_candidates(n_tokens: int, n_experts: int, topk: int) -> list[int]:
+    rows_per_expert = n_tokens * topk / n_experts
+    return (
+        [16]
+        if rows_per_expert <= 8
+        else [16, 32]
+        if rows_per_expert <= 24
+        else [32]
+        if rows_per_expert <= 40
+        else [64, 128]
+    )
+
+
+def sweep_case(data, flush, reps: int) -> tuple[TileConfig, list[dict]]:
+    """Best stage-1 and stage-2 options per routing block, then the best block."""
+    n_tokens = data[0].shape[0]
+    base = case_tiles(data)
+    log, best_total, best = [], math.inf, None
+    for block_m in block_m_candidates(n_tokens, data[1].shape[0], data[10].shape[1]):
+        s1_best, s2_best = (math.inf, None), (math.inf, None)
+        prep = math.inf
+        for i in range(max(len(STAGE1_OPTIONS), len(STAGE2_OPTIONS))):
+            s1, s2 = STAGE1_OPTIONS[i % len(STAGE1_OPTIONS)], STAGE2_OPTIONS[i % len(STAGE2_OPTIONS)]
+            tiles = base._replace(block_m=block_m, swap_ab=False, **s1, **s2)
+            try:
+                times = kernel_times(lambda t=tiles: run(data, t), reps, flush)
+            except Exception as exc:  # a tile that does not compile is a result, not a stop
+                log.append(dict(tiles=tiles._asdict(), error=f"{type(exc).__name__}: {exc}"[:300]))
+                continue
+            log.append(dict(tiles=tiles._asdict(), kernel_us=times))
+            prep = min(prep, times.get("moe_prep_kernel", math.inf))
+            s1_best = min(s1_best, (times["moe_stage1_kernel"], i % len(STAGE1_OPTIONS)), key=lambda x: x[0])
+            s2_best = min(s2_best, (times["moe_stage2_kernel"], i % len(STAGE2_OPTIONS)), key=lambda x: x[0])
+        total = prep + s1_best[0] + s2_best[0]
+        print(
+            f"  block_m {block_m}: prep {prep:.1f} + stage1 {s1_best[0]:.1f} + stage2 {s2_best[0]:.1f} us", flush=True
+        )
+        if s1_best[1] is not None and s2_best[1] is not None and total < best_total:
+            best_total = total
+            best = base._replace(
+                block_m=block_m, swap_ab=False, **STAGE1_OPTIONS[s1_best[1]], **STAGE2_OPTIONS[s2_best[1]]
+            )
+    return best, log
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--cases", choices=["tests", "bench", "all"], default="bench")
+    parser.add_argument("--sweep", action="store_true", help="search tiles per case (see above)")
+    parser.add_argument("--variants", nargs="*", default=[], help="field=v1,v2 ... overrides to time")
+    parser.add_argument("--seeds", type=int, default=0, help="leaderboard-style seeds to check per case")
+    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+
+    selected = {"tests": TESTS, "bench": BENCHMARKS, "all": TESTS + BENCHMARKS}[args.cases]
+    flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    rows, tuned_lines = [], []
+    for case in selected:
+        name = case_name(case)
+        for i in range(args.seeds):
+            data = generate_input(**{**case, "seed": case["seed"] + 13 * i})
+            ok, msg = check_implementation(data, run(data, None))
+            print(f"{name} seed+{13 * i}: {'ok' if ok else 'FAIL'} {msg.splitlines()[0]}", flush=True)
+            rows.append(dict(case=name, kind="check", seed=case["seed"] + 13 * i, ok=ok, message=msg))
+        if not (args.sweep or args.variants):
+            continue
+        data = generate_input(**case)
+        candidates = [case_tiles(data)]
+        if args.sweep:
+            print(f"{name}: sweep", flush=True)
+            best, log = sweep_case(data, flush, reps=5)
+            rows.append(dict(case=name, kind="sweep", log=log))
+            candidates.append(best)
+        for spec in args.variants:
+            field, values = spec.split("=")
+            kind = type(getattr(candidates[0], field))
+            candidates = [c._replace(**{field: kind(int(v))}) for c in candidates for v in values.split(",")]
+        for tiles in dict.fromkeys(candidates):
+            ok, msg = check_implementation(data, run(data, tiles))
+            times = time_call(lambda t=tiles, d=data: run(d, t), args.reps, flush)
+            mean = sum(times) / len(times)
+            print(f"{name} {tiles}: {mean:8.1f} us {'ok' if ok else 'FAIL ' + msg.splitlines()[0]}", flush=True)
+            rows.append(
+                dict(
+                    case=name, kind="time", tiles=tiles._asdict(), ok=ok, mean_us=mean, best_us=min(times), message=msg
+                )
+            )
+        if args.sweep:
+            n_tokens, d_hidden = data[0].shape
+            key = (d_hidden, data[1].shape[1] // 2, data[1].shape[0], data[10].shape[1], n_tokens)
+            tuned_lines.append(f"    {key}: {candidates[-1]!r},")
+    if tuned_lines:
+        print("TUNED = {\n" + "\n".join(tuned_lines) + "\n}")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Launcher of the Triton backend: routing, stage 1 and stage 2 in three launches, no host sync.
+
+Scratch (routing arrays, the bf16 activations of both GEMMs) comes from the buffers pool; the
+output is a new tensor every call. Under Triton's CPU interpreter, which has no bf16 atomics,
+stage 2 accumulates into an fp32 tensor that is rounded to bf16 at the end; on a GPU it adds
+bf16 atomically into the output, as the runner's aiter kernel does.
+"""
+
+import os
+
+import torch
+import triton
+
+from buffers import get_buffer
+from moe_triton_kernels import moe_prep_kernel, moe_stage1_kernel, moe_stage2_kernel
+from tile_configs import TileConfig, tile_config
+
+QUANT_ROWS = 16
+QUANT_COLS = 512
+
+
+def interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:
+    """Blocks that the padded routing can take at most: every expert that is hit pads < block_m."""
+    return triton.cdiv(n_slots + min(n_experts, n_slots) * (block_m - 1), block_m)
+
+
+def fused_moe_triton(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    w1_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    config: dict | None = None,
+    tiles: TileConfig | None = None,
+) -> torch.Tensor:
+    """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
+    2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. Inputs are validated by the caller."""
+    n_tokens, d_hidden = hidden_states.shape
+    n_experts, two_inter, _ = w1.shape
+    d_inter = two_inter // 2
+    topk = topk_ids.shape[1]
+    n_slots = n_tokens * topk
+    cfg = tiles or tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    block_m = cfg.block_m
+    n_blocks = routing_capacity(n_slots, n_experts, block_m)
+    device = hidden_states.device
+
+    sorted_ids = get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device)
+    sorted_expert_ids = get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device)
+    num_valid_ids = get_buffer("num_valid_ids", (2,), torch.int32, device)
+    a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
+    a2 = get_buffer("a2", (n_blocks * block_m, d_inter), torch.bfloat16, device)
+    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
+    out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
+    w1_bytes, w2_bytes = w1.view(torch.uint8), w2.view(torch.uint8)
+    w1_scale_bytes, w2_scale_bytes = w1_scale.view(torch.uint8), w2_scale.view(torch.uint8)
+
+    quant_programs = triton.cdiv(n_tokens, QUANT_ROWS) * triton.cdiv(d_hidden, QUANT_COLS)
+    moe_prep_kernel[(n_experts + quant_programs,)](
+        topk_ids, hidden_states, a1, out,
+        sorted_ids, sorted_expert_ids, num_valid_ids,
+        n_tokens, n_experts, n_slots, d_hidden,
+        TOPK=topk, BLOCK_M=block_m, EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
+        SLOT_CHUNK=min(1024, triton.next_power_of_2(n_slots)),
+        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
+        QUANT_ROWS=QUANT_ROWS, QUANT_COLS=QUANT_COLS,
+    )
+    moe_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
+        a1, w1_bytes, w1_scale_bytes, a2,
+        sorted_ids, sorted_expert_ids, num_valid_ids,
+        n_tokens, d_hidden, d_inter,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, SWAP_AB=cfg.swap_ab,
+        num_warps=cfg.warps1, num_stages=cfg.stages1,
+    )
+    moe_stage2_kernel[(n_blocks, triton.cdiv(d_hidden, cfg.block_n2))](
+        a2, w2_bytes, w2_scale_bytes, out, topk_weights,
+        sorted_ids, sorted_expert_ids, num_valid_ids,
+        n_tokens, d_hidden, d_inter,
+        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, SWAP_AB=cfg.swap_ab,
+        num_warps=cfg.warps2, num_stages=cfg.stages2,
+    )
+    return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)

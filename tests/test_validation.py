@@ -1,0 +1,86 @@
+"""Bad input is rejected by custom_kernel with a ValueError naming the argument, before any work."""
+
+import pytest
+import torch
+
+from cases import SMOKE
+from reference import generate_input
+from submission import custom_kernel, selected_backend
+from validation import ARG_NAMES, validate_inputs
+
+
+@pytest.fixture(scope="module")
+def data():
+    return generate_input(**SMOKE[0])
+
+
+def replace(data, index, value):
+    items = list(data)
+    items[index] = value
+    return tuple(items)
+
+
+def test_valid_input_passes(data):
+    validate_inputs(data)
+
+
+@pytest.mark.parametrize("index", range(11), ids=ARG_NAMES[:11])
+def test_wrong_dtype_is_named(data, index):
+    t = data[index]
+    wrong = t.view(torch.uint8).to(torch.float16) if t.element_size() == 1 else t.to(torch.float16)
+    bad = replace(data, index, wrong)
+    with pytest.raises(ValueError, match=ARG_NAMES[index]):
+        custom_kernel(bad)
+
+
+@pytest.mark.parametrize("index", range(11), ids=ARG_NAMES[:11])
+def test_wrong_shape_is_named(data, index):
+    t = data[index]
+    bad = replace(data, index, t[..., :-1].contiguous() if t.dim() > 1 else t[:-1])
+    with pytest.raises(ValueError, match=f"{ARG_NAMES[index]}: shape"):
+        custom_kernel(bad)
+
+
+@pytest.mark.parametrize("index", [0, 1, 3, 9, 10], ids=[ARG_NAMES[i] for i in (0, 1, 3, 9, 10)])
+def test_non_contiguous_is_named(data, index):
+    t = data[index]
+    strided = torch.empty((*t.shape[:-1], 2 * t.shape[-1]), dtype=t.dtype, device=t.device)[..., ::2]
+    strided.copy_(t)
+    with pytest.raises(ValueError, match=f"{ARG_NAMES[index]}: must be contiguous"):
+        custom_kernel(replace(data, index, strided))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        (dict(bs=3), r"hidden_states: shape \(8, 512\), expected \(3, 512\) from config"),
+        (dict(d_hidden=1024, d_hidden_pad=1024), "hidden_states: shape"),
+        (dict(d_expert=512, d_expert_pad=512), "gate_up_weight: shape"),
+        (dict(d_hidden_pad=768), "config: d_hidden_pad .* padded shapes are not supported"),
+        (dict(d_hidden=320, d_hidden_pad=320), "config: d_hidden .* must be multiples of 256"),
+        (dict(total_top_k=2), "config: total_top_k"),
+        (dict(n_routed_experts=99), "gate_up_weight: shape"),
+    ],
+)
+def test_inconsistent_config_is_named(data, changes, message):
+    with pytest.raises(ValueError, match=message):
+        custom_kernel(replace(data, 11, {**data[11], **changes}))
+
+
+def test_missing_config_key_and_wrong_tuple(data):
+    config = dict(data[11])
+    del config["d_expert"]
+    with pytest.raises(ValueError, match="config: missing keys"):
+        custom_kernel(replace(data, 11, config))
+    with pytest.raises(ValueError, match="data: expected a tuple of 12 items"):
+        custom_kernel(data[:11])
+    with pytest.raises(ValueError, match="topk_ids: expected a tensor, got list"):
+        custom_kernel(replace(data, 10, data[10].tolist()))
+
+
+def test_unknown_backend_is_named(monkeypatch, data):
+    monkeypatch.setenv("MOE_BACKEND", "cuda-magic")
+    with pytest.raises(ValueError, match="MOE_BACKEND: unknown backend 'cuda-magic'"):
+        custom_kernel(data)
+    monkeypatch.setenv("MOE_BACKEND", "reference")
+    assert selected_backend() == "reference"

@@ -1,0 +1,55 @@
+"""Tile configurations of the Triton backend: a table keyed by shape, and a default rule.
+
+Keys are (d_hidden, d_inter, n_experts, topk, n_tokens). block_m is the routing block (the rows
+of one expert that a program takes); stage 1 (gate/up GEMM) and stage 2 (down GEMM) each have
+their own tile, warps and pipeline depth; swap_ab makes the weights the MMA's left operand.
+TUNED holds the H200 sweep's winners (bench/tune_triton.py --sweep, bench/NOTES.md); other shapes
+get default_config.
+"""
+
+from typing import NamedTuple
+
+
+class TileConfig(NamedTuple):
+    block_m: int
+    block_n1: int
+    block_k1: int
+    warps1: int
+    stages1: int
+    block_n2: int
+    block_k2: int
+    warps2: int
+    stages2: int
+    swap_ab: bool = False
+
+
+# bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6).
+TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
+    (7168, 256, 257, 9, 16): TileConfig(16, 64, 256, 4, 3, 128, 128, 4, 2),
+    (7168, 256, 257, 9, 128): TileConfig(16, 64, 256, 4, 3, 128, 128, 4, 2),
+    (7168, 256, 257, 9, 512): TileConfig(32, 64, 256, 4, 3, 128, 128, 4, 2),
+    (7168, 512, 33, 9, 16): TileConfig(16, 64, 256, 4, 3, 128, 128, 4, 2),
+    (7168, 512, 33, 9, 128): TileConfig(32, 64, 256, 4, 3, 64, 128, 4, 2),
+    (7168, 512, 33, 9, 512): TileConfig(128, 64, 128, 4, 3, 64, 128, 4, 2),
+    (7168, 2048, 33, 9, 512): TileConfig(128, 64, 128, 4, 3, 64, 128, 4, 2),
+}
+
+
+def default_block_m(n_tokens: int, n_experts: int, topk: int) -> int:
+    """Small routing blocks while experts see few rows each, larger ones when they see many."""
+    rows_per_expert = n_tokens * topk / n_experts
+    return 16 if rows_per_expert <= 24 else 32 if rows_per_expert <= 96 else 128
+
+
+def default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> TileConfig:
+    block_m = default_block_m(n_tokens, n_experts, topk)
+    return TileConfig(
+        block_m=block_m,
+        block_n1=64, block_k1=128 if block_m >= 128 else 256, warps1=4, stages1=3,
+        block_n2=128, block_k2=128, warps2=4, stages2=2,
+    )
+
+
+def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> TileConfig:
+    tuned = TUNED.get((d_hidden, d_inter, n_experts, topk, n_tokens))
+    return tuned or default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
