@@ -1,0 +1,279 @@
+"""Fused dynamic MXFP4 activation quantization + moe-sort scale layout, as one Triton kernel.
+
+`fused_dynamic_mxfp4_quant_moe_sort` is a drop-in for aiter's wrapper of the same name
+(aiter/ops/triton/quant/fused_mxfp4_quant.py:561 at f3be04a) and feeds the CK / FlyDSL / Triton
+MoE stages:
+
+* fp4 codes [rows, cols/2] (uint8 storage, viewed as float4_e2m1fn_x2) in TOKEN order, every
+  row of x: row t for topk == 1 (stage-1 input, x = hidden [M, H]), row t*topk + slot for
+  topk > 1 (stage-2 input, x = the stage-1 output viewed [M*topk, I]);
+* e8m0 scales gathered in SORTED order: scale row r belongs to sorted_ids[r] (slot << 24 | token),
+  stored in the e8m0_shuffle tiling (SPEC 3.5) of the matrix [ceil32(len(sorted_ids)),
+  ceil8(cols/32)], with aiter's shape (ceil(len/32), ceil(cols/256), 4, 16, 4), returned viewed as
+  [-1, ceil8(cols/32)]. Padding rows (token >= token_num, or r >= num_valid_ids[0] inside a
+  valid 32-row block) get byte 0, the byte of an all-zero block. 32-row blocks at or beyond
+  num_valid_ids[0] are not written (aiter leaves them uninitialised too).
+
+Numerics are SPEC 3.3 bit for bit, without aiter's saturating `s.to(uint8) + 127` cast: the byte
+is computed as s + 127 in integers. The kernel never converts bits to floats: it loads the bf16
+(or fp32) bit patterns as integers, takes the block amax on the magnitude bits (monotone for
+finite values), derives the scale byte from the amax's exponent field (the "+0x200000, clear the
+mantissa" rounding is an add on those bits), and rounds each element with integer shifts of its
+significand (floor(4 |x| 2^-s) against the doubled E2M1 midpoints 1, 3, 5, 7, 10, 14, 20, which
+is round-half-away-from-zero). So subnormal inputs, -0 and the sign of tiny negatives come out
+exactly, on any backend and in Triton's CPU interpreter, with no flush-to-zero or exp2 accuracy
+question. Inf/NaN follow mxfp4.quantize_activation: a block holding a NaN gets scale byte 255
+(E8M0 NaN) and code 7 with the element's sign everywhere; a block whose amax is Inf gets byte
+254 (s = 127), and its Inf elements code 7.
+
+One launch, two kinds of programs (as aiter's kernel): token-order programs quantize each row of
+x once (amax, scale, codes) and write its fp4 bytes; sorted-order programs gather the rows of
+32 sorted ids, compute only their block amaxes and write one 256-byte scale tile. So the
+element encoding runs once per row (not once per sorted entry: a topk == 1 token appears once per
+slot) and never on padding rows, and the sorted pass is loads and max. bf16 is read as int32
+element pairs. On a GPU a program covers 32 rows x 256 columns; in the CPU interpreter, whose
+cost is per operation rather than per element, programs are much larger.
+
+The outputs live in buffers.get_buffer cache entries (keyed by shape and topk) unless out /
+out_scales are given: the next call with the same shapes overwrites them.
+"""
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from buffers import get_buffer
+
+MXQ_BLOCK = 32  # elements per e8m0 scale (fixed by MXFP4)
+MXQ_ROWS = 32  # rows of one e8m0_shuffle tile
+MXQ_GROUPS = 8  # 32-element groups of one e8m0_shuffle tile
+MXQ_NUM_WARPS = 4
+
+_Q_FP4 = getattr(torch, "float4_e2m1fn_x2", torch.uint8)
+_Q_E8M0 = getattr(torch, "float8_e8m0fnu", torch.uint8)
+
+
+@triton.jit
+def _q_load_bits(x_ptr, src64, stride_x, pcol, mask2, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr, MANT: tl.constexpr):
+    """(even, odd) element bit patterns as int32 [R, G, 16], 0 where masked. pcol [P = 16 G]: the
+    element-pair index along the row (contiguous, so the loads vectorize); mask2 [R, P]."""
+    if MANT == 7:  # bf16: x_ptr holds int32 pairs, element 2j in the low half
+        pair = tl.load(x_ptr + src64[:, None] * stride_x + pcol[None, :], mask=mask2, other=0)
+        pair = tl.reshape(pair, (BLOCK_R, BLOCK_G, 16))
+        return pair & 0xFFFF, (pair >> 16) & 0xFFFF
+    else:  # fp32 bits, one int32 per element
+        off = src64[:, None] * stride_x + 2 * pcol[None, :]
+        even = tl.load(x_ptr + off, mask=mask2, other=0)
+        odd = tl.load(x_ptr + off + 1, mask=mask2, other=0)
+        return tl.reshape(even, (BLOCK_R, BLOCK_G, 16)), tl.reshape(odd, (BLOCK_R, BLOCK_G, 16))
+
+
+@triton.jit
+def _q_scale_byte(mag_even, mag_odd, MANT: tl.constexpr):
+    """SPEC 3.3 scale byte (s + 127, int32 [R, G]) from the magnitude bits of [R, G, 16] pairs."""
+    INF_BITS: tl.constexpr = 255 << MANT
+    ROUND_ADD: tl.constexpr = 1 << (MANT - 2)  # fp32 0x200000 in this format's bit positions
+    amax = tl.maximum(tl.max(mag_even, axis=2), tl.max(mag_odd, axis=2))
+    exp_r = (tl.minimum(amax, INF_BITS) + ROUND_ADD) >> MANT
+    sbyte = tl.where(exp_r == 255, 254, tl.minimum(tl.maximum(exp_r - 2, 0), 254))
+    return tl.where(amax > INF_BITS, 255, sbyte)  # a NaN in the block: E8M0 NaN
+
+
+@triton.jit
+def _q_e2m1_nibble(raw, mag, sbyte, MANT: tl.constexpr):
+    """E2M1 nibble (sign in bit 3) of elements given as bit patterns, scale byte broadcast."""
+    e = mag >> MANT
+    sig = (mag & ((1 << MANT) - 1)) | tl.where(e > 0, 1 << MANT, 0)
+    # 4 |x| 2^-s = sig * 2^sh  with  sh = max(e, 1) - MANT - (s + 127) + 2
+    sh = tl.maximum(e, 1) - MANT - sbyte + 2
+    up = sig << tl.minimum(tl.maximum(sh, 0), 5)  # 5 left shifts already exceed the top midpoint
+    down = sig >> tl.minimum(tl.maximum(-sh, 0), 31)
+    v = tl.where(sh >= 0, up, down)
+    code = (
+        (v >= 1).to(tl.int32)
+        + (v >= 3).to(tl.int32)
+        + (v >= 5).to(tl.int32)
+        + (v >= 7).to(tl.int32)
+        + (v >= 10).to(tl.int32)
+        + (v >= 14).to(tl.int32)
+        + (v >= 20).to(tl.int32)
+    )
+    code = tl.where((e == 255) | (sbyte == 255), 7, code)  # Inf / NaN elements, NaN blocks
+    return code | (((raw >> (MANT + 8)) & 1) << 3)
+
+
+@triton.jit
+def _q_mxfp4_sort_kernel(
+    x_ptr,  # int32: bf16 bit pairs [rows, cols/2], or fp32 bits [rows, cols]
+    fp4_ptr,  # uint8 [rows, cols/2]
+    scale_ptr,  # uint8, (n_sort_rows/32, n_col_tiles, 4, 16, 4) contiguous
+    sorted_ids_ptr,  # int32 [n_sorted]
+    num_valid_ptr,  # int32 [>= 1]
+    n_rows,
+    n_cols,
+    stride_x,  # in int32 units
+    stride_fp4,
+    n_sorted,
+    n_sort_rows,  # rows of the scale matrix: n_sorted rounded up to 32
+    n_row_programs,  # programs along axis 0 that quantize token-order rows; the rest walk the sort
+    n_col_tiles,  # 256-column tiles of the scale layout
+    token_num,
+    TOPK: tl.constexpr,
+    MANT: tl.constexpr,  # mantissa bits of the input format: 7 (bf16) or 23 (fp32)
+    BLOCK_R: tl.constexpr,  # rows per program, a multiple of 32
+    BLOCK_G: tl.constexpr,  # 32-element groups per program, a multiple of 8
+):
+    pid_r = tl.program_id(0)
+    pid_c = tl.program_id(1)
+    r_idx = tl.arange(0, BLOCK_R)
+    g_idx = pid_c * BLOCK_G + tl.arange(0, BLOCK_G)  # global 32-group index
+    pcol = pid_c * (BLOCK_G * 16) + tl.arange(0, BLOCK_G * 16)  # element pair = fp4 byte index
+    pcol_ok = pcol < n_cols // 2
+    mag_mask: tl.constexpr = (1 << (MANT + 8)) - 1
+
+    if pid_r < n_row_programs:
+        # token order: every row of x, quantized once
+        row = pid_r * BLOCK_R + r_idx
+        ok = (row < n_rows)[:, None] & pcol_ok[None, :]
+        raw_even, raw_odd = _q_load_bits(x_ptr, row.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
+        mag_even = raw_even & mag_mask
+        mag_odd = raw_odd & mag_mask
+        s3 = _q_scale_byte(mag_even, mag_odd, MANT)[:, :, None]
+        nib_even = _q_e2m1_nibble(raw_even, mag_even, s3, MANT)
+        nib_odd = _q_e2m1_nibble(raw_odd, mag_odd, s3, MANT)
+        packed = tl.reshape((nib_even | (nib_odd << 4)).to(tl.uint8), (BLOCK_R, BLOCK_G * 16))
+        tl.store(fp4_ptr + row.to(tl.int64)[:, None] * stride_fp4 + pcol[None, :], packed, mask=ok)
+    else:
+        # sorted order: the scale bytes of 32-row tiles of sorted ids below num_valid_ids
+        n_valid = tl.load(num_valid_ptr)
+        pos = (pid_r - n_row_programs) * BLOCK_R + r_idx
+        if (pid_r - n_row_programs) * BLOCK_R < n_valid:
+            in_sort = (pos < n_valid) & (pos < n_sorted)
+            ids = tl.load(sorted_ids_ptr + pos, mask=in_sort, other=0)
+            token = ids & 0xFFFFFF
+            if TOPK == 1:
+                src = token
+            else:
+                src = token * TOPK + ((ids >> 24) & 0xFF)
+            ok = (in_sort & (token < token_num))[:, None] & pcol_ok[None, :]
+            raw_even, raw_odd = _q_load_bits(x_ptr, src.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
+            sbyte = _q_scale_byte(raw_even & mag_mask, raw_odd & mag_mask, MANT)
+            # e8m0_shuffle tiling (SPEC 3.5) of the [n_sort_rows, 8 * n_col_tiles] scale matrix: in
+            # the 256-byte tile of (row // 32, group // 8), row r = 16a + b and group g = 4d + e
+            # (both inside the tile) land at e*64 + b*4 + d*2 + a. Tiles past num_valid_ids: skipped.
+            rt = pos % 32
+            row_part = (pos // 32).to(tl.int64) * (n_col_tiles * 256) + (rt % 16) * 4 + rt // 16
+            gt = g_idx % 8
+            grp_part = (g_idx // 8) * 256 + (gt % 4) * 64 + (gt // 4) * 2
+            row_ok = (pos < n_sort_rows) & ((pos // 32) * 32 < n_valid)
+            s_mask = row_ok[:, None] & (g_idx < n_col_tiles * 8)[None, :]
+            tl.store(scale_ptr + row_part[:, None] + grp_part[None, :], sbyte.to(tl.uint8), mask=s_mask)
+
+
+def _q_interpreting() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _q_blocks(n_rows: int, n_cols: int, device) -> tuple[int, int]:
+    """(rows, 32-groups) per program: one 32 x 256 tile on a GPU; in Triton's CPU interpreter,
+    whose cost is per operation, not per element, far fewer and larger programs."""
+    if torch.device(device).type == "cpu" or _q_interpreting():
+        rows = min(512, max(MXQ_ROWS, triton.next_power_of_2(n_rows)))
+        groups = min(64, max(MXQ_GROUPS, triton.next_power_of_2(n_cols // MXQ_BLOCK)))
+        return rows, groups
+    return MXQ_ROWS, MXQ_GROUPS
+
+
+def _q_bits_view(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """int32 view of x's bits and its mantissa width: bf16 as pairs [rows, cols/2], fp32 as is
+    (fp16 goes through an exact fp32 copy)."""
+    if x.dtype == torch.bfloat16:
+        if x.stride(1) != 1 or x.stride(0) % 2 or x.storage_offset() % 2:
+            x = x.contiguous()
+        return x.view(torch.int32), 7
+    if x.dtype == torch.float16:
+        x = x.float()
+    if x.dtype == torch.float32:
+        return (x if x.stride(1) == 1 else x.contiguous()).view(torch.int32), 23
+    raise ValueError(f"x: expected bfloat16, float16 or float32, got {x.dtype}")
+
+
+def fused_dynamic_mxfp4_quant_moe_sort(
+    x: torch.Tensor,
+    sorted_ids: torch.Tensor,
+    num_valid_ids: torch.Tensor,
+    token_num: int,
+    topk: int,
+    block_size: int = 32,
+    *,
+    out: torch.Tensor | None = None,
+    out_scales: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """MXFP4-quantize x [rows, cols] (SPEC 3.3) -> (fp4 [rows, cols/2], sorted scales [-1, ceil8(cols/32)]).
+
+    Rows are tokens for topk == 1 and token*topk + slot otherwise, as aiter's kernel reads them.
+    block_size (the moe_sorting block_m) must be a multiple of 32, as in aiter. out / out_scales:
+    optional preallocated uint8 (or fp4 / e8m0) tensors of the shapes in the module docstring.
+    """
+    if x.dim() != 2:
+        raise ValueError(f"x: expected 2-D [rows, cols], got shape {tuple(x.shape)}")
+    n_rows, n_cols = x.shape
+    if n_cols % MXQ_BLOCK:
+        raise ValueError(f"x: cols must be a multiple of {MXQ_BLOCK}, got {n_cols}")
+    if block_size % MXQ_ROWS:
+        raise ValueError(f"block_size must be a multiple of {MXQ_ROWS} (aiter asserts it too), got {block_size}")
+    if topk < 1:
+        raise ValueError(f"topk must be >= 1, got {topk}")
+    need_rows = token_num * (topk if topk > 1 else 1)
+    if n_rows < need_rows:
+        raise ValueError(f"x: {n_rows} rows, but token_num={token_num}, topk={topk} address {need_rows}")
+    if sorted_ids.dtype != torch.int32 or sorted_ids.dim() != 1 or not sorted_ids.is_contiguous():
+        raise ValueError("sorted_ids: expected a contiguous 1-D int32 tensor")
+    if num_valid_ids.dtype != torch.int32 or num_valid_ids.numel() < 1:
+        raise ValueError("num_valid_ids: expected an int32 tensor holding at least [padded_total]")
+    bits, mant = _q_bits_view(x)
+
+    n_sorted = sorted_ids.numel()
+    n_sort_blocks = triton.cdiv(n_sorted, MXQ_ROWS)
+    n_col_tiles = triton.cdiv(n_cols, MXQ_BLOCK * MXQ_GROUPS)
+    fp4_shape = (n_rows, n_cols // 2)
+    scale_shape = (n_sort_blocks, n_col_tiles, 4, 16, 4)
+    if out is None:
+        out = get_buffer(f"quant_fp4_k{topk}", fp4_shape, torch.uint8, x.device)
+    if out_scales is None:
+        out_scales = get_buffer(f"quant_scales_k{topk}", scale_shape, torch.uint8, x.device)
+    fp4 = out.view(torch.uint8) if out.dtype != torch.uint8 else out
+    scales = out_scales.view(torch.uint8) if out_scales.dtype != torch.uint8 else out_scales
+    if tuple(fp4.shape) != fp4_shape or fp4.stride(1) != 1:
+        raise ValueError(f"out: expected shape {fp4_shape} with unit column stride, got {tuple(fp4.shape)}")
+    if scales.numel() != n_sort_blocks * n_col_tiles * 256 or not scales.is_contiguous():
+        raise ValueError(f"out_scales: expected a contiguous tensor of shape {scale_shape}")
+
+    block_r, block_g = _q_blocks(max(n_rows, n_sorted), n_cols, x.device)
+    n_sort_rows = n_sort_blocks * MXQ_ROWS
+    n_row_programs = triton.cdiv(n_rows, block_r)
+    grid = (n_row_programs + triton.cdiv(n_sort_rows, block_r), triton.cdiv(n_cols, MXQ_BLOCK * block_g))
+    _q_mxfp4_sort_kernel[grid](
+        bits,
+        fp4,
+        scales,
+        sorted_ids,
+        num_valid_ids,
+        n_rows,
+        n_cols,
+        bits.stride(0),
+        fp4.stride(0),
+        n_sorted,
+        n_sort_rows,
+        n_row_programs,
+        n_col_tiles,
+        token_num,
+        TOPK=topk,
+        MANT=mant,
+        BLOCK_R=block_r,
+        BLOCK_G=block_g,
+        num_warps=MXQ_NUM_WARPS,
+    )
+    return fp4.view(_Q_FP4), scales.view(_Q_E8M0).view(-1, n_col_tiles * MXQ_GROUPS)
