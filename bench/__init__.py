@@ -1,0 +1,7 @@
+"""Local evaluation runner for the amd-moe-mxfp4 leaderboard: `python -m bench --help`.
+
+Modules: selection (cases, seeds, backend names), timing (statistics, stop rules, timers, cache
+flush), evaluate (the per-case loops of each mode), worker (one backend in one process),
+backends (loading submission files), roofline (floors and device ceilings), report (tables,
+JSON/CSV/Markdown, chart), cli (the command line).
+"""

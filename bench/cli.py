@@ -1,0 +1,436 @@
+"""Command line of the local runner: `python -m bench --help` (run from the repository root).
+
+Each backend runs in its own spawned process (as the leaderboard runs a submission in a spawned
+worker), one backend after the other, every case in that one process; --inline runs them in this
+process instead (module-level caches are then shared between backends).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue as queue_mod
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from bench.selection import MODES, NAMED_BACKENDS, SelectionError, parse_backends, read_cases_file, secret_seed
+from bench.selection import select_cases as _select_cases
+from bench.timing import BENCHMARK_LIMITS, BENCHMARK_WARMUP, LEADERBOARD_LIMITS, LEADERBOARD_WARMUP
+
+ROOT = Path(__file__).resolve().parent.parent
+
+EPILOG = """
+cases: tests | benchmarks | smoke | official | all | benchmarks:0,3 | bench:2-4 |
+       dhidden=7168,dexpert=256,nroutedexperts=256,nexpertspertoken=8,nsharedexperts=1,bs=16,seed=1
+       (default: tests in test mode, benchmarks otherwise; smoke on a machine without a GPU)
+backends: auto (the package's default), aiter, aiter-fused, triton, reference, or a submission
+       file such as dist/submission.py (PATH@triton sets MOE_BACKEND for it); several at once are
+       run one after the other and reported side by side.
+examples:
+  python -m bench                                   # test mode, default backend, official tests
+  python -m bench --mode benchmark --backend triton reference --out out/
+  python -m bench --mode leaderboard --backend dist/submission.py triton
+  python -m bench --mode test --cases smoke --backend triton   # CPU: Triton interpreter
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Evaluate and time custom_kernel the way the amd-moe-mxfp4 leaderboard does.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--mode", "-m", choices=MODES, default="test", help="runner mode (default: test)")
+    p.add_argument(
+        "--backend",
+        "-b",
+        nargs="+",
+        default=["auto"],
+        metavar="B",
+        help=f"one or more of {', '.join(NAMED_BACKENDS)} or a submission .py path (default: auto)",
+    )
+    p.add_argument("--cases", "-c", nargs="+", default=None, metavar="SEL", help="case selectors (see below)")
+    p.add_argument("--cases-file", metavar="FILE", help="cases in the runner's format, one 'key: value; ...' per line")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="secret seed combined into every case seed (default: $POPCORN_SEED, else none)",
+    )
+    p.add_argument("--out", "-o", metavar="DIR", help="write <mode>.json/.csv/.md/.png (profile: .txt) there")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cuda", "cpu"),
+        default="auto",
+        help="auto: the GPU if torch sees one (CUDA or ROCm), else the CPU with TRITON_INTERPRET=1",
+    )
+    p.add_argument(
+        "--roofline",
+        choices=("auto", "remeasure", "off"),
+        default="auto",
+        help="device ceilings: cached or measured once (auto), measured again, or no roofline",
+    )
+    p.add_argument("--ceilings", metavar="TBPS,TFLOPS", help="use these ceilings instead of measuring, e.g. 4.24,715")
+    p.add_argument(
+        "--flush",
+        default="official",
+        metavar="official|l2|none|BYTES",
+        help="cache flush before each timed call: the runner's 64 GiB randn (official, default; falls "
+        "back to a device-sized one), twice the L2 (l2), none, or a byte count",
+    )
+    p.add_argument("--max-reps", type=int, help="repetitions per case (runner: 1000 benchmark, 100 leaderboard)")
+    p.add_argument("--max-time", type=float, metavar="S", help="measured seconds per case (runner: 50 / 30)")
+    p.add_argument("--max-wall", type=float, metavar="S", help="wall seconds of a case's timing loop (runner: 120)")
+    p.add_argument(
+        "--limit",
+        action="append",
+        default=[],
+        metavar="B:KEY=V[,KEY=V]",
+        help="per-backend limits overriding the above, KEY one of reps, time, wall; e.g. reference:reps=10,wall=15 "
+        "(repeatable)",
+    )
+    p.add_argument("--no-warmup", action="store_true", help="skip the runner's warm-up on the first case")
+    p.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="leaderboard: go on after a failing case (the runner stops at the first)",
+    )
+    p.add_argument("--inline", action="store_true", help="run the backends in this process instead of spawning")
+    p.add_argument("--profile-rows", type=int, default=25, help="profile mode: rows of each table")
+    p.add_argument(
+        "--profile-warmup",
+        type=int,
+        default=0,
+        help="profile mode: calls before the profiled one (runner: 0, so compilation shows)",
+    )
+    p.add_argument(
+        "--deadline",
+        type=float,
+        metavar="S",
+        help="start no case later than S seconds after launch (later ones are reported skipped), so that a "
+        "time-limited machine still writes its outputs",
+    )
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    return p
+
+
+def _detect_device(choice: str) -> str:
+    if choice != "auto":
+        return choice
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _git_describe() -> str | None:
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=10
+        )
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, timeout=10)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _limits(args, mode: str) -> tuple[dict, dict]:
+    base = BENCHMARK_LIMITS if mode == "benchmark" else LEADERBOARD_LIMITS
+    warm = BENCHMARK_WARMUP if mode == "benchmark" else LEADERBOARD_WARMUP
+    lim = asdict(base)
+    if args.max_reps is not None:
+        lim["max_reps"] = max(1, args.max_reps)
+    if args.max_time is not None:
+        lim["max_time_s"] = args.max_time
+    if args.max_wall is not None:
+        lim["max_wall_s"] = args.max_wall
+    return lim, asdict(warm)
+
+
+_LIMIT_KEYS = {"reps": "max_reps", "time": "max_time_s", "wall": "max_wall_s"}
+
+
+def parse_limit_overrides(items: list[str], labels: list[str]) -> dict[str, dict]:
+    """--limit values -> {backend label: {Limits field: value}}."""
+    out: dict[str, dict] = {}
+    for item in items:
+        label, sep, spec = item.rpartition(":")
+        if not sep or label not in labels:
+            raise SelectionError(f"--limit {item!r}: expected BACKEND:KEY=V with BACKEND one of {', '.join(labels)}")
+        for part in spec.split(","):
+            key, eq, value = part.partition("=")
+            field = _LIMIT_KEYS.get(key.strip())
+            if not eq or field is None:
+                raise SelectionError(f"--limit {item!r}: {part!r} is not reps=N, time=S or wall=S")
+            try:
+                num = float(value)
+            except ValueError:
+                raise SelectionError(f"--limit {item!r}: {value!r} is not a number") from None
+            out.setdefault(label, {})[field] = max(1, int(num)) if field == "max_reps" else num
+    return out
+
+
+def _versions() -> dict:
+    from importlib import metadata
+
+    out = {"python": sys.version.split()[0]}
+    for pkg in ("torch", "triton", "aiter"):
+        try:
+            out[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> dict[str, list[dict | None]]:
+    """Run each backend's job; results[label][case index] = CaseResult dict (None if never reported)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    results: dict[str, list[dict | None]] = {j["label"]: [None] * len(cases) for j in jobs}
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        disable=quiet,
+        transient=False,
+    )
+    with progress:
+        for job in jobs:
+            label = job["label"]
+            task = progress.add_task(f"{label}: starting", total=len(cases))
+            state = {"case": None}
+
+            def handle(msg: dict, label=label, task=task, state=state, job=job) -> None:
+                kind = msg.get("type")
+                if kind == "start":
+                    c = cases[msg["index"]]
+                    state["case"] = c
+                    progress.update(task, description=f"{label}: {c.label} {c.shape}")
+                elif kind == "progress" and state["case"] is not None:
+                    c = state["case"]
+                    progress.update(task, description=f"{label}: {c.label} {c.shape} rep {msg['reps']}")
+                elif kind == "warmup":
+                    note = "" if msg["status"] == "pass" else f" ({msg['status']}: {msg['message'][:200]})"
+                    progress.console.log(f"{label}: warm-up on {cases[0].label} took {msg['seconds']:.1f} s{note}")
+                elif kind == "device":
+                    job["device_info"] = msg["info"]
+                elif kind == "case":
+                    i, res = msg["index"], msg["result"]
+                    results[label][i] = res
+                    progress.advance(task)
+                    c = cases[i]
+                    st = res.get("stats")
+                    t = f"mean {st['mean'] / 1e3:.1f} us over {st['runs']} runs" if st else ""
+                    if res.get("call_ns") is not None and not st:
+                        t = f"call {res['call_ns'] / 1e3:.1f} us"
+                    first = (res.get("message") or "").strip().splitlines()
+                    extra = f" - {first[0][:120]}" if res["status"] != "pass" and first else ""
+                    progress.console.log(f"{label}: {c.label} {c.shape} {res['status']} {t}{extra}")
+                elif kind == "fatal":
+                    progress.console.log(f"[red]{label}: worker failed:[/red]\n{msg['message']}")
+
+            if inline:
+                from bench.worker import run_backend
+
+                run_backend(job, handle)
+            else:
+                _spawn(job, handle)
+            for i, res in enumerate(results[label]):
+                if res is None:
+                    results[label][i] = {
+                        "status": "error",
+                        "message": job.get("exit_message", "the worker stopped before this case"),
+                    }
+            progress.update(task, description=f"{label}: done", completed=len(cases))
+    return results
+
+
+def _spawn(job: dict, handle) -> None:
+    import multiprocessing as mp
+
+    from bench.worker import process_main
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=process_main, args=(job, q), name=f"bench-{job['label']}")
+    proc.start()
+    done = False
+    try:
+        while not done:
+            try:
+                msg = q.get(timeout=0.2)
+            except queue_mod.Empty:
+                if proc.is_alive():
+                    continue
+                # Drain what the worker managed to send before it went away.
+                try:
+                    while True:
+                        msg = q.get(timeout=0.5)
+                        handle(msg)
+                        done = done or msg.get("type") == "done"
+                except queue_mod.Empty:
+                    pass
+                break
+            handle(msg)
+            done = msg.get("type") == "done"
+        proc.join(timeout=60)
+    except KeyboardInterrupt:
+        proc.terminate()
+        proc.join(timeout=10)
+        raise
+    if proc.is_alive():
+        proc.terminate()
+        proc.join(timeout=10)
+    if not done:
+        job["exit_message"] = f"worker process exited with code {proc.exitcode} before this case"
+
+
+def main(argv: list[str] | None = None) -> int:
+    t_launch = time.time()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    mode = args.mode
+    try:
+        backends = parse_backends(args.backend, ROOT)
+        secret = secret_seed(args.seed)
+        selectors = list(args.cases or [])
+        if args.cases_file:
+            selectors += read_cases_file(args.cases_file)
+    except SelectionError as exc:
+        parser.error(str(exc))
+    if args.flush not in ("official", "l2", "none") and not args.flush.isdigit():
+        parser.error(f"--flush: expected official, l2, none or a byte count, got {args.flush!r}")
+    ceilings_given = None
+    if args.ceilings:
+        from bench.roofline import parse_ceilings
+
+        try:
+            ceilings_given = parse_ceilings(args.ceilings)
+        except ValueError as exc:
+            parser.error(str(exc))
+
+    # The runner removes the secret from the environment before the submission runs.
+    os.environ.pop("POPCORN_SEED", None)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+
+    from rich.console import Console
+
+    console = Console(log_path=False)
+    if not console.is_terminal:
+        console = Console(log_path=False, width=max(console.width, 200))
+    device = _detect_device(args.device)
+    child_env: dict[str, str] = {}
+    if device == "cpu":
+        # Must be in the environment before anything imports triton (the workers are fresh processes).
+        child_env["TRITON_INTERPRET"] = os.environ.get("TRITON_INTERPRET", "1")
+        if args.device == "cpu":
+            child_env["CUDA_VISIBLE_DEVICES"] = ""
+        os.environ.update(child_env)
+    if not selectors:
+        selectors = ["smoke"] if device == "cpu" else (["tests"] if mode == "test" else ["benchmarks"])
+        if device == "cpu":
+            console.print("no GPU: running the SMOKE cases (give --cases to choose)")
+    try:
+        cases = _select_cases(selectors, secret)
+    except SelectionError as exc:
+        parser.error(str(exc))
+    if not cases:
+        parser.error("no cases selected")
+
+    from bench import report, roofline
+
+    ceilings = ceilings_given
+    if ceilings is None and args.roofline != "off":
+        t0 = time.perf_counter()
+        ceilings = roofline.load_or_measure(device, remeasure=args.roofline == "remeasure")
+        if ceilings.source == "measured":
+            console.print(f"measured ceilings of {ceilings.device} in {time.perf_counter() - t0:.1f} s")
+    if ceilings is not None:
+        console.print(
+            f"roofline: {ceilings.bandwidth / 1e12:.3g} TB/s copy, {ceilings.matmul / 1e12:.3g} TFLOP/s "
+            f"bf16 ({ceilings.source})"
+        )
+
+    limits, warm = _limits(args, mode)
+    try:
+        overrides = parse_limit_overrides(args.limit, [b.label for b in backends])
+    except SelectionError as exc:
+        parser.error(str(exc))
+    jobs = []
+    for b in backends:
+        jobs.append(
+            {
+                "label": b.label,
+                "path": str(b.path),
+                "moe_backend": b.moe_backend,
+                "root": str(ROOT),
+                "mode": mode,
+                "device": device,
+                "flush": args.flush,
+                "env": child_env,
+                "global_seed": secret if secret is not None else 42,
+                "cases": [{"params": c.params, "label": c.label} for c in cases],
+                "limits": {**limits, **overrides.get(b.label, {})},
+                "warmup_limits": warm,
+                "warmup": not args.no_warmup,
+                "keep_going": args.keep_going,
+                "roofline": True,
+                "profile_rows": args.profile_rows,
+                "profile_warmup": args.profile_warmup,
+                "deadline": None if args.deadline is None else t_launch + args.deadline,
+            }
+        )
+
+    t_start = time.time()
+    results = _run_jobs(jobs, cases, args.inline, console, args.quiet)
+
+    aiter = report.aiter_times()
+    rows = []
+    profiles = {}
+    for i, c in enumerate(cases):
+        for j in jobs:
+            res = results[j["label"]][i]
+            rows.append(report.build_row(mode, j["label"], c, res, ceilings, aiter))
+            if res.get("profile"):
+                profiles[f"{j['label']} {c.label} {c.shape}"] = res["profile"]
+    summary = report.summarize(rows, [j["label"] for j in jobs])
+    dev_info = next((j.get("device_info") for j in jobs if j.get("device_info")), {})
+    device_name = ceilings.device if ceilings is not None and ceilings.source != "given" else None
+    if device_name is None:
+        device_name = roofline.device_key(device)
+    meta = {
+        "mode": mode,
+        "device": device_name,
+        "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(t_start)),
+        "seconds": round(time.time() - t_start, 1),
+        "git": _git_describe(),
+        "versions": _versions(),
+        "backends": [{"label": j["label"], "path": j["path"], "moe_backend": j["moe_backend"]} for j in jobs],
+        "seed": secret,
+        "flush": f"{dev_info.get('flush')} ({dev_info.get('flush_bytes', 0) / 2**30:.2f} GiB)" if dev_info else None,
+        "limits": limits if mode in report.TIMED_MODES else None,
+        "limit_overrides": overrides or None,
+        "warmup": (warm if not args.no_warmup else None) if mode in report.TIMED_MODES else None,
+        "ceilings": ceilings.as_dict() if ceilings else None,
+        "ceilings_text": (
+            f"{ceilings.bandwidth / 1e12:.3g} TB/s, {ceilings.matmul / 1e12:.3g} TFLOP/s bf16" if ceilings else None
+        ),
+        "argv": sys.argv[1:] if argv is None else list(argv),
+    }
+    if mode == "profile" and not args.out:
+        for k, v in profiles.items():
+            console.print(f"== {k}\n{v}")
+    report.print_tables(console, rows, summary, mode, title=f"{mode} on {device_name}")
+    if args.out:
+        written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles)
+        console.print("wrote " + ", ".join(str(p) for p in written))
+    return 0 if all(r["status"] == "pass" for r in rows) else 1

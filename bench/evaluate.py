@@ -1,0 +1,167 @@
+"""The per-case loops of each mode, as the leaderboard's runner runs them (SPEC 4).
+
+Everything the loops touch is passed in (kernel, generate, check, device), so the rules can be
+tested with stand-ins:
+  test         generate, synchronize, one call, synchronize, check.
+  benchmark    generate once; one call that must pass the check; then timed repetitions on the
+               same data, no further checks, until the stop rule (bench.timing.should_stop).
+  leaderboard  the same first checked call; then before every timed repetition the seed grows
+               by 13 and the inputs are regenerated, and every output is checked.
+  profile      generate, one call under torch.profiler (then, outside the profile, the check).
+The check always runs after the submission, on the very same tensors (nothing is cloned).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from bench.selection import LEADERBOARD_SEED_STEP
+from bench.timing import Limits, Stats, calculate_stats, should_stop
+
+
+@dataclass
+class CaseResult:
+    status: str  # pass | fail | error | skipped
+    message: str = ""
+    stats: Stats | None = None
+    seeds: list[int] = field(default_factory=list)  # seeds of the data used, in order (first: the checked call)
+    checked: int = 0  # outputs compared with the reference
+    traffic: dict | None = None  # bench.roofline.traffic averaged over the timed data
+    call_ns: float | None = None  # test mode: the one call (first call: compilation included)
+    profile: str | None = None
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["stats"] = self.stats.as_dict() if self.stats else None
+        return d
+
+
+def _mean_traffic(items: list[dict]) -> dict | None:
+    if not items:
+        return None
+    keys = items[0].keys()
+    return {k: sum(float(t[k]) for t in items) / len(items) for k in keys}
+
+
+def run_test(
+    params: dict, kernel: Callable, generate: Callable, check: Callable, device, traffic_fn: Callable | None = None
+) -> CaseResult:
+    data = generate(**params)
+    traffic = [traffic_fn(data)] if traffic_fn else []
+    device.synchronize()
+    timer = device.timer()
+    timer.start()
+    out = kernel(data)
+    timer.stop()
+    device.synchronize()
+    ok, message = check(data, out)
+    return CaseResult(
+        status="pass" if ok else "fail",
+        message=message or "",
+        seeds=[params["seed"]],
+        checked=1,
+        traffic=_mean_traffic(traffic),
+        call_ns=timer.elapsed_ns(),
+    )
+
+
+def run_timed(
+    params: dict,
+    kernel: Callable,
+    generate: Callable,
+    check: Callable,
+    device,
+    limits: Limits,
+    recheck: bool,
+    progress: Callable[[int], None] | None = None,
+    traffic_fn: Callable | None = None,
+) -> CaseResult:
+    """benchmark (recheck=False) or leaderboard (recheck=True) timing of one case."""
+    params = dict(params)
+    seeds = [params["seed"]]
+    data = generate(**params)
+    out = kernel(data)
+    ok, message = check(data, out)
+    if not ok:
+        return CaseResult(
+            status="fail", message=f"first call, seed {params['seed']}: {message}", seeds=seeds, checked=1
+        )
+    del out
+    checked = 1
+    traffic = [] if recheck or not traffic_fn else [traffic_fn(data)]
+    durations: list[float] = []
+    t0 = time.perf_counter()
+    for rep in range(limits.max_reps):
+        if recheck:
+            params["seed"] += LEADERBOARD_SEED_STEP
+            seeds.append(params["seed"])
+            data = generate(**params)
+            if traffic_fn:
+                traffic.append(traffic_fn(data))
+        device.synchronize()
+        device.flush()
+        timer = device.timer()
+        timer.start()
+        out = kernel(data)
+        timer.stop()
+        device.synchronize()
+        if recheck:
+            ok, message = check(data, out)
+            checked += 1
+            if not ok:
+                return CaseResult(
+                    status="fail",
+                    message=f"repetition {rep}, seed {params['seed']}: {message}",
+                    stats=calculate_stats(durations) if durations else None,
+                    seeds=seeds,
+                    checked=checked,
+                    traffic=_mean_traffic(traffic),
+                )
+        del out
+        durations.append(timer.elapsed_ns())
+        if progress is not None:
+            progress(len(durations))
+        if should_stop(durations, time.perf_counter() - t0, limits):
+            break
+    return CaseResult(
+        status="pass", stats=calculate_stats(durations), seeds=seeds, checked=checked, traffic=_mean_traffic(traffic)
+    )
+
+
+def run_profile(
+    params: dict,
+    kernel: Callable,
+    generate: Callable,
+    check: Callable,
+    device,
+    row_limit: int = 25,
+    warmup_calls: int = 0,
+    traffic_fn: Callable | None = None,
+) -> CaseResult:
+    """One call under torch.profiler (CPU and, on a GPU, device activities); the table sorts by self
+    device time on a GPU, by self CPU time otherwise. warmup_calls > 0 runs those calls first
+    (the runner profiles the very first call)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    data = generate(**params)
+    traffic = [traffic_fn(data)] if traffic_fn else []
+    for _ in range(warmup_calls):
+        kernel(data)
+    device.synchronize()
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.kind == "cuda" else [])
+    with profile(activities=activities) as prof:
+        out = kernel(data)
+        device.synchronize()
+    sort_by = "self_device_time_total" if device.kind == "cuda" else "self_cpu_time_total"
+    table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
+    ok, message = check(data, out)
+    return CaseResult(
+        status="pass" if ok else "fail",
+        message=message or "",
+        seeds=[params["seed"]],
+        checked=1,
+        traffic=_mean_traffic(traffic),
+        profile=table,
+    )

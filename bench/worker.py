@@ -1,0 +1,150 @@
+"""One backend over a list of cases, in one process (as the runner uses one process for all
+cases, so module-level caches persist from case to case and from the warm-up on).
+
+`run_backend(job, emit)` reports through emit(dict): {"type": "device"}, {"type": "start"},
+{"type": "progress"}, {"type": "case"}, {"type": "warmup"} and finally {"type": "done"}.
+`process_main(job, queue)` is the entry point of a spawned worker process.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+import traceback
+from collections.abc import Callable
+
+PROGRESS_EVERY_S = 0.25
+
+
+def _error_text(exc: BaseException, limit: int = 12) -> str:
+    lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    text = "".join(lines).rstrip()
+    tail = text.splitlines()[-limit:]
+    return "\n".join(tail)
+
+
+def _set_seed(seed: int) -> None:
+    import random
+
+    import numpy as np
+    import torch
+
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def run_backend(job: dict, emit: Callable[[dict], None]) -> None:
+    from bench.backends import backend_env
+
+    root = job["root"]
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    with backend_env(job["moe_backend"], job.get("env")):
+        _run(job, emit)
+
+
+def _run(job: dict, emit: Callable[[dict], None]) -> None:
+    from bench import evaluate
+    from bench.backends import load_custom_kernel
+    from bench.roofline import traffic
+    from bench.timing import Device, Limits
+
+    _set_seed(job.get("global_seed", 42))
+    from reference import check_implementation, generate_input
+
+    device = Device(job["device"], job["flush"])
+    emit({"type": "device", "info": device.describe()})
+    cases = job["cases"]
+    mode = job["mode"]
+    traffic_fn = traffic if job.get("roofline", True) else None
+
+    try:
+        kernel = load_custom_kernel(job["path"], job["root"], job["label"])
+    except BaseException as exc:  # noqa: BLE001 - reported, and every case is marked
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        msg = f"loading {job['path']} failed:\n{_error_text(exc)}"
+        for i in range(len(cases)):
+            emit({"type": "case", "index": i, "result": evaluate.CaseResult(status="error", message=msg).as_dict()})
+        emit({"type": "done"})
+        return
+
+    limits = Limits(**job["limits"]) if job.get("limits") else None
+
+    if mode in ("benchmark", "leaderboard") and job.get("warmup") and cases:
+        warm = Limits(**job["warmup_limits"])
+        t0 = time.perf_counter()
+        try:
+            res = evaluate.run_timed(
+                cases[0]["params"], kernel, generate_input, check_implementation, device, warm, recheck=False
+            )
+            status, message = res.status, res.message
+        except Exception as exc:  # noqa: BLE001
+            status, message = "error", _error_text(exc)
+        emit({"type": "warmup", "status": status, "message": message, "seconds": time.perf_counter() - t0})
+
+    stop_rest = False
+    deadline = job.get("deadline")
+    for i, case in enumerate(cases):
+        why = "after a failed case" if stop_rest else ""
+        if not why and deadline is not None and time.time() > deadline:
+            why = "--deadline passed before this case"
+        if why:
+            emit({"type": "case", "index": i, "result": evaluate.CaseResult(status="skipped", message=why).as_dict()})
+            continue
+        emit({"type": "start", "index": i})
+        last = [0.0]
+
+        def progress(reps: int, _i: int = i, _last: list = last) -> None:
+            now = time.perf_counter()
+            if now - _last[0] >= PROGRESS_EVERY_S:
+                _last[0] = now
+                emit({"type": "progress", "index": _i, "reps": reps})
+
+        params = case["params"]
+        try:
+            if mode == "test":
+                res = evaluate.run_test(params, kernel, generate_input, check_implementation, device, traffic_fn)
+            elif mode == "profile":
+                res = evaluate.run_profile(
+                    params,
+                    kernel,
+                    generate_input,
+                    check_implementation,
+                    device,
+                    row_limit=job.get("profile_rows", 25),
+                    warmup_calls=job.get("profile_warmup", 0),
+                    traffic_fn=traffic_fn,
+                )
+            else:
+                res = evaluate.run_timed(
+                    params,
+                    kernel,
+                    generate_input,
+                    check_implementation,
+                    device,
+                    limits,
+                    recheck=(mode == "leaderboard"),
+                    progress=progress,
+                    traffic_fn=traffic_fn,
+                )
+        except Exception as exc:  # noqa: BLE001 - a crashing kernel is a result, not the end of the run
+            res = evaluate.CaseResult(status="error", message=_error_text(exc))
+        emit({"type": "case", "index": i, "result": res.as_dict()})
+        # The runner stops a leaderboard run at the first case that does not pass.
+        if mode == "leaderboard" and res.status != "pass" and not job.get("keep_going"):
+            stop_rest = True
+    emit({"type": "done"})
+
+
+def process_main(job: dict, queue) -> None:
+    """Entry point of a spawned worker: environment first (TRITON_INTERPRET must precede triton)."""
+    for k, v in (job.get("env") or {}).items():
+        os.environ[k] = str(v)
+    try:
+        run_backend(job, queue.put)
+    except BaseException as exc:  # noqa: BLE001 - the parent turns this into per-case errors
+        queue.put({"type": "fatal", "message": _error_text(exc)})
+        raise

@@ -1,0 +1,567 @@
+"""Write the package as ONE submission file for the leaderboard: `python bundle.py [-o PATH]`.
+
+The project's modules are the .py files at the repository root (task.py excepted: the runner
+provides it, so `from task import ...` stays). Starting from submission.py, every project module
+reachable through any import statement (top level or inside functions) is inlined once, in the
+order Python would first execute it:
+  * an eager import (module level) inlines its module right before the statement that needs it;
+  * modules only imported lazily (inside functions) are inlined after the entry module's own
+    top-level code and before its `if __name__ == "__main__":` block;
+and the import statements themselves are removed (`from m import a as b` becomes `b = a`; inside
+a function, `pass`). The output starts with the two `#!POPCORN` directives, imports only the
+standard library, torch, triton, numpy, pandas, aiter and task, and compiles.
+
+It fails loudly (exit status 1, nothing written) on: `import module` or `from module import *`
+of a project module, relative imports, dynamic imports of a project module, a circular
+module-level import, a name imported from a project module that does not define it, an import
+sharing its line with another statement, a disallowed import, and a top-level name defined
+differently in two modules (identical functions, classes, constants and imports may repeat;
+module state such as `_cache = {}` or any value built by a call may not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DIRECTIVES = ("#!POPCORN leaderboard amd-moe-mxfp4", "#!POPCORN gpu MI355X")
+ALLOWED_PACKAGES = frozenset({"torch", "triton", "numpy", "pandas", "aiter", "task"})
+PROVIDED_MODULES = frozenset({"task"})  # beside the submission on the server; never inlined
+NOT_MODULES = frozenset({"bundle", "setup", "conftest"})
+MUTABLE_CALLS = frozenset({"dict", "list", "set", "bytearray", "defaultdict", "OrderedDict", "deque", "Counter"})
+
+
+class BundleError(Exception):
+    pass
+
+
+@dataclass
+class Site:
+    """One import statement of a project module."""
+
+    node: ast.ImportFrom
+    target: str
+    names: list[tuple[str, str | None]]
+    scope: str  # "module" (directly in the module body), "compound" (in a module-level if/try/...),
+    # "class" or "function"
+    top_index: int  # index of the enclosing top-level statement
+
+    @property
+    def eager(self) -> bool:
+        return self.scope != "function"
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    source: str
+    tree: ast.Module
+    lines: list[str] = field(default_factory=list)
+    sites: list[Site] = field(default_factory=list)
+
+
+def project_modules(root: Path) -> dict[str, Path]:
+    out = {}
+    for p in sorted(root.glob("*.py")):
+        if p.stem not in NOT_MODULES and p.stem not in PROVIDED_MODULES and p.stem.isidentifier():
+            out[p.stem] = p
+    return out
+
+
+def _where(mod: Module, node: ast.AST) -> str:
+    return f"{mod.path.name}:{getattr(node, 'lineno', '?')}"
+
+
+def _scan_sites(mod: Module, project: set[str]) -> None:
+    """Find every import of a project module, rejecting the forms the bundle cannot inline."""
+
+    def visit(node: ast.AST, scope: str, top_index: int) -> None:
+        for child in ast.iter_child_nodes(node):
+            child_scope = scope
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                child_scope = "function"
+            elif isinstance(child, ast.ClassDef) and scope != "function":
+                child_scope = "class"
+            elif scope == "module" and isinstance(child, ast.stmt):
+                child_scope = "compound"
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    top = alias.name.split(".")[0]
+                    if top in project:
+                        raise BundleError(
+                            f"{_where(mod, child)}: `import {alias.name}`: project modules must be "
+                            f"imported as `from {top} import name`"
+                        )
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    raise BundleError(f"{_where(mod, child)}: relative import; modules are flat at the root")
+                top = (child.module or "").split(".")[0]
+                if top in project:
+                    if child.module != top:
+                        raise BundleError(f"{_where(mod, child)}: `from {child.module} import`: not a flat module")
+                    if any(a.name == "*" for a in child.names):
+                        raise BundleError(f"{_where(mod, child)}: `from {top} import *` cannot be bundled")
+                    if scope == "compound" and _in_try(mod.tree.body[top_index], child):
+                        raise BundleError(
+                            f"{_where(mod, child)}: a module-level import of a project module inside "
+                            f"try/except cannot be bundled (the inlined module would run outside the "
+                            f"try); import it inside the function that needs it"
+                        )
+                    mod.sites.append(Site(child, top, [(a.name, a.asname) for a in child.names], scope, top_index))
+            elif isinstance(child, ast.Call):
+                _reject_dynamic_import(mod, child, project)
+            visit(child, child_scope, top_index)
+
+    for i, stmt in enumerate(mod.tree.body):
+        if isinstance(stmt, ast.ImportFrom) and not stmt.level and (stmt.module or "") in project:
+            top = stmt.module
+            if any(a.name == "*" for a in stmt.names):
+                raise BundleError(f"{_where(mod, stmt)}: `from {top} import *` cannot be bundled")
+            mod.sites.append(Site(stmt, top, [(a.name, a.asname) for a in stmt.names], "module", i))
+            continue
+        wrapper = ast.Module(body=[stmt], type_ignores=[])
+        visit(wrapper, "module", i)
+
+
+def _in_try(top: ast.stmt, node: ast.AST) -> bool:
+    """Is `node` inside a try statement within the module-level statement `top` (functions excluded)?"""
+
+    def find(n: ast.AST, in_try: bool) -> bool:
+        for c in ast.iter_child_nodes(n):
+            if c is node:
+                return in_try
+            if isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            if find(c, in_try or isinstance(c, ast.Try) or type(c).__name__ == "TryStar"):
+                return True
+        return False
+
+    return find(ast.Module(body=[top], type_ignores=[]), False)
+
+
+def _reject_dynamic_import(mod: Module, call: ast.Call, project: set[str]) -> None:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    if name in ("import_module", "__import__") and call.args:
+        arg = call.args[0]
+        if isinstance(arg, ast.Constant) and isinstance(arg.value, str) and arg.value.split(".")[0] in project:
+            raise BundleError(f"{_where(mod, call)}: dynamic import of project module {arg.value!r}")
+
+
+def _is_main_guard(stmt: ast.stmt) -> bool:
+    if not isinstance(stmt, ast.If) or not isinstance(stmt.test, ast.Compare):
+        return False
+    t = stmt.test
+    if len(t.ops) != 1 or not isinstance(t.ops[0], ast.Eq):
+        return False
+    sides = [t.left, t.comparators[0]]
+    has_name = any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+    has_main = any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides)
+    return has_name and has_main
+
+
+def _is_future(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
+
+
+def _is_dunder_all(stmt: ast.stmt) -> bool:
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    return isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+        isinstance(t, ast.Name) and t.id == "__all__" for t in targets
+    )
+
+
+# ------------------------------------------------------------------ definitions and clashes
+
+
+def _has_state(value: ast.AST | None) -> bool:
+    """True for values that make module state: containers, comprehensions, or anything built by a call."""
+    if value is None:
+        return False
+    for n in ast.walk(value):
+        if isinstance(
+            n, (ast.Dict, ast.List, ast.Set, ast.DictComp, ast.ListComp, ast.SetComp, ast.Call, ast.GeneratorExp)
+        ):
+            return True
+    return False
+
+
+def _target_names(t: ast.AST) -> list[str]:
+    return [n.id for n in ast.walk(t) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+
+
+def _definitions(mod: Module, project: set[str]) -> dict[str, list[tuple]]:
+    """Top-level name -> how the module defines it (one entry per defining statement)."""
+    defs: dict[str, list[tuple]] = {}
+
+    def add(name: str, how: tuple) -> None:
+        defs.setdefault(name, []).append(how)
+
+    def walk(stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            if _is_main_guard(s) or _is_future(s) or _is_dunder_all(s):
+                continue
+            if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                add(s.name, ("def", ast.dump(s)))
+                for n in ast.walk(s):
+                    if isinstance(n, ast.Global):
+                        for g in n.names:
+                            add(g, ("global", mod.name))
+            elif isinstance(s, ast.Import):
+                for a in s.names:
+                    if a.asname:
+                        add(a.asname, ("import", a.name))
+                    else:
+                        add(a.name.split(".")[0], ("import", a.name.split(".")[0]))
+            elif isinstance(s, ast.ImportFrom):
+                top = (s.module or "").split(".")[0]
+                for a in s.names:
+                    if top in project:
+                        if a.asname and a.asname != a.name:
+                            add(a.asname, ("alias", s.module, a.name))
+                    else:
+                        add(a.asname or a.name, ("import", f"{s.module}.{a.name}"))
+            elif isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+                value = s.value
+                how = (
+                    ("state", mod.name, s.lineno)
+                    if _has_state(value) or isinstance(s, ast.AugAssign)
+                    else ("value", ast.dump(s))
+                )
+                for t in targets:
+                    for name in _target_names(t):
+                        add(name, how)
+            elif isinstance(s, (ast.For, ast.AsyncFor, ast.With, ast.AsyncWith)):
+                tgt = (
+                    [s.target]
+                    if isinstance(s, (ast.For, ast.AsyncFor))
+                    else [i.optional_vars for i in s.items if i.optional_vars is not None]
+                )
+                for t in tgt:
+                    for name in _target_names(t):
+                        add(name, ("state", mod.name, s.lineno))
+                walk(s.body)
+                walk(getattr(s, "orelse", []))
+            elif isinstance(s, ast.If):
+                walk(s.body)
+                walk(s.orelse)
+            elif isinstance(s, ast.Try) or type(s).__name__ == "TryStar":
+                walk(s.body)
+                for h in s.handlers:
+                    if h.name:
+                        add(h.name, ("state", mod.name, h.lineno))
+                    walk(h.body)
+                walk(s.orelse)
+                walk(s.finalbody)
+            elif isinstance(s, ast.While):
+                walk(s.body)
+                walk(s.orelse)
+
+    walk(mod.tree.body)
+    return defs
+
+
+def _resolve_alias(how: tuple, all_defs: dict[str, dict], seen: int = 0) -> tuple:
+    """('alias', module, name) -> the definition it names, following alias chains."""
+    while how[0] == "alias" and seen < 50:
+        _, module, name = how
+        target = all_defs.get(module, {}).get(name)
+        if not target:
+            return ("defined-in", module, name)
+        if len(target) != 1:
+            return ("defined-in", module, name)
+        how = target[0]
+        seen += 1
+    return how
+
+
+def check_clashes(mods: list[Module], project: set[str]) -> None:
+    all_defs = {m.name: _definitions(m, project) for m in mods}
+    owner: dict[str, tuple[str, tuple]] = {}
+    problems = []
+    for m in mods:
+        for name, hows in all_defs[m.name].items():
+            canon = tuple(_resolve_alias(h, all_defs) for h in hows)
+            if name in owner:
+                other, other_canon = owner[name]
+                same = canon == other_canon
+                if same and any(h[0] in ("state", "global") for h in canon):
+                    same = False
+                if not same:
+                    problems.append(f"`{name}` is defined in both {other}.py and {m.name}.py, differently")
+            else:
+                owner[name] = (m.name, canon)
+    # Names imported from a project module must be defined there.
+    for m in mods:
+        for site in m.sites:
+            defined = all_defs.get(site.target, {})
+            for name, _ in site.names:
+                if name not in defined and not _imported_plainly(mods, site.target, name):
+                    problems.append(
+                        f"{_where(m, site.node)}: `{name}` is not defined at the top level of {site.target}.py"
+                    )
+    if problems:
+        raise BundleError("top-level names clash:\n  " + "\n  ".join(problems))
+
+
+def _imported_plainly(mods: list[Module], module: str, name: str) -> bool:
+    """`from other import name` at the top of `module` (a re-export) also defines it."""
+    mod = next((m for m in mods if m.name == module), None)
+    return bool(mod) and any(s.scope != "function" and any(n == name and not a for n, a in s.names) for s in mod.sites)
+
+
+# ------------------------------------------------------------------ emission
+
+
+def _replacement(mod: Module, site: Site) -> list[str]:
+    node = site.node
+    first = mod.lines[node.lineno - 1]
+    last = mod.lines[node.end_lineno - 1]
+    indent = first[: node.col_offset]
+    if indent.strip() or last[node.end_col_offset :].strip()[:1] not in ("", "#"):
+        raise BundleError(f"{_where(mod, node)}: put this import on a line of its own")
+    names = ", ".join(n + (f" as {a}" if a else "") for n, a in site.names)
+    note = f"# bundled: from {site.target} import {names}"
+    aliases = [(n, a) for n, a in site.names if a and a != n]
+    if site.scope == "class":
+        return [f"{indent}{a or n} = {n}  {note}" for n, a in site.names]
+    if aliases:
+        return [f"{indent}{a} = {n}  {note}" for n, a in aliases]
+    if site.scope == "module":
+        return [f"{indent}{note}"]
+    return [f"{indent}pass  {note}"]
+
+
+class Bundler:
+    def __init__(self, root: Path, entry: str = "submission"):
+        self.root = root
+        self.entry = entry
+        self.paths = project_modules(root)
+        if entry not in self.paths:
+            raise BundleError(f"no {entry}.py in {root}")
+        self.project = set(self.paths)
+        self.mods: dict[str, Module] = {}
+        self._load(entry)
+        self.order: list[str] = []
+        self.out: list[str] = []
+        self.futures: list[str] = []
+
+    def _load(self, name: str) -> None:
+        todo = [name]
+        while todo:
+            n = todo.pop(0)
+            if n in self.mods:
+                continue
+            path = self.paths[n]
+            source = path.read_text()
+            try:
+                tree = ast.parse(source, filename=str(path))
+            except SyntaxError as exc:
+                raise BundleError(f"{path.name}: {exc}") from None
+            mod = Module(n, path, source, tree, source.splitlines())
+            _scan_sites(mod, self.project)
+            self.mods[n] = mod
+            todo += [s.target for s in mod.sites if s.target not in self.mods]
+
+    def reachable(self) -> list[str]:
+        seen, todo = [], [self.entry]
+        while todo:
+            n = todo.pop(0)
+            if n in seen:
+                continue
+            seen.append(n)
+            todo += [s.target for s in self.mods[n].sites]
+        return seen
+
+    def _emit_module(self, name: str, stack: list[str]) -> None:
+        if name in self.order:
+            return
+        if name in stack:
+            cycle = " -> ".join(stack[stack.index(name) :] + [name])
+            raise BundleError(f"circular module-level import: {cycle}")
+        stack.append(name)
+        mod = self.mods[name]
+        is_entry = name == self.entry
+        repl: dict[int, list[str]] = {}
+        skip: set[int] = set()
+        for site in mod.sites:
+            lines = _replacement(mod, site)
+            repl[site.node.lineno] = lines
+            skip.update(range(site.node.lineno + 1, site.node.end_lineno + 1))
+        body = mod.tree.body
+        chunk: list[str] = [f"# {'=' * 20} {mod.path.name} {'=' * (60 - len(mod.path.name))}"]
+
+        def take(a: int, b: int) -> None:  # 1-based inclusive line range of the module
+            for ln in range(a, b + 1):
+                if ln in skip:
+                    continue
+                if ln in repl:
+                    chunk.extend(repl[ln])
+                    continue
+                text = mod.lines[ln - 1]
+                if text.startswith("#!POPCORN"):
+                    continue
+                chunk.append(text)
+
+        def flush() -> None:
+            if chunk:
+                self.out.extend(chunk)
+                chunk.clear()
+
+        prev_end = 0
+        for i, stmt in enumerate(body):
+            start = prev_end + 1
+            end = stmt.end_lineno
+            if _is_future(stmt):
+                self.futures.append(ast.get_source_segment(mod.source, stmt) or "")
+                take(start, stmt.lineno - 1)
+                prev_end = end
+                continue
+            if _is_dunder_all(stmt):
+                take(start, stmt.lineno - 1)
+                prev_end = end
+                continue
+            if _is_main_guard(stmt):
+                if is_entry:
+                    # Every module still to come (imported only lazily) goes before the script part.
+                    flush()
+                    for other in self.reachable():
+                        if other not in self.order and other not in stack:
+                            self._emit_module(other, stack)
+                    chunk.append(f"# {'=' * 20} {mod.path.name} (script) {'=' * 40}")
+                    take(start, end)
+                else:
+                    take(start, stmt.lineno - 1)
+                    chunk.append(f'# (bundled: the `if __name__ == "__main__":` block of {mod.path.name} dropped)')
+                prev_end = end
+                continue
+            deps = [s.target for s in mod.sites if s.top_index == i and s.eager]
+            pending = [d for d in dict.fromkeys(deps) if d not in self.order]
+            if pending:
+                flush()
+                for d in pending:
+                    self._emit_module(d, stack)
+                chunk.append(f"# {'=' * 20} {mod.path.name} (continued) {'=' * 37}")
+            take(start, end)
+            prev_end = end
+        take(prev_end + 1, len(mod.lines))
+        flush()
+        if is_entry:
+            for other in self.reachable():
+                if other not in self.order and other not in stack:
+                    self._emit_module(other, stack)
+        stack.pop()
+        self.order.append(name)
+
+    def build(self, directives: bool = True) -> str:
+        check_clashes([self.mods[n] for n in self.reachable()], self.project)
+        self._emit_module(self.entry, [])
+        header = list(DIRECTIVES) if directives else []
+        git = _git_describe(self.root)
+        header += [
+            "#",
+            f"# ONE-FILE BUNDLE of moe-mxfp4{f' ({git})' if git else ''}, written by bundle.py: "
+            "edit the package, not this file.",
+            f"# Modules, in order of execution: {', '.join(m + '.py' for m in self.order_of_first_code())}",
+        ]
+        futures = list(dict.fromkeys(f for f in self.futures if f))
+        text = "\n".join(header + futures + [""] + self.out).rstrip() + "\n"
+        validate(text, directives)
+        return text
+
+    def order_of_first_code(self) -> list[str]:
+        seen = []
+        for line in self.out:
+            if line.startswith("# " + "=" * 20 + " "):
+                name = line.split()[2]
+                stem = name[:-3] if name.endswith(".py") else name
+                if stem not in seen:
+                    seen.append(stem)
+        return seen
+
+
+def _git_describe(root: Path) -> str | None:
+    try:
+        r = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"git {r.stdout.strip()}" if r.returncode == 0 and r.stdout.strip() else None
+
+
+def validate(text: str, directives: bool = True) -> None:
+    """The bundle compiles, imports only what the leaderboard machine has, and (with directives)
+    carries both #!POPCORN lines in its first comment block."""
+    try:
+        tree = ast.parse(text)
+        compile(text, "submission.py", "exec")
+    except SyntaxError as exc:
+        raise BundleError(f"the bundle does not compile: {exc}") from None
+    allowed = set(sys.stdlib_module_names) | ALLOWED_PACKAGES
+    bad = []
+    for node in ast.walk(tree):
+        mods = []
+        if isinstance(node, ast.Import):
+            mods = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                bad.append(f"line {node.lineno}: relative import")
+                continue
+            mods = [node.module or ""]
+        for m in mods:
+            if m.split(".")[0] not in allowed:
+                bad.append(f"line {node.lineno}: import of {m}")
+    if bad:
+        raise BundleError("the bundle imports modules the leaderboard does not provide:\n  " + "\n  ".join(bad))
+    if directives:
+        first_block = []
+        for line in text.splitlines():
+            if not line.startswith("#"):
+                break
+            first_block.append(line.strip())
+        missing = [d for d in DIRECTIVES if d not in first_block]
+        if missing:
+            raise BundleError(f"directives missing from the first comment block: {missing}")
+
+
+def bundle(root: str | Path = ".", entry: str = "submission", directives: bool = True) -> str:
+    """The bundled source of `entry` (default submission.py) in `root`."""
+    return Bundler(Path(root).resolve(), entry).build(directives=directives)
+
+
+def main(argv: list[str] | None = None) -> int:
+    here = Path(__file__).resolve().parent
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Submit: popcorn-cli submit --gpu MI355X --leaderboard amd-moe-mxfp4 "
+        "--mode leaderboard dist/submission.py",
+    )
+    p.add_argument(
+        "-o", "--output", default=str(here / "dist" / "submission.py"), help="output file (default: dist/submission.py)"
+    )
+    p.add_argument("--entry", default="submission", help="entry module (default: submission)")
+    p.add_argument("--root", default=str(here), help="package root (default: this file's folder)")
+    p.add_argument("--no-directives", action="store_true", help="leave out the #!POPCORN lines")
+    args = p.parse_args(argv)
+    entry = args.entry[:-3] if args.entry.endswith(".py") else args.entry
+    try:
+        text = bundle(args.root, entry, directives=not args.no_directives)
+    except BundleError as exc:
+        print(f"bundle.py: error: {exc}", file=sys.stderr)
+        return 1
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(f"wrote {out} ({len(text.splitlines())} lines, {len(text.encode()) / 1024:.1f} KiB)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,284 @@
+"""bundle.py: the one-file submission, and the bundler's rules on small made-up packages."""
+
+import ast
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import bundle as bundler
+from bundle import DIRECTIVES, BundleError
+
+ROOT = Path(__file__).resolve().parents[1]
+ALLOWED = set(sys.stdlib_module_names) | {"torch", "triton", "numpy", "pandas", "aiter", "task"}
+
+
+def _clean_env(**extra) -> dict:
+    """An environment in which only the folder of the bundle can provide modules."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MOE_BACKEND")}
+    env.update(extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def bundled(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("dist") / "submission.py"
+    out.write_text(bundler.bundle(ROOT))  # a BundleError here says what to fix in the package
+    return out
+
+
+@pytest.fixture(scope="module")
+def runner_folder(tmp_path_factory, bundled) -> Path:
+    """The leaderboard's folder: submission.py (the bundle), task.py, and reference.py (the
+    package's reference, itself bundled into one file so it needs nothing else)."""
+    d = tmp_path_factory.mktemp("runner")
+    (d / "submission.py").write_text(bundled.read_text())
+    (d / "task.py").write_text((ROOT / "task.py").read_text())
+    (d / "reference.py").write_text(bundler.bundle(ROOT, "reference", directives=False))
+    return d
+
+
+def test_bundle_compiles_and_directives_come_first(bundled):
+    text = bundled.read_text()
+    compile(text, str(bundled), "exec")
+    lines = text.splitlines()
+    assert lines[:2] == list(DIRECTIVES)
+    first_block = []
+    for line in lines:
+        if not line.startswith("#"):
+            break
+        first_block.append(line)
+    assert set(DIRECTIVES) <= set(first_block)
+
+
+def test_bundle_imports_only_allowed_modules_and_no_project_module(bundled):
+    tree = ast.parse(bundled.read_text())
+    project = set(bundler.project_modules(ROOT))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            assert node.level == 0
+            names = [node.module]
+        else:
+            continue
+        for name in names:
+            top = name.split(".")[0]
+            assert top in ALLOWED, f"line {node.lineno}: import of {name}"
+            assert top not in project, f"line {node.lineno}: project module {name} still imported"
+    # The runner's types stay an import from task.
+    assert "from task import input_t, output_t" in bundled.read_text()
+
+
+def test_bundle_defines_custom_kernel_once_at_top_level(bundled):
+    tree = ast.parse(bundled.read_text())
+    defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    assert defs.count("custom_kernel") == 1
+
+
+def test_bundle_runs_as_a_script_in_an_empty_folder(tmp_path, bundled):
+    (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
+    script = tmp_path / "submission.py"
+    script.write_text(bundled.read_text())
+    proc = subprocess.run(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        env=_clean_env(TRITON_INTERPRET="1"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+CHECK_SMOKE = """
+import json, sys
+from submission import custom_kernel
+from reference import check_implementation, generate_input
+results = []
+for case in json.loads(sys.argv[1]):
+    data = generate_input(**case)
+    out = custom_kernel(data)
+    ok, message = check_implementation(data, out)
+    results.append([ok, message])
+print(json.dumps(results))
+"""
+
+
+def test_bundle_passes_the_smoke_cases(runner_folder):
+    """custom_kernel of the bundle (default backend: Triton, in the interpreter on a CPU) against the
+    package's reference, in a process that can import nothing but the runner's folder."""
+    from cases import SMOKE
+
+    proc = subprocess.run(
+        [sys.executable, "-c", CHECK_SMOKE, json.dumps(SMOKE)],
+        cwd=runner_folder,
+        env=_clean_env(TRITON_INTERPRET="1"),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert len(results) == len(SMOKE)
+    for case, (ok, message) in zip(SMOKE, results, strict=True):
+        assert ok, f"{case}: {message}"
+
+
+# ------------------------------------------------------------------ rules, on made-up packages
+
+
+def _package(tmp_path: Path, files: dict[str, str]) -> Path:
+    for name, src in files.items():
+        (tmp_path / name).write_text(textwrap.dedent(src))
+    (tmp_path / "task.py").write_text("input_t = object\noutput_t = object\n")
+    return tmp_path
+
+
+def _run(path: Path, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(path)], cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=60
+    )
+
+
+def test_lazy_and_eager_imports_are_inlined_in_execution_order(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "submission.py": """
+            #!POPCORN leaderboard amd-moe-mxfp4
+            import os
+            os.environ["ORDER"] = "entry-preamble"
+            from task import input_t, output_t
+            from helpers import double, SCALE as K
+
+            def custom_kernel(data):
+                from lazy import triple as t3
+                from lazy import triple
+                return double(data) + t3(data) + triple(0) + K
+
+            if __name__ == "__main__":
+                import lazy
+                print(os.environ["ORDER"], custom_kernel(1))
+            """,
+            "helpers.py": """
+            import os
+            os.environ["ORDER"] += ",helpers"
+            SCALE = 100
+
+            def double(x):
+                return 2 * x
+
+            if __name__ == "__main__":
+                raise SystemExit("helpers' own script block must not run")
+            """,
+            "lazy.py": """
+            import os
+            from helpers import double
+            os.environ["ORDER"] += ",lazy"
+
+            def triple(x):
+                return double(x) + x
+            """,
+            "unused.py": "raise RuntimeError('never imported, never bundled')\n",
+        },
+    )
+    # `import lazy` in the script block would be a project import by `import`: not allowed.
+    with pytest.raises(BundleError, match="import lazy"):
+        bundler.bundle(root)
+    src = (root / "submission.py").read_text().replace("    import lazy\n", "")
+    (root / "submission.py").write_text(src)
+    text = bundler.bundle(root)
+    assert "never imported" not in text
+    out = root / "out"
+    out.mkdir()
+    (out / "task.py").write_text((root / "task.py").read_text())
+    (out / "submission.py").write_text(text)
+    proc = _run(out / "submission.py", out)
+    assert proc.returncode == 0, proc.stderr
+    # preamble of the entry first, then helpers (eager), then lazy (before the script block)
+    assert proc.stdout.split() == ["entry-preamble,helpers,lazy", str(2 + 3 + 0 + 100)]
+    assert text.index("# ==================== helpers.py") < text.index("# ==================== lazy.py")
+    assert text.count("def double") == 1
+
+
+def test_name_defined_differently_in_two_modules_fails(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "submission.py": "from a import f\nfrom b import g\n\ndef custom_kernel(d):\n    return f() + g()\n",
+            "a.py": "LIMIT = 1\n\ndef f():\n    return LIMIT\n",
+            "b.py": "LIMIT = 2\n\ndef g():\n    return LIMIT\n",
+        },
+    )
+    with pytest.raises(BundleError, match="`LIMIT` is defined in both a.py and b.py"):
+        bundler.bundle(root)
+
+
+def test_identical_definitions_may_repeat_but_module_state_may_not(tmp_path):
+    files = {
+        "submission.py": "from a import f\nfrom b import g\n\ndef custom_kernel(d):\n    return f() + g()\n",
+        "a.py": "import torch\nBLOCK = 32\n\ndef f():\n    return BLOCK\n",
+        "b.py": "import torch\nBLOCK = 32\n\ndef g():\n    return BLOCK\n",
+    }
+    root = _package(tmp_path, files)
+    text = bundler.bundle(root)
+    compile(text, "bundle", "exec")
+    (root / "b.py").write_text("_cache = {}\n\ndef g():\n    return len(_cache)\n")
+    (root / "a.py").write_text("_cache = {}\n\ndef f():\n    return len(_cache)\n")
+    with pytest.raises(BundleError, match="_cache"):
+        bundler.bundle(root)
+
+
+@pytest.mark.parametrize(
+    "entry, needle",
+    [
+        ("import a\n\ndef custom_kernel(d):\n    return a.f()\n", "import a"),
+        ("from a import *\n\ndef custom_kernel(d):\n    return f()\n", "import \\*"),
+        ("from a import nothing\n\ndef custom_kernel(d):\n    return nothing()\n", "`nothing` is not defined"),
+        ("import requests\nfrom a import f\n\ndef custom_kernel(d):\n    return f()\n", "import of requests"),
+        ("import os; from a import f\n\ndef custom_kernel(d):\n    return f()\n", "line of its own"),
+        ("try:\n    from a import f\nexcept ImportError:\n    f = None\n", "try/except"),
+        ("import importlib\nm = importlib.import_module('a')\n", "dynamic import"),
+    ],
+)
+def test_forms_that_cannot_be_bundled_fail_loudly(tmp_path, entry, needle):
+    root = _package(tmp_path, {"submission.py": entry, "a.py": "def f():\n    return 1\n"})
+    with pytest.raises(BundleError, match=needle):
+        bundler.bundle(root)
+
+
+def test_circular_module_level_import_fails(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "submission.py": "from a import f\n\ndef custom_kernel(d):\n    return f()\n",
+            "a.py": "from b import g\n\ndef f():\n    return g()\n",
+            "b.py": "from a import f\n\ndef g():\n    return 1\n",
+        },
+    )
+    with pytest.raises(BundleError, match="circular"):
+        bundler.bundle(root)
+
+
+def test_cli_writes_the_output_and_reports_errors(tmp_path, capsys):
+    root = _package(
+        tmp_path,
+        {
+            "submission.py": "from a import f as g\n\ndef custom_kernel(d):\n    return g()\n",
+            "a.py": "def f():\n    return 7\n",
+        },
+    )
+    out = tmp_path / "dist" / "sub.py"
+    assert bundler.main(["--root", str(root), "-o", str(out)]) == 0
+    namespace: dict = {}
+    exec(compile(out.read_text(), str(out), "exec"), namespace)
+    assert namespace["custom_kernel"](None) == 7
+    (root / "submission.py").write_text("import a\n")
+    assert bundler.main(["--root", str(root), "-o", str(tmp_path / "x.py")]) == 1
+    assert "bundle.py: error" in capsys.readouterr().err
+    assert not (tmp_path / "x.py").exists()
