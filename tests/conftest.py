@@ -1,11 +1,18 @@
-"""Shared test setup: import paths, the hypothesis profile, and a `device` fixture."""
+"""Shared test setup: Triton's interpreter on GPU-less machines, import paths, the hypothesis
+profile, and a `device` fixture."""
 
+import os
 import sys
 from pathlib import Path
 
-import pytest
 import torch
-from hypothesis import HealthCheck, settings
+
+# Chosen before any test module imports triton (as submission.py does for its own entry).
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+from hypothesis import HealthCheck, settings  # noqa: E402
 
 # The modules sit at the repository root (mxfp4, reference, cases, task), the oracle beside the
 # tests; both importable under any pytest import mode.
