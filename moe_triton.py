@@ -40,7 +40,9 @@ def fused_moe_triton(
     tiles: TileConfig | None = None,
 ) -> torch.Tensor:
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
-    2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. Inputs are validated by the caller."""
+    2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the inputs against
+    config (validation.validate_inputs); the shapes are read from the tensors. tiles overrides the
+    tile table (bench/tune_triton.py)."""
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
     d_inter = two_inter // 2
