@@ -32,7 +32,6 @@ DIRECTIVES = ("#!POPCORN leaderboard amd-moe-mxfp4", "#!POPCORN gpu MI355X")
 ALLOWED_PACKAGES = frozenset({"torch", "triton", "numpy", "pandas", "aiter", "task"})
 PROVIDED_MODULES = frozenset({"task"})  # beside the submission on the server; never inlined
 NOT_MODULES = frozenset({"bundle", "setup", "conftest"})
-MUTABLE_CALLS = frozenset({"dict", "list", "set", "bytearray", "defaultdict", "OrderedDict", "deque", "Counter"})
 
 
 class BundleError(Exception):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 CASE_KEYS = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs", "seed")
@@ -48,7 +48,6 @@ class Case:
     group: str  # tests | benchmarks | smoke | custom
     index: int  # position in its group (custom cases: order of appearance)
     params: dict  # generate_input keyword arguments; "seed" already combined with the secret
-    base_seed: int = 0  # the seed before combining
 
     @property
     def label(self) -> str:
@@ -85,11 +84,6 @@ def secret_seed(cli_seed: int | None, environ: Mapping[str, str] | None = None) 
         return int(raw)
     except ValueError:
         raise SelectionError(f"POPCORN_SEED must be an integer, got {raw!r}") from None
-
-
-def leaderboard_seeds(seed: int, reps: int) -> list[int]:
-    """Seeds of the timed repetitions in leaderboard mode (the first correctness call uses seed itself)."""
-    return [seed + LEADERBOARD_SEED_STEP * (i + 1) for i in range(reps)]
 
 
 def _official_lists() -> dict[str, list[dict]]:
@@ -175,10 +169,9 @@ def select_cases(selectors: Iterable[str], secret: int | None = None, lists: Map
         )
     out = []
     for group, index, params in picked:
-        base = int(params["seed"])
         if secret is not None:
-            params["seed"] = combine_seed(base, secret)
-        out.append(Case(group=group, index=index, params=params, base_seed=base))
+            params["seed"] = combine_seed(int(params["seed"]), secret)
+        out.append(Case(group=group, index=index, params=params))
     return out
 
 
@@ -196,7 +189,6 @@ class BackendSpec:
     label: str  # as shown in tables: a backend name or the path given
     path: Path  # the submission file loaded
     moe_backend: str | None = None  # MOE_BACKEND for that file; None leaves it unset
-    extra_env: dict = field(default_factory=dict)
 
 
 def parse_backend(text: str, root: str | Path) -> BackendSpec:

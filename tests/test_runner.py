@@ -15,7 +15,6 @@ from bench.selection import (
     Case,
     SelectionError,
     combine_seed,
-    leaderboard_seeds,
     parse_backend,
     parse_backends,
     parse_case_spec,
@@ -59,13 +58,8 @@ def test_case_seeds_are_combined_with_the_secret():
     secret = select_cases(["benchmarks"], 1000, LISTS)
     assert [c.params["seed"] for c in plain] == [10, 20, 30]
     assert [c.params["seed"] for c in secret] == [combine_seed(s, 1000) for s in (10, 20, 30)]
-    assert [c.base_seed for c in secret] == [10, 20, 30]
     # The lists themselves are not modified.
     assert LISTS["benchmarks"][0]["seed"] == 10
-
-
-def test_leaderboard_seeds_step_by_13():
-    assert leaderboard_seeds(100, 4) == [113, 126, 139, 152]
 
 
 # ---------------------------------------------------------------- selection
