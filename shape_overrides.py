@@ -302,6 +302,18 @@ def _so_known_ck_names(stage: int) -> set:
     return {ck_moe_kernel_name(stage, inst) for inst in instances}
 
 
+def _so_ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: str) -> list[str]:
+    """Why a CK stage-`stage` kernel name does not fit a row (empty when it does)."""
+    ck = parse_ck_moe_kernel_name(name)
+    if ck is None or ck["stage"] != stage:
+        return [f"{key}: kernelName{stage} {name!r} is {what} kernel name"]
+    if name not in _so_known_ck_names(stage):
+        return [f"{key}: kernelName{stage} {name!r} is not an a4w4 gemm{stage} instance at aiter {AITER_COMMIT[:7]}"]
+    if ck["MPerBlock"] != block_m:
+        return [f"{key}: kernelName{stage} MPerBlock {ck['MPerBlock']} != block_m {block_m}"]
+    return []
+
+
 def row_problems(
     key: tuple, row: dict, flydsl_registry: dict | None = None, allow_bf16_activations: bool | None = None
 ) -> list:
@@ -344,13 +356,7 @@ def row_problems(
     if block_m <= 0 or block_m % 32:
         problems.append(f"{key}: block_m={block_m} must be a positive multiple of 32 when activations are quantized")
     if name1:
-        ck1 = parse_ck_moe_kernel_name(name1)
-        if ck1 is None or ck1["stage"] != 1:
-            problems.append(f"{key}: kernelName1 {name1!r} is not a CK stage-1 kernel name")
-        elif name1 not in _so_known_ck_names(1):
-            problems.append(f"{key}: kernelName1 {name1!r} is not an a4w4 gemm1 instance at aiter {AITER_COMMIT[:7]}")
-        elif ck1["MPerBlock"] != block_m:
-            problems.append(f"{key}: kernelName1 MPerBlock {ck1['MPerBlock']} != block_m {block_m}")
+        problems += _so_ck_name_problems(key, 1, name1, block_m, "not a CK stage-1")
     elif block_m not in (32, 64, 128):
         problems.append(f"{key}: no heuristic CK stage 1 for block_m={block_m} (gen_instances.py:276-293)")
     if name2.startswith("flydsl_"):
@@ -372,13 +378,7 @@ def row_problems(
                     f"{key}: FlyDSL fallback {fallback!r} is not an a4w4 gemm2 instance of MPerBlock {block_m}"
                 )
     elif name2:
-        ck2 = parse_ck_moe_kernel_name(name2)
-        if ck2 is None or ck2["stage"] != 2:
-            problems.append(f"{key}: kernelName2 {name2!r} is neither a CK stage-2 nor a FlyDSL kernel name")
-        elif name2 not in _so_known_ck_names(2):
-            problems.append(f"{key}: kernelName2 {name2!r} is not an a4w4 gemm2 instance at aiter {AITER_COMMIT[:7]}")
-        elif ck2["MPerBlock"] != block_m:
-            problems.append(f"{key}: kernelName2 MPerBlock {ck2['MPerBlock']} != block_m {block_m}")
+        problems += _so_ck_name_problems(key, 2, name2, block_m, "neither a CK stage-2 nor a FlyDSL")
     elif block_m not in (32, 64, 128):
         problems.append(f"{key}: no heuristic CK stage 2 for block_m={block_m} (gen_instances.py:628-660)")
     return problems
