@@ -45,6 +45,19 @@ def _mean_traffic(items: list[dict]) -> dict | None:
     return {k: sum(float(t[k]) for t in items) / len(items) for k in keys}
 
 
+def _single_call_result(params: dict, verdict: tuple, traffic: list[dict], **extra) -> CaseResult:
+    """The result of a mode that makes one checked call (test, profile)."""
+    ok, message = verdict
+    return CaseResult(
+        status="pass" if ok else "fail",
+        message=message or "",
+        seeds=[params["seed"]],
+        checked=1,
+        traffic=_mean_traffic(traffic),
+        **extra,
+    )
+
+
 def run_test(
     params: dict, kernel: Callable, generate: Callable, check: Callable, device, traffic_fn: Callable | None = None
 ) -> CaseResult:
@@ -56,15 +69,7 @@ def run_test(
     out = kernel(data)
     timer.stop()
     device.synchronize()
-    ok, message = check(data, out)
-    return CaseResult(
-        status="pass" if ok else "fail",
-        message=message or "",
-        seeds=[params["seed"]],
-        checked=1,
-        traffic=_mean_traffic(traffic),
-        call_ns=timer.elapsed_ns(),
-    )
+    return _single_call_result(params, check(data, out), traffic, call_ns=timer.elapsed_ns())
 
 
 def run_timed(
@@ -156,12 +161,4 @@ def run_profile(
         device.synchronize()
     sort_by = "self_device_time_total" if device.kind == "cuda" else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
-    ok, message = check(data, out)
-    return CaseResult(
-        status="pass" if ok else "fail",
-        message=message or "",
-        seeds=[params["seed"]],
-        checked=1,
-        traffic=_mean_traffic(traffic),
-        profile=table,
-    )
+    return _single_call_result(params, check(data, out), traffic, profile=table)
