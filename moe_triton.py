@@ -23,6 +23,12 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
+def fast_decode(device: torch.device) -> bool:
+    """The weight decode's PTX path (an in-register reinterpretation) on NVIDIA GPUs; the portable
+    path everywhere else (ROCm, the interpreter)."""
+    return device.type == "cuda" and torch.version.hip is None and not interpreting()
+
+
 def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:
     """Blocks that the padded routing can take at most: every expert that is hit pads < block_m."""
     return triton.cdiv(n_slots + min(n_experts, n_slots) * (block_m - 1), block_m)
@@ -52,6 +58,7 @@ def fused_moe_triton(
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
+    fast = fast_decode(device)
 
     sorted_ids = get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device)
     sorted_expert_ids = get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device)
@@ -77,14 +84,15 @@ def fused_moe_triton(
         a1, w1_bytes, w1_scale_bytes, a2,
         sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, d_hidden, d_inter,
-        BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, SWAP_AB=cfg.swap_ab,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpreting(),
         num_warps=cfg.warps1, num_stages=cfg.stages1,
     )
     moe_stage2_kernel[(n_blocks, triton.cdiv(d_hidden, cfg.block_n2))](
         a2, w2_bytes, w2_scale_bytes, out, topk_weights,
         sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, d_hidden, d_inter,
-        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, SWAP_AB=cfg.swap_ab,
+        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, FAST=fast,
+        INTERPRET=interpreting(),
         num_warps=cfg.warps2, num_stages=cfg.stages2,
     )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)

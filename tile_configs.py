@@ -2,7 +2,7 @@
 
 Keys are (d_hidden, d_inter, n_experts, topk, n_tokens). block_m is the routing block (the rows
 of one expert that a program takes); stage 1 (gate/up GEMM) and stage 2 (down GEMM) each have
-their own tile, warps and pipeline depth; swap_ab makes the weights the MMA's left operand.
+their own tile, warps and pipeline depth.
 TUNED holds the H200 sweep's winners (bench/tune_triton.py --sweep, bench/NOTES.md); other shapes
 get default_config.
 """
@@ -20,18 +20,17 @@ class TileConfig(NamedTuple):
     block_k2: int
     warps2: int
     stages2: int
-    swap_ab: bool = False
 
 
-# bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6).
+# bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), second decode.
 TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
-    (7168, 256, 257, 9, 16): TileConfig(16, 64, 256, 4, 3, 128, 128, 4, 2),
-    (7168, 256, 257, 9, 128): TileConfig(16, 64, 256, 4, 3, 128, 128, 4, 2),
-    (7168, 256, 257, 9, 512): TileConfig(32, 64, 256, 4, 3, 128, 128, 4, 2),
-    (7168, 512, 33, 9, 16): TileConfig(16, 64, 256, 4, 3, 128, 128, 4, 2),
-    (7168, 512, 33, 9, 128): TileConfig(32, 64, 256, 4, 3, 64, 128, 4, 2),
-    (7168, 512, 33, 9, 512): TileConfig(128, 64, 128, 4, 3, 64, 128, 4, 2),
-    (7168, 2048, 33, 9, 512): TileConfig(128, 64, 128, 4, 3, 64, 128, 4, 2),
+    (7168, 256, 257, 9, 16): TileConfig(16, 64, 256, 4, 3, 64, 128, 4, 2),
+    (7168, 256, 257, 9, 128): TileConfig(16, 64, 256, 4, 3, 64, 128, 4, 2),
+    (7168, 256, 257, 9, 512): TileConfig(32, 64, 128, 4, 3, 128, 128, 8, 2),
+    (7168, 512, 33, 9, 16): TileConfig(16, 64, 256, 4, 3, 64, 128, 4, 2),
+    (7168, 512, 33, 9, 128): TileConfig(32, 64, 128, 4, 3, 128, 128, 8, 2),
+    (7168, 512, 33, 9, 512): TileConfig(64, 64, 256, 4, 3, 64, 128, 4, 2),
+    (7168, 2048, 33, 9, 512): TileConfig(128, 64, 128, 4, 3, 128, 128, 4, 2),
 }
 
 

@@ -32,8 +32,8 @@ STAGE1_OPTIONS = [
     for n, k, w, s in itertools.product((64, 128), (128, 256), (4, 8), (2, 3))
 ]
 STAGE2_OPTIONS = [
-    dict(block_n2=n, block_k2=k, warps2=w, stages2=s)
-    for n, k, w, s in itertools.product((64, 128, 256), (128, 256), (4, 8), (2,))
+    dict(block_n2=n, block_k2=k, warps2=w, stages2=2)
+    for n, k, w in itertools.product((64, 128, 256), (128, 256), (4, 8))
 ]
 
 
@@ -85,7 +85,7 @@ def block_m_candidates(n_tokens: int, n_experts: int, topk: int) -> list[int]:
         if rows_per_expert <= 8
         else [16, 32]
         if rows_per_expert <= 24
-        else [32]
+        else [32, 64]
         if rows_per_expert <= 40
         else [64, 128]
     )
@@ -101,7 +101,7 @@ def sweep_case(data, flush, reps: int) -> tuple[TileConfig, list[dict]]:
         prep = math.inf
         for i in range(max(len(STAGE1_OPTIONS), len(STAGE2_OPTIONS))):
             s1, s2 = STAGE1_OPTIONS[i % len(STAGE1_OPTIONS)], STAGE2_OPTIONS[i % len(STAGE2_OPTIONS)]
-            tiles = base._replace(block_m=block_m, swap_ab=False, **s1, **s2)
+            tiles = base._replace(block_m=block_m, **s1, **s2)
             try:
                 times = kernel_times(lambda t=tiles: run(data, t), reps, flush)
             except Exception as exc:  # a tile that does not compile is a result, not a stop
@@ -118,7 +118,7 @@ def sweep_case(data, flush, reps: int) -> tuple[TileConfig, list[dict]]:
         if s1_best[1] is not None and s2_best[1] is not None and total < best_total:
             best_total = total
             best = base._replace(
-                block_m=block_m, swap_ab=False, **STAGE1_OPTIONS[s1_best[1]], **STAGE2_OPTIONS[s2_best[1]]
+                block_m=block_m, **STAGE1_OPTIONS[s1_best[1]], **STAGE2_OPTIONS[s2_best[1]]
             )
     return best, log
 

@@ -1,5 +1,5 @@
 """Shared test setup: Triton's interpreter on GPU-less machines, import paths, the hypothesis
-profile, and a `device` fixture."""
+profile, and the `device` and `triton_device` fixtures."""
 
 import os
 import sys
@@ -34,7 +34,17 @@ settings.load_profile("moe-mxfp4")
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
+INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+TRITON_DEVICES = (["cpu"] if INTERPRETING else []) + (["cuda"] if torch.cuda.is_available() else [])
+
+
 @pytest.fixture(params=DEVICES)
 def device(request) -> torch.device:
     """Cheap tests run on the CPU and, where present, on CUDA."""
+    return torch.device(request.param)
+
+
+@pytest.fixture(params=TRITON_DEVICES)
+def triton_device(request) -> torch.device:
+    """Where Triton kernels run: the CPU under the interpreter, and CUDA where present."""
     return torch.device(request.param)

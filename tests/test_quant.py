@@ -1,7 +1,6 @@
 """quant.py (fused MXFP4 quant + moe-sort scale layout) bit-exact against mxfp4.quantize_activation
 + the e8m0_shuffle tiling, on the CPU (Triton interpreter) and on CUDA where present."""
 
-import os
 import struct
 
 import pytest
@@ -15,17 +14,6 @@ from mxfp4 import quantize_activation, shuffle_scales
 from quant import fused_dynamic_mxfp4_quant_moe_sort
 
 FP4, E8M0 = torch.float4_e2m1fn_x2, torch.float8_e8m0fnu
-INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-QDEVICES = (["cpu"] if INTERPRETING else []) + (["cuda"] if torch.cuda.is_available() else [])
-if not QDEVICES:
-    pytest.skip("needs CUDA or TRITON_INTERPRET=1 for the CPU", allow_module_level=True)
-
-
-@pytest.fixture(params=QDEVICES)
-def qdev(request) -> torch.device:
-    return torch.device(request.param)
-
-
 def bf16_bits(bits: int) -> float:
     return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
 
@@ -71,20 +59,20 @@ def check(x, sorted_ids, num_valid, token_num, topk, block_m=32, **kw):
     "tokens, cols, experts, topk, block_m",
     [(5, 512, 6, 3, 32), (33, 768, 17, 7, 64), (4, 7168, 9, 9, 32), (16, 256, 33, 9, 32), (3, 96, 4, 2, 32)],
 )
-def test_stage1_input_token_rows_sorted_scales(qdev, tokens, cols, experts, topk, block_m):
+def test_stage1_input_token_rows_sorted_scales(triton_device, tokens, cols, experts, topk, block_m):
     """topk=1 call (hidden states): fp4 in token order, scales gathered per sorted id."""
     g = torch.Generator().manual_seed(tokens * cols)
-    x = (torch.randn(tokens, cols, generator=g) * 2).to(torch.bfloat16).to(qdev)
-    sorted_ids, num_valid = routing(tokens, experts, topk, block_m, qdev)
+    x = (torch.randn(tokens, cols, generator=g) * 2).to(torch.bfloat16).to(triton_device)
+    sorted_ids, num_valid = routing(tokens, experts, topk, block_m, triton_device)
     check(x, sorted_ids, num_valid, tokens, 1, block_m)
 
 
 @pytest.mark.parametrize("tokens, cols, experts, topk", [(5, 256, 6, 3), (12, 512, 9, 5), (2, 2048, 33, 9)])
-def test_stage2_input_slot_rows(qdev, tokens, cols, experts, topk):
+def test_stage2_input_slot_rows(triton_device, tokens, cols, experts, topk):
     """topk>1 call (stage-1 output [M*topk, I]): row token*topk + slot."""
     g = torch.Generator().manual_seed(cols + topk)
-    x = torch.randn(tokens * topk, cols, generator=g).to(torch.bfloat16).to(qdev)
-    sorted_ids, num_valid = routing(tokens, experts, topk, 32, qdev, seed=1)
+    x = torch.randn(tokens * topk, cols, generator=g).to(torch.bfloat16).to(triton_device)
+    sorted_ids, num_valid = routing(tokens, experts, topk, 32, triton_device, seed=1)
     check(x, sorted_ids, num_valid, tokens, topk)
 
 
@@ -106,30 +94,31 @@ def special_rows() -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float32).to(torch.bfloat16)
 
 
-def test_special_values_bit_exact(qdev):
-    x = special_rows().to(qdev)
+def test_special_values_bit_exact(triton_device):
+    x = special_rows().to(triton_device)
     tokens = x.shape[0]
     topk_ids = torch.zeros(tokens, 1, dtype=torch.int32)
-    sorted_ids, _w, _e, num_valid = sorted_buffers(topk_ids.to(qdev), torch.ones(tokens, 1).to(qdev), 2, 32)
+    ones = torch.ones(tokens, 1, device=triton_device)
+    sorted_ids, _w, _e, num_valid = sorted_buffers(topk_ids.to(triton_device), ones, 2, 32)
     check(x, sorted_ids, num_valid, tokens, 1)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
-def test_other_input_dtypes(qdev, dtype):
+def test_other_input_dtypes(triton_device, dtype):
     g = torch.Generator().manual_seed(7)
     x = (torch.randn(6, 256, generator=g) * 3).to(dtype)
     x[0, :32] = torch.tensor([2.0**-140, -(2.0**-149), 2.0**-130] + [0.0] * 29).to(dtype)
-    x = x.to(qdev)
-    sorted_ids, num_valid = routing(6, 5, 2, 32, qdev)
+    x = x.to(triton_device)
+    sorted_ids, num_valid = routing(6, 5, 2, 32, triton_device)
     check(x, sorted_ids, num_valid, 6, 1)
 
 
-def test_padding_rows_zero_and_tiles_past_num_valid_untouched(qdev):
+def test_padding_rows_zero_and_tiles_past_num_valid_untouched(triton_device):
     tokens, cols = 5, 256
-    x = torch.randn(tokens, cols).to(torch.bfloat16).to(qdev)
-    sorted_ids, num_valid = routing(tokens, 6, 3, 32, qdev)
+    x = torch.randn(tokens, cols).to(torch.bfloat16).to(triton_device)
+    sorted_ids, num_valid = routing(tokens, 6, 3, 32, triton_device)
     n_valid = int(num_valid[0])
-    out_scales = torch.full((-(-sorted_ids.numel() // 32), 1, 4, 16, 4), 0xAB, dtype=torch.uint8, device=qdev)
+    out_scales = torch.full((-(-sorted_ids.numel() // 32), 1, 4, 16, 4), 0xAB, dtype=torch.uint8, device=triton_device)
     _fp4, scales = fused_dynamic_mxfp4_quant_moe_sort(x, sorted_ids, num_valid, tokens, 1, 32, out_scales=out_scales)
     s = scales.view(torch.uint8).cpu()
     assert (s[n_valid:] == 0xAB).all()  # tiles at or past num_valid_ids are not written
@@ -143,28 +132,29 @@ def test_padding_rows_zero_and_tiles_past_num_valid_untouched(qdev):
     assert (unshuffled[pad_rows] == 0).all()
 
 
-def test_rows_outside_the_sort_are_quantized_too(qdev):
+def test_rows_outside_the_sort_are_quantized_too(triton_device):
     """As aiter's kernel: every row of x gets its fp4 bytes, referenced by the sort or not."""
     tokens, cols = 6, 128
-    x = torch.randn(tokens, cols).to(torch.bfloat16).to(qdev)
+    x = torch.randn(tokens, cols).to(torch.bfloat16).to(triton_device)
     topk_ids = torch.tensor([[0], [1], [0], [1], [0], [1]], dtype=torch.int32)
-    sorted_ids, _w, _e, num_valid = sorted_buffers(topk_ids.to(qdev), torch.ones(tokens, 1).to(qdev), 2, 32)
+    ones = torch.ones(tokens, 1, device=triton_device)
+    sorted_ids, _w, _e, num_valid = sorted_buffers(topk_ids.to(triton_device), ones, 2, 32)
     sorted_ids[sorted_ids == 3] = (1 << 24) | tokens  # drop token 3 from the sort: now padding
-    out = torch.full((tokens, cols // 2), 0x5A, dtype=torch.uint8, device=qdev)
+    out = torch.full((tokens, cols // 2), 0x5A, dtype=torch.uint8, device=triton_device)
     check(x, sorted_ids, num_valid, tokens, 1, out=out)
 
 
-def test_topk1_token_in_every_slot(qdev):
+def test_topk1_token_in_every_slot(triton_device):
     """With topk=1 a token appears once per slot; the scales of every appearance are written."""
     tokens, cols, experts, topk = 4, 64, 5, 4
-    x = torch.randn(tokens, cols).to(torch.bfloat16).to(qdev)
-    sorted_ids, num_valid = routing(tokens, experts, topk, 32, qdev, seed=3)
+    x = torch.randn(tokens, cols).to(torch.bfloat16).to(triton_device)
+    sorted_ids, num_valid = routing(tokens, experts, topk, 32, triton_device, seed=3)
     check(x, sorted_ids, num_valid, tokens, 1)
 
 
-def test_buffers_reused_between_calls(qdev):
-    x = torch.randn(5, 256).to(torch.bfloat16).to(qdev)
-    sorted_ids, num_valid = routing(5, 6, 3, 32, qdev)
+def test_buffers_reused_between_calls(triton_device):
+    x = torch.randn(5, 256).to(torch.bfloat16).to(triton_device)
+    sorted_ids, num_valid = routing(5, 6, 3, 32, triton_device)
     fp4_a, sc_a = fused_dynamic_mxfp4_quant_moe_sort(x, sorted_ids, num_valid, 5, 1, 32)
     fp4_b, sc_b = fused_dynamic_mxfp4_quant_moe_sort(x * 2, sorted_ids, num_valid, 5, 1, 32)
     assert fp4_a.data_ptr() == fp4_b.data_ptr() and sc_a.data_ptr() == sc_b.data_ptr()
@@ -173,9 +163,9 @@ def test_buffers_reused_between_calls(qdev):
     assert cached.data_ptr() == sc_b.data_ptr()
 
 
-def test_input_checks(qdev):
-    x = torch.randn(4, 64).to(torch.bfloat16).to(qdev)
-    sorted_ids, num_valid = routing(4, 3, 2, 32, qdev)
+def test_input_checks(triton_device):
+    x = torch.randn(4, 64).to(torch.bfloat16).to(triton_device)
+    sorted_ids, num_valid = routing(4, 3, 2, 32, triton_device)
     with pytest.raises(ValueError, match="multiple of 32"):
         fused_dynamic_mxfp4_quant_moe_sort(x, sorted_ids, num_valid, 4, 1, 16)
     with pytest.raises(ValueError, match="cols"):
@@ -196,7 +186,7 @@ def test_input_checks(qdev):
 )
 def test_property_random_routing(tokens, groups, experts, data):
     """Any routing, any width, any scale of values: bit-exact (CPU interpreter, or CUDA)."""
-    dev = torch.device(QDEVICES[-1])
+    dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     topk = data.draw(st.integers(1, experts))
     stage2 = data.draw(st.booleans())
     block_m = data.draw(st.sampled_from([32, 64]))

@@ -1,0 +1,60 @@
+"""The in-register MXFP4 weight decode of the Triton GEMMs against mxfp4.dequantize.
+
+Every byte value at every position of a 32-bit word, with scales from the subnormal 2^-127 to
+NaN; the decoded columns come out in _k_slot order. CPU: the portable path in Triton's
+interpreter; GPU: the path the GEMMs use there.
+"""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from moe_triton import fast_decode
+from moe_triton_kernels import _fp4_to_bf16, _k_slot
+from mxfp4 import dequantize
+
+
+@triton.jit
+def _decode_kernel(w_ptr, s_ptr, out_ptr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr):
+    rows = tl.arange(0, ROWS)
+    words = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None] * (BLOCK_K // 8)
+                    + tl.arange(0, BLOCK_K // 8)[None, :])
+    scales = tl.load(s_ptr + rows[:, None] * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)[None, :])
+    values = _fp4_to_bf16(words, scales, ROWS, BLOCK_K, FAST).to(tl.float32)
+    tl.store(out_ptr + rows[:, None] * BLOCK_K + tl.arange(0, BLOCK_K)[None, :], values)
+
+
+@triton.jit
+def _slot_kernel(out_ptr, N: tl.constexpr):
+    cols = tl.arange(0, N)
+    tl.store(out_ptr + cols, _k_slot(cols))
+
+
+def slots(n: int, triton_device) -> torch.Tensor:
+    out = torch.empty(n, dtype=torch.int32, device=triton_device)
+    _slot_kernel[(1,)](out, n)
+    return out.long()
+
+
+def test_k_slot_permutes_within_each_32_block(triton_device):
+    got = slots(128, triton_device).cpu()
+    assert sorted(got.tolist()) == list(range(128))
+    assert torch.equal(got // 32, torch.arange(128) // 32)
+
+
+@pytest.mark.parametrize("scale", [0, 1, 100, 119, 127, 135, 200, 254, 255])
+def test_decode_matches_dequantize(triton_device, scale):
+    rows, block_k = 16, 64
+    # Row r, byte j holds (r * 32 + j) % 256: all 256 values, each at every byte of a word.
+    packed = ((torch.arange(rows)[:, None] * 32 + torch.arange(block_k // 2)[None, :]) % 256).to(torch.uint8)
+    scales = torch.full((rows, block_k // 32), scale, dtype=torch.uint8)
+    scales[::3, 1] = 127
+    expected = dequantize(packed, scales)
+    packed, scales = packed.to(triton_device), scales.to(triton_device)
+    out = torch.full((rows, block_k), 12345.0, device=triton_device)
+    _decode_kernel[(1,)](packed, scales, out, rows, block_k, fast_decode(packed.device))
+    got = out[:, slots(block_k, triton_device)].cpu()  # actual column c was decoded into _k_slot(c)
+    assert torch.equal(got.isnan(), expected.isnan())
+    finite = ~expected.isnan()
+    assert torch.equal(got[finite], expected[finite]), (got - expected).abs()[finite].max()
