@@ -32,8 +32,6 @@ settings.register_profile(
 settings.load_profile("moe-mxfp4")
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
 INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 TRITON_DEVICES = (["cpu"] if INTERPRETING else []) + (["cuda"] if torch.cuda.is_available() else [])
 

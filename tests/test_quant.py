@@ -14,6 +14,8 @@ from mxfp4 import quantize_activation, shuffle_scales
 from quant import fused_dynamic_mxfp4_quant_moe_sort
 
 FP4, E8M0 = torch.float4_e2m1fn_x2, torch.float8_e8m0fnu
+
+
 def bf16_bits(bits: int) -> float:
     return struct.unpack("<f", struct.pack("<I", bits << 16))[0]
 
