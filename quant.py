@@ -38,13 +38,12 @@ The outputs live in buffers.get_buffer cache entries (keyed by shape and topk) u
 out_scales are given: the next call with the same shapes overwrites them.
 """
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from buffers import get_buffer
+from moe_triton import interpreting
 
 MXQ_BLOCK = 32  # elements per e8m0 scale (fixed by MXFP4)
 MXQ_ROWS = 32  # rows of one e8m0_shuffle tile
@@ -172,14 +171,10 @@ def _q_mxfp4_sort_kernel(
             tl.store(scale_ptr + row_part[:, None] + grp_part[None, :], sbyte.to(tl.uint8), mask=s_mask)
 
 
-def _q_interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-
-
 def _q_blocks(n_rows: int, n_cols: int, device) -> tuple[int, int]:
     """(rows, 32-groups) per program: one 32 x 256 tile on a GPU; in Triton's CPU interpreter,
     whose cost is per operation, not per element, far fewer and larger programs."""
-    if torch.device(device).type == "cpu" or _q_interpreting():
+    if torch.device(device).type == "cpu" or interpreting():
         rows = min(512, max(MXQ_ROWS, triton.next_power_of_2(n_rows)))
         groups = min(64, max(MXQ_GROUPS, triton.next_power_of_2(n_cols // MXQ_BLOCK)))
         return rows, groups

@@ -20,6 +20,8 @@ for path in (Path(__file__).resolve().parents[1], Path(__file__).resolve().paren
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from moe_triton import interpreting  # noqa: E402
+
 # Fast property tests (the whole of test_mxfp4 + test_reference takes seconds on 2 CPU cores);
 # no example database written into the tree.
 settings.register_profile(
@@ -32,8 +34,7 @@ settings.register_profile(
 settings.load_profile("moe-mxfp4")
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-TRITON_DEVICES = (["cpu"] if INTERPRETING else []) + (["cuda"] if torch.cuda.is_available() else [])
+TRITON_DEVICES = (["cpu"] if interpreting() else []) + (["cuda"] if torch.cuda.is_available() else [])
 
 
 @pytest.fixture(params=DEVICES)

@@ -15,12 +15,13 @@ import aiter_backend as ab
 import shape_overrides as so
 from buffers import pool_size
 from cases import BENCHMARKS, SMOKE
+from moe_triton import interpreting
 from mxfp4 import dequantize
 from reference import compare, generate_input, ref_kernel
 
 FP4, E8M0 = aiter_double.FP4, aiter_double.E8M0
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+INTERPRETING = interpreting()
 if not INTERPRETING and not torch.cuda.is_available():
     pytest.skip("the project quantizer needs CUDA or TRITON_INTERPRET=1", allow_module_level=True)
 DEVICE = torch.device("cpu" if INTERPRETING else "cuda")  # the double is plain torch: any device
