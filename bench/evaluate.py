@@ -58,18 +58,27 @@ def _single_call_result(params: dict, verdict: tuple, traffic: list[dict], **ext
     )
 
 
-def run_test(
-    params: dict, kernel: Callable, generate: Callable, check: Callable, device, traffic_fn: Callable | None = None
-) -> CaseResult:
-    data = generate(**params)
-    traffic = [traffic_fn(data)] if traffic_fn else []
+def _timed_call(kernel: Callable, data, device, flush: bool) -> tuple[object, float]:
+    """(output, ns) of one call: synchronize (and flush the cache), timer around the call,
+    synchronize."""
     device.synchronize()
+    if flush:
+        device.flush()
     timer = device.timer()
     timer.start()
     out = kernel(data)
     timer.stop()
     device.synchronize()
-    return _single_call_result(params, check(data, out), traffic, call_ns=timer.elapsed_ns())
+    return out, timer.elapsed_ns()
+
+
+def run_test(
+    params: dict, kernel: Callable, generate: Callable, check: Callable, device, traffic_fn: Callable | None = None
+) -> CaseResult:
+    data = generate(**params)
+    traffic = [traffic_fn(data)] if traffic_fn else []
+    out, call_ns = _timed_call(kernel, data, device, flush=False)
+    return _single_call_result(params, check(data, out), traffic, call_ns=call_ns)
 
 
 def run_timed(
@@ -105,13 +114,7 @@ def run_timed(
             data = generate(**params)
             if traffic_fn:
                 traffic.append(traffic_fn(data))
-        device.synchronize()
-        device.flush()
-        timer = device.timer()
-        timer.start()
-        out = kernel(data)
-        timer.stop()
-        device.synchronize()
+        out, elapsed_ns = _timed_call(kernel, data, device, flush=True)
         if recheck:
             ok, message = check(data, out)
             checked += 1
@@ -125,7 +128,7 @@ def run_timed(
                     traffic=_mean_traffic(traffic),
                 )
         del out
-        durations.append(timer.elapsed_ns())
+        durations.append(elapsed_ns)
         if progress is not None:
             progress(len(durations))
         if should_stop(durations, time.perf_counter() - t0, limits):
