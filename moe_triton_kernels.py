@@ -198,6 +198,19 @@ def _expert_gemm_tile(
 
 
 @triton.jit
+def _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """This program's share of the sorted routing: its block_m sorted rows, their packed ids
+    (slot << 24 | token), tokens and which of them are real (padding holds token n_tokens), the
+    block's expert, and its BLOCK_N output columns."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    packed = tl.load(sorted_ids_ptr + rows)
+    tokens = packed & 0xFFFFFF
+    expert = tl.load(sorted_expert_ids_ptr + tl.program_id(0)).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    return rows, packed, tokens, tokens < n_tokens, expert, cols
+
+
+@triton.jit
 def moe_stage1_kernel(
     a1_ptr, w1_ptr, w1_scale_ptr, a2_ptr,
     sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
@@ -205,15 +218,10 @@ def moe_stage1_kernel(
     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     FAST: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(num_valid_ids_ptr):
+    if tl.program_id(0) * BLOCK_M >= tl.load(num_valid_ids_ptr):
         return
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    tokens = tl.load(sorted_ids_ptr + rows) & 0xFFFFFF
-    valid = tokens < n_tokens
-    expert = tl.load(sorted_expert_ids_ptr + pid_m).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows, _packed, tokens, valid, expert, cols = _routing_block(
+        sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_N)
     gate_rows = expert * 2 * d_inter + tl.minimum(cols, d_inter - 1)
     gate = _expert_gemm_tile(a1_ptr, tokens.to(tl.int64), valid, d_hidden, w1_ptr, w1_scale_ptr,
                              gate_rows, d_hidden, BLOCK_K, BLOCK_M, BLOCK_N, FAST, INTERPRET)
@@ -233,16 +241,10 @@ def moe_stage2_kernel(
     TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
     FAST: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    if pid_m * BLOCK_M >= tl.load(num_valid_ids_ptr):
+    if tl.program_id(0) * BLOCK_M >= tl.load(num_valid_ids_ptr):
         return
-    rows = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    packed = tl.load(sorted_ids_ptr + rows)
-    tokens = packed & 0xFFFFFF
-    valid = tokens < n_tokens
-    expert = tl.load(sorted_expert_ids_ptr + pid_m).to(tl.int64)
-    cols = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rows, packed, tokens, valid, expert, cols = _routing_block(
+        sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_N)
     w_rows = expert * d_hidden + tl.minimum(cols, d_hidden - 1)
     y = _expert_gemm_tile(a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, w2_ptr, w2_scale_ptr,
                           w_rows, d_inter, BLOCK_K, BLOCK_M, BLOCK_N, FAST, INTERPRET)
