@@ -87,11 +87,12 @@ def fused_moe_triton(
         BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpreting(),
         num_warps=cfg.warps1, num_stages=cfg.stages1,
     )
-    moe_stage2_kernel[(n_blocks, triton.cdiv(d_hidden, cfg.block_n2))](
+    moe_stage2_kernel[(n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2))](
         a2, w2_bytes, w2_scale_bytes, out, topk_weights,
         sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, d_hidden, d_inter,
-        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, FAST=fast,
+        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
+        N_TILES=cfg.n_tiles2, FAST=fast,
         INTERPRET=interpreting(),
         num_warps=cfg.warps2, num_stages=cfg.stages2,
     )

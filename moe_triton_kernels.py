@@ -5,11 +5,11 @@ Three launches per layer:
                      sorted_expert_ids, num_valid_ids); the other programs quantize the hidden
                      states to MXFP4 (SPEC 3.3), store them dequantized as bf16 (exact), and zero
                      the output tile they cover.
-  moe_stage1_kernel  per block of block_m sorted rows of one expert: gate and up GEMMs on the
-                     MXFP4 weights, silu(gate) * up rounded to bf16, then the MXFP4 round trip
-                     of h stored as bf16 in sorted order.
+  moe_stage1_kernel  per block of block_m sorted rows of one expert: one GEMM on the MXFP4 gate
+                     and up rows (interleaved), silu(gate) * up rounded to bf16, then the MXFP4
+                     round trip of h stored as bf16 in sorted order.
   moe_stage2_kernel  down GEMM of those rows, times the routing weight, added atomically into
-                     the output rows of their tokens.
+                     the output rows of their tokens; N_TILES output tiles per program.
 Weights stay in the raw row-major layout of the input tuple: [E, N, K/2] fp4 bytes and 2-D
 [E*N, K/32] e8m0 scales. The GEMMs decode them in registers, 32 bits at a time, as the MMA's
 left operand; the bf16 activation buffers (a1, a2) store their columns permuted within each
@@ -168,46 +168,41 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
 
 
 @triton.jit
-def _expert_gemm_tile(
-    a_ptr, a_rows, a_row_mask, a_stride,
-    w_ptr, w_scale_ptr, w_rows, k_dim,
-    BLOCK_K: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, FAST: tl.constexpr,
-    INTERPRET: tl.constexpr,
+def _gemm_step(
+    acc, a_ptr, a_rows, a_row_mask, a_stride,
+    w_ptr, w_scale_ptr, w_rows, k_dim, k0,
+    BLOCK_K: tl.constexpr, COLS: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """fp32 [ROWS, COLS] = bf16 A[a_rows, :k_dim] (columns in _k_slot order) @ MXFP4
-    W[w_rows, :k_dim]^T (rows of W's [N, K/2] bytes and [N, K/32] scales, 64-bit row indices).
-    The weights are decoded in registers and are the MMA's left operand, fed from registers
-    (1.1-2.2x faster on the H200 than passing them through shared memory as the right one).
-    The CPU interpreter's tl.dot gets bf16 wrong (it multiplies the bit patterns), so there both
-    operands go in as fp32."""
-    acc = tl.zeros((COLS, ROWS), dtype=tl.float32)
-    kk = tl.arange(0, BLOCK_K)
-    kw = tl.arange(0, BLOCK_K // 8)
-    ks = tl.arange(0, BLOCK_K // 32)
-    w_words = w_ptr.to(tl.pointer_type(tl.int32))
-    for k0 in range(0, k_dim, BLOCK_K):
-        a = tl.load(a_ptr + a_rows[:, None] * a_stride + (k0 + kk)[None, :], mask=a_row_mask[:, None], other=0.0)
-        words = tl.load(w_words + w_rows[:, None] * (k_dim // 8) + (k0 // 8 + kw)[None, :])
-        ws = tl.load(w_scale_ptr + w_rows[:, None] * (k_dim // 32) + (k0 // 32 + ks)[None, :])
-        w = _fp4_to_bf16(words, ws, COLS, BLOCK_K, FAST)
-        if INTERPRET:
-            acc = tl.dot(w.to(tl.float32), tl.trans(a.to(tl.float32)), acc, input_precision="ieee")
-        else:
-            acc = tl.dot(w.to(tl.bfloat16), tl.trans(a), acc)
-    return tl.trans(acc)
+    """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ bf16 A[a_rows, k0:k0+BLOCK_K]^T, with A's
+    columns in _k_slot order and W given as its [N, K/2] bytes and [N, K/32] scales (64-bit row
+    indices). The weights are decoded in registers and are the MMA's left operand, fed from
+    registers (1.1-2.2x faster on the H200 than passing them through shared memory as the right
+    one). The CPU interpreter's tl.dot gets bf16 wrong (it multiplies the bit patterns), so there
+    both operands go in as fp32."""
+    kk = k0 + tl.arange(0, BLOCK_K)
+    # k_dim is a multiple of 256 (validation.py), so rows of scales start 8-byte aligned; saying
+    # so lets the pipeliner copy the scales asynchronously like the weights.
+    scale_stride = tl.multiple_of(k_dim // 32, 8)
+    a = tl.load(a_ptr + a_rows[:, None] * a_stride + kk[None, :], mask=a_row_mask[:, None], other=0.0)
+    words = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + w_rows[:, None] * (k_dim // 8)
+                    + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :])
+    ws = tl.load(w_scale_ptr + w_rows[:, None] * scale_stride + (k0 // 32 + tl.arange(0, BLOCK_K // 32))[None, :])
+    w = _fp4_to_bf16(words, ws, COLS, BLOCK_K, FAST)
+    if INTERPRET:
+        return tl.dot(w.to(tl.float32), tl.trans(a.to(tl.float32)), acc, input_precision="ieee")
+    return tl.dot(w.to(tl.bfloat16), tl.trans(a), acc)
 
 
 @triton.jit
-def _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+def _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr):
     """This program's share of the sorted routing: its block_m sorted rows, their packed ids
-    (slot << 24 | token), tokens and which of them are real (padding holds token n_tokens), the
-    block's expert, and its BLOCK_N output columns."""
+    (slot << 24 | token), tokens and which of them are real (padding holds token n_tokens), and
+    the block's expert."""
     rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     packed = tl.load(sorted_ids_ptr + rows)
     tokens = packed & 0xFFFFFF
     expert = tl.load(sorted_expert_ids_ptr + tl.program_id(0)).to(tl.int64)
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    return rows, packed, tokens, tokens < n_tokens, expert, cols
+    return rows, packed, tokens, tokens < n_tokens, expert
 
 
 @triton.jit
@@ -220,13 +215,18 @@ def moe_stage1_kernel(
 ):
     if tl.program_id(0) * BLOCK_M >= tl.load(num_valid_ids_ptr):
         return
-    rows, _packed, tokens, valid, expert, cols = _routing_block(
-        sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_N)
+    rows, _packed, tokens, valid, expert = _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M)
+    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # One GEMM over the gate and up rows interleaved (gate col 0, up col 0, gate col 1, ...):
+    # one K loop, one activation tile per step, and a 64-row weight tile (wgmma's M) already
+    # at BLOCK_N 32, which doubles the programs of the small grids.
     gate_rows = expert * 2 * d_inter + tl.minimum(cols, d_inter - 1)
-    gate = _expert_gemm_tile(a1_ptr, tokens.to(tl.int64), valid, d_hidden, w1_ptr, w1_scale_ptr,
-                             gate_rows, d_hidden, BLOCK_K, BLOCK_M, BLOCK_N, FAST, INTERPRET)
-    up = _expert_gemm_tile(a1_ptr, tokens.to(tl.int64), valid, d_hidden, w1_ptr, w1_scale_ptr,
-                           gate_rows + d_inter, d_hidden, BLOCK_K, BLOCK_M, BLOCK_N, FAST, INTERPRET)
+    w_rows = tl.reshape(tl.join(gate_rows, gate_rows + d_inter), (2 * BLOCK_N,))
+    acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for k0 in range(0, d_hidden, BLOCK_K):
+        acc = _gemm_step(acc, a1_ptr, tokens.to(tl.int64), valid, d_hidden, w1_ptr, w1_scale_ptr,
+                         w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET)
+    gate, up = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
     h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
     a2 = _mx_round_trip(h, BLOCK_M, BLOCK_N)
     out_offs = rows[:, None].to(tl.int64) * d_inter + _k_slot(cols)[None, :]
@@ -239,18 +239,31 @@ def moe_stage2_kernel(
     sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
     n_tokens, d_hidden, d_inter,
     TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    FAST: tl.constexpr, INTERPRET: tl.constexpr,
+    K_STEPS: tl.constexpr, N_TILES: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
 ):
     if tl.program_id(0) * BLOCK_M >= tl.load(num_valid_ids_ptr):
         return
-    rows, packed, tokens, valid, expert, cols = _routing_block(
-        sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_N)
-    w_rows = expert * d_hidden + tl.minimum(cols, d_hidden - 1)
-    y = _expert_gemm_tile(a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, w2_ptr, w2_scale_ptr,
-                          w_rows, d_inter, BLOCK_K, BLOCK_M, BLOCK_N, FAST, INTERPRET)
+    rows, packed, tokens, valid, expert = _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M)
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
     weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
-    y = y * weight[:, None]
-    out_offs = tokens[:, None].to(tl.int64) * d_hidden + cols[None, :]
-    tl.atomic_add(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty),
-                  mask=valid[:, None] & (cols < d_hidden)[None, :], sem="relaxed")
+    # N_TILES output tiles of BLOCK_N columns in one loop over (tile, K step): the routing and
+    # setup are paid once per program, and the pipeliner prefetches the next tile's weights
+    # while this one's epilogue runs (d_inter is short: K_STEPS = d_inter / BLOCK_K is 1-16).
+    # A tile past the last one (d_hidden not a multiple of N_TILES tiles) recomputes the last
+    # one and adds nothing.
+    last_tile = tl.cdiv(d_hidden, BLOCK_N) - 1
+    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for step in range(0, N_TILES * K_STEPS):
+        tile = tl.program_id(1) * N_TILES + step // K_STEPS
+        col0 = tl.minimum(tile, last_tile) * BLOCK_N
+        w_rows = expert * d_hidden + col0 + tl.minimum(tl.arange(0, BLOCK_N), d_hidden - 1 - col0)
+        acc = _gemm_step(acc, a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, w2_ptr, w2_scale_ptr,
+                         w_rows, d_inter, (step % K_STEPS) * BLOCK_K, BLOCK_K, BLOCK_N, FAST, INTERPRET)
+        if step % K_STEPS == K_STEPS - 1:
+            cols = col0 + tl.arange(0, BLOCK_N)
+            y = tl.trans(acc) * weight[:, None]
+            out_offs = tokens[:, None].to(tl.int64) * d_hidden + cols[None, :]
+            tl.atomic_add(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty),
+                          mask=valid[:, None] & (cols < tl.where(tile <= last_tile, d_hidden, 0))[None, :],
+                          sem="relaxed")
+            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)

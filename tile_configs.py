@@ -2,7 +2,9 @@
 
 Keys are (d_hidden, d_inter, n_experts, topk, n_tokens). block_m is the routing block (the rows
 of one expert that a program takes); stage 1 (gate/up GEMM) and stage 2 (down GEMM) each have
-their own tile, warps and pipeline depth.
+their own tile, warps and pipeline depth. block_n1 counts columns of h: a stage-1 program decodes
+2 * block_n1 weight rows (its gate and up rows). A stage-2 program computes n_tiles2 output
+tiles of block_n2 columns one after the other.
 TUNED holds the H200 sweep's winners (bench/tune_triton.py --sweep, bench/NOTES.md); other shapes
 get default_config.
 """
@@ -20,18 +22,19 @@ class TileConfig(NamedTuple):
     block_k2: int
     warps2: int
     stages2: int
+    n_tiles2: int
 
 
-# bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), second decode;
-# E-33 bs-16 with 4 stage-1 stages from a later probe (bench/NOTES.md).
+# bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), stage 1 as one
+# GEMM over interleaved gate/up rows (bench/NOTES.md, third version); block_n1 counts h columns.
 TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
-    (7168, 256, 257, 9, 16): TileConfig(16, 64, 256, 4, 3, 64, 128, 4, 2),
-    (7168, 256, 257, 9, 128): TileConfig(16, 64, 256, 4, 3, 64, 128, 4, 2),
-    (7168, 256, 257, 9, 512): TileConfig(32, 64, 128, 4, 3, 128, 128, 8, 2),
-    (7168, 512, 33, 9, 16): TileConfig(16, 64, 256, 4, 4, 64, 128, 4, 2),
-    (7168, 512, 33, 9, 128): TileConfig(32, 64, 128, 4, 3, 128, 128, 8, 2),
-    (7168, 512, 33, 9, 512): TileConfig(64, 64, 256, 4, 3, 64, 128, 4, 2),
-    (7168, 2048, 33, 9, 512): TileConfig(128, 64, 128, 4, 3, 128, 128, 4, 2),
+    (7168, 256, 257, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
+    (7168, 256, 257, 9, 128): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
+    (7168, 256, 257, 9, 512): TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8),
+    (7168, 512, 33, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 1),
+    (7168, 512, 33, 9, 128): TileConfig(32, 32, 256, 4, 3, 128, 256, 4, 2, 8),
+    (7168, 512, 33, 9, 512): TileConfig(64, 64, 256, 4, 2, 64, 256, 4, 2, 4),
+    (7168, 2048, 33, 9, 512): TileConfig(128, 64, 256, 8, 3, 128, 128, 4, 2, 1),
 }
 
 
@@ -42,12 +45,12 @@ def default_block_m(n_tokens: int, n_experts: int, topk: int) -> int:
 
 
 def default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> TileConfig:
+    """The tuned shapes' pattern: small routing blocks decode 64 weight rows per program and
+    chain output tiles in stage 2; large ones decode 128 rows over two warp groups."""
     block_m = default_block_m(n_tokens, n_experts, topk)
-    return TileConfig(
-        block_m=block_m,
-        block_n1=64, block_k1=128 if block_m >= 128 else 256, warps1=4, stages1=3,
-        block_n2=128, block_k2=128, warps2=4, stages2=2,
-    )
+    if block_m >= 128:
+        return TileConfig(block_m, 64, 256, 8, 3, 128, 128, 4, 2, 1)
+    return TileConfig(block_m, 32, 256, 4, 3, 64, 256, 4, 2, 4)
 
 
 def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> TileConfig:

@@ -4,6 +4,8 @@ python bench/tune_triton.py --cases bench --sweep --json sweep.json
     per case and routing block: time stage-1 and stage-2 tile options in one pass (per-kernel
     GPU time from torch.profiler), keep each stage's best, then check the winner against
     reference.ref_kernel and time it the runner's way; prints TUNED entries for tile_configs.py.
+python bench/tune_triton.py --cases bench --sweep --keep-block-m --names E33-k9-bs16
+    the same for the named cases only, at their configured routing block.
 python bench/tune_triton.py --cases all --seeds 20
     check the configured tiles on leaderboard-style seeds (seed + 13 i).
 python bench/tune_triton.py --variants block_n1=64,128 warps1=4,8
@@ -29,11 +31,11 @@ from tile_configs import TileConfig, tile_config  # noqa: E402
 
 STAGE1_OPTIONS = [
     dict(block_n1=n, block_k1=k, warps1=w, stages1=s)
-    for n, k, w, s in itertools.product((64, 128), (128, 256), (4, 8), (2, 3))
+    for n, k, (w, s) in itertools.product((32, 64), (128, 256), ((4, 2), (4, 3), (8, 3)))
 ]
 STAGE2_OPTIONS = [
-    dict(block_n2=n, block_k2=k, warps2=w, stages2=2)
-    for n, k, w in itertools.product((64, 128, 256), (128, 256), (4, 8))
+    dict(block_n2=n, block_k2=k, warps2=w, stages2=2, n_tiles2=t)
+    for n, k, w, t in [*itertools.product((64, 128), (128, 256), (4,), (1, 4, 8)), (128, 128, 8, 1), (128, 128, 8, 4)]
 ]
 
 
@@ -91,12 +93,13 @@ def block_m_candidates(n_tokens: int, n_experts: int, topk: int) -> list[int]:
     )
 
 
-def sweep_case(data, flush, reps: int) -> tuple[TileConfig, list[dict]]:
+def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, list[dict]]:
     """Best stage-1 and stage-2 options per routing block, then the best block."""
     n_tokens = data[0].shape[0]
     base = case_tiles(data)
     log, best_total, best = [], math.inf, None
-    for block_m in block_m_candidates(n_tokens, data[1].shape[0], data[10].shape[1]):
+    candidates = [base.block_m] if keep_block_m else block_m_candidates(n_tokens, data[1].shape[0], data[10].shape[1])
+    for block_m in candidates:
         s1_best, s2_best = (math.inf, None), (math.inf, None)
         prep = math.inf
         for i in range(max(len(STAGE1_OPTIONS), len(STAGE2_OPTIONS))):
@@ -127,6 +130,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--cases", choices=["tests", "bench", "all"], default="bench")
     parser.add_argument("--sweep", action="store_true", help="search tiles per case (see above)")
+    parser.add_argument("--keep-block-m", action="store_true", help="sweep only the configured routing block")
+    parser.add_argument("--names", nargs="*", default=[], help="only cases whose name contains one of these")
     parser.add_argument("--variants", nargs="*", default=[], help="field=v1,v2 ... overrides to time")
     parser.add_argument("--seeds", type=int, default=0, help="leaderboard-style seeds to check per case")
     parser.add_argument("--reps", type=int, default=30)
@@ -134,6 +139,8 @@ def main() -> None:
     args = parser.parse_args()
 
     selected = {"tests": TESTS, "bench": BENCHMARKS, "all": TESTS + BENCHMARKS}[args.cases]
+    if args.names:
+        selected = [c for c in selected if any(n in case_name(c) for n in args.names)]
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")
     rows, tuned_lines = [], []
     for case in selected:
@@ -149,7 +156,7 @@ def main() -> None:
         candidates = [case_tiles(data)]
         if args.sweep:
             print(f"{name}: sweep", flush=True)
-            best, log = sweep_case(data, flush, reps=5)
+            best, log = sweep_case(data, flush, reps=5, keep_block_m=args.keep_block_m)
             rows.append(dict(case=name, kind="sweep", log=log))
             candidates.append(best)
         for spec in args.variants:
