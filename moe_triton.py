@@ -85,7 +85,7 @@ def fused_moe_triton(
         sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, d_hidden, d_inter,
         BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpreting(),
-        num_warps=cfg.warps1, num_stages=cfg.stages1,
+        num_warps=cfg.warps1, num_stages=cfg.stages1, **({"maxnreg": cfg.max_regs1} if fast and cfg.max_regs1 else {}),
     )
     moe_stage2_kernel[(n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2))](
         a2, w2_bytes, w2_scale_bytes, out, topk_weights,

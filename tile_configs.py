@@ -4,7 +4,8 @@ Keys are (d_hidden, d_inter, n_experts, topk, n_tokens). block_m is the routing 
 of one expert that a program takes); stage 1 (gate/up GEMM) and stage 2 (down GEMM) each have
 their own tile, warps and pipeline depth. block_n1 counts columns of h: a stage-1 program decodes
 2 * block_n1 weight rows (its gate and up rows). A stage-2 program computes n_tiles2 output
-tiles of block_n2 columns one after the other.
+tiles of block_n2 columns one after the other. max_regs1 caps stage 1's registers per thread on
+NVIDIA GPUs (ptxas .maxnreg; 0 leaves it to the compiler), to fit one more program per SM.
 TUNED holds the H200 sweep's winners (bench/tune_triton.py --sweep, bench/NOTES.md); other shapes
 get default_config.
 """
@@ -23,6 +24,7 @@ class TileConfig(NamedTuple):
     warps2: int
     stages2: int
     n_tiles2: int
+    max_regs1: int = 0
 
 
 # bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), stage 1 as one
@@ -30,10 +32,10 @@ class TileConfig(NamedTuple):
 TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
     (7168, 256, 257, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
     (7168, 256, 257, 9, 128): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
-    (7168, 256, 257, 9, 512): TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8),
-    (7168, 512, 33, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 1),
+    (7168, 256, 257, 9, 512): TileConfig(32, 32, 256, 4, 2, 128, 128, 4, 2, 4, max_regs1=128),
+    (7168, 512, 33, 9, 16): TileConfig(16, 32, 256, 4, 3, 128, 256, 4, 2, 4, max_regs1=128),
     (7168, 512, 33, 9, 128): TileConfig(32, 32, 256, 4, 3, 128, 256, 4, 2, 8),
-    (7168, 512, 33, 9, 512): TileConfig(64, 64, 256, 4, 2, 64, 256, 4, 2, 4),
+    (7168, 512, 33, 9, 512): TileConfig(64, 64, 128, 4, 2, 64, 256, 4, 2, 4),
     (7168, 2048, 33, 9, 512): TileConfig(128, 64, 256, 8, 3, 128, 128, 4, 2, 1),
 }
 

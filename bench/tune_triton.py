@@ -30,8 +30,13 @@ from reference import check_implementation, generate_input  # noqa: E402
 from tile_configs import TileConfig, tile_config  # noqa: E402
 
 STAGE1_OPTIONS = [
-    dict(block_n1=n, block_k1=k, warps1=w, stages1=s)
-    for n, k, (w, s) in itertools.product((32, 64), (128, 256), ((4, 2), (4, 3), (8, 3)))
+    dict(block_n1=n, block_k1=k, warps1=w, stages1=s, max_regs1=r)
+    for n, k, w, s, r in (
+        *itertools.product((32,), (256,), (4,), (2, 3, 4), (0, 128)),
+        *itertools.product((32,), (128,), (4,), (2, 3), (0,)),
+        *itertools.product((64,), (128, 256), (4,), (2, 3), (0,)),
+        (64, 256, 8, 3, 0), (64, 128, 8, 3, 0),
+    )
 ]
 STAGE2_OPTIONS = [
     dict(block_n2=n, block_k2=k, warps2=w, stages2=2, n_tiles2=t)
