@@ -91,9 +91,8 @@ def fused_moe_triton(
         a2, w2_bytes, w2_scale_bytes, out, topk_weights,
         sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, d_hidden, d_inter,
-        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
-        N_TILES=cfg.n_tiles2, FAST=fast,
-        INTERPRET=interpreting(),
+        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2,
+        K_STEPS=triton.cdiv(d_inter, cfg.block_k2), N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpreting(),
         num_warps=cfg.warps2, num_stages=cfg.stages2,
     )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)
