@@ -249,21 +249,17 @@ def moe_stage2_kernel(
     # N_TILES output tiles of BLOCK_N columns in one loop over (tile, K step): the routing and
     # setup are paid once per program, and the pipeliner prefetches the next tile's weights
     # while this one's epilogue runs (d_inter is short: K_STEPS = d_inter / BLOCK_K is 1-16).
-    # A tile past the last one (d_hidden not a multiple of N_TILES tiles) recomputes the last
-    # one and adds nothing.
-    last_tile = tl.cdiv(d_hidden, BLOCK_N) - 1
+    # Columns past d_hidden (a partial last tile, or whole tiles past it) read the last weight
+    # row and add nothing, as in stage 1.
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
     for step in range(0, N_TILES * K_STEPS):
-        tile = tl.program_id(1) * N_TILES + step // K_STEPS
-        col0 = tl.minimum(tile, last_tile) * BLOCK_N
-        w_rows = expert * d_hidden + col0 + tl.minimum(tl.arange(0, BLOCK_N), d_hidden - 1 - col0)
+        cols = (tl.program_id(1) * N_TILES + step // K_STEPS) * BLOCK_N + tl.arange(0, BLOCK_N)
+        w_rows = expert * d_hidden + tl.minimum(cols, d_hidden - 1)
         acc = _gemm_step(acc, a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, w2_ptr, w2_scale_ptr,
                          w_rows, d_inter, (step % K_STEPS) * BLOCK_K, BLOCK_K, BLOCK_N, FAST, INTERPRET)
         if step % K_STEPS == K_STEPS - 1:
-            cols = col0 + tl.arange(0, BLOCK_N)
             y = tl.trans(acc) * weight[:, None]
             out_offs = tokens[:, None].to(tl.int64) * d_hidden + cols[None, :]
             tl.atomic_add(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty),
-                          mask=valid[:, None] & (cols < tl.where(tile <= last_tile, d_hidden, 0))[None, :],
-                          sem="relaxed")
+                          mask=valid[:, None] & (cols < d_hidden)[None, :], sem="relaxed")
             acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
