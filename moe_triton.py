@@ -78,7 +78,7 @@ def fused_moe_triton(
         TOPK=topk, BLOCK_M=block_m, EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
         SLOT_CHUNK=min(1024, triton.next_power_of_2(n_slots)),
         MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
-        QUANT_ROWS=QUANT_ROWS, QUANT_COLS=QUANT_COLS,
+        QUANT_ROWS=QUANT_ROWS, QUANT_COLS=QUANT_COLS, FAST=fast,
     )
     moe_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
         a1, w1_bytes, w1_scale_bytes, a2,

@@ -13,7 +13,9 @@ Three launches per layer:
 Weights stay in the raw row-major layout of the input tuple: [E, N, K/2] fp4 bytes and 2-D
 [E*N, K/32] e8m0 scales. The GEMMs decode them in registers, 32 bits at a time, as the MMA's
 left operand; the bf16 activation buffers (a1, a2) store their columns permuted within each
-32-block (_k_slot) to match the order in which a word's codes come out.
+32-block (_k_slot) to match the order in which a word's codes come out. On the fast (NVIDIA)
+path they also hold their values times 2^FAST_EXP and the decoded weights are worth theirs times
+2^-FAST_EXP: the products are the same, and the decode needs one multiply per code pair.
 """
 
 import triton
@@ -30,17 +32,18 @@ def _round_to_bf16(x):
 
 
 @triton.jit
-def _mx_round_trip(x, ROWS: tl.constexpr, COLS: tl.constexpr):
+def _mx_round_trip(x, ROWS: tl.constexpr, COLS: tl.constexpr, EXP: tl.constexpr):
     """SPEC 3.3 quantization of an fp32 tile [ROWS, COLS] (32-blocks along COLS), returned
-    dequantized: code value * 2^s, exact in bf16. Ties round away from zero."""
+    dequantized and times 2^EXP: code value * 2^(s + EXP), exact in bf16 while s + EXP < 128.
+    Ties round away from zero."""
     xb = tl.reshape(x, (ROWS, COLS // 32, 32))
     amax = tl.max(tl.abs(xb), axis=2)
     rounded = (amax.to(tl.int32, bitcast=True) + 0x200000) & -0x800000
     biased = (rounded >> 23) & 0xFF
     s = tl.where(biased == 0xFF, 127, tl.minimum(tl.maximum(biased - 129, -127), 127))
-    # 2^-s and 2^s as fp32 bit patterns; 2^-127 is the subnormal 0x00400000.
+    # 2^-s and 2^(s + EXP) as fp32 bit patterns; 2^-127 is the subnormal 0x00400000.
     inv = tl.where(s == 127, 0x00400000, (127 - s) << 23).to(tl.float32, bitcast=True)
-    scale = tl.where(s == -127, 0x00400000, (127 + s) << 23).to(tl.float32, bitcast=True)
+    scale = tl.where(s + EXP == -127, 0x00400000, (127 + s + EXP) << 23).to(tl.float32, bitcast=True)
     mag = tl.abs(xb) * inv[:, :, None]
     v = tl.where(mag >= 0.25, 0.5, 0.0)
     v = tl.where(mag >= 0.75, 1.0, v)
@@ -71,7 +74,7 @@ def moe_prep_kernel(
     n_tokens, n_experts, n_slots, d_hidden,
     TOPK: tl.constexpr, BLOCK_M: tl.constexpr, EXPERT_BINS: tl.constexpr,
     SLOT_CHUNK: tl.constexpr, MAX_EXPERT_BLOCKS: tl.constexpr,
-    QUANT_ROWS: tl.constexpr, QUANT_COLS: tl.constexpr,
+    QUANT_ROWS: tl.constexpr, QUANT_COLS: tl.constexpr, FAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
     if pid < n_experts:
@@ -113,57 +116,71 @@ def moe_prep_kernel(
         mask = (rows < n_tokens)[:, None] & (cols < d_hidden)[None, :]
         offs = rows[:, None].to(tl.int64) * d_hidden + cols[None, :]
         x = tl.load(hidden_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        a1 = _mx_round_trip(x, QUANT_ROWS, QUANT_COLS)
+        a1 = _mx_round_trip(x, QUANT_ROWS, QUANT_COLS, FAST_EXP if FAST else 0)
         a1_offs = rows[:, None].to(tl.int64) * d_hidden + _k_slot(cols)[None, :]
         tl.store(a1_ptr + a1_offs, a1.to(tl.bfloat16), mask=mask)
         tl.store(out_ptr + offs, tl.zeros((QUANT_ROWS, QUANT_COLS), dtype=out_ptr.dtype.element_ty), mask=mask)
 
 
+# The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
+# the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
+# bf16x2 multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
+FAST_EXP = tl.constexpr(63)
+
+
 @triton.jit
-def _bf16_pairs(w, FAST: tl.constexpr):
-    """int32 [...] holding two bf16 bit patterns (low half first) -> bf16 [..., 2], valued in fp32
-    on the portable path. FAST reinterprets the register in place (NVIDIA PTX); the portable path
-    rebuilds both halves as normal fp32 numbers (no subnormals, which some backends flush)."""
-    if FAST:
-        out = tl.inline_asm_elementwise("mov.b32 $0, $1;", "=r,r,r", [tl.join(w, w)], dtype=tl.bfloat16,
-                                        is_pure=True, pack=2)
-    else:
-        # Codes sit as bf16 bits worth code * 2^-126; as fp32 with exponent + 126 they are worth
-        # code, except exponent-0 codes (0 and 0.5), which read 0.5 + m/4 and map back by 2v - 1.
-        bits = tl.join(w << 16, w & -65536)
-        mag = ((bits & 0x01C00000) + (126 << 23)).to(tl.float32, bitcast=True)
-        mag = tl.where((bits & 0x01800000) == 0, 2.0 * mag - 1.0, mag)
-        out = tl.where(bits < 0, -mag, mag)
-    return out
+def _scaled_pairs(pairs, scale):
+    """NVIDIA PTX: int32 registers holding two bf16 bit patterns each (low half first), times the
+    bf16x2 in `scale` -> bf16 [..., 2]; one mul.rn.bf16x2 per register."""
+    return tl.inline_asm_elementwise("mul.rn.bf16x2 $0, $1, $3;", "=r,r,r,r,r",
+                                     [tl.join(pairs, pairs), tl.join(scale, scale)], dtype=tl.bfloat16,
+                                     is_pure=True, pack=2)
+
+
+@triton.jit
+def _portable_pairs(w):
+    """int32 [...] holding two bf16 bit patterns worth code * 2^-126 (low half first) -> the codes'
+    values, fp32 [..., 2], built as normal fp32 numbers (no subnormals, which some backends flush)."""
+    # As fp32 with exponent + 126 the codes are worth their value, except the exponent-0 codes
+    # (0 and 0.5), which read 0.5 + m/4 and map back by 2v - 1.
+    bits = tl.join(w << 16, w & -65536)
+    mag = ((bits & 0x01C00000) + (126 << 23)).to(tl.float32, bitcast=True)
+    mag = tl.where((bits & 0x01800000) == 0, 2.0 * mag - 1.0, mag)
+    return tl.where(bits < 0, -mag, mag)
 
 
 @triton.jit
 def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr):
     """MXFP4 weights, int32 words [ROWS, BLOCK_K/8] (8 codes each, low nibble first) and e8m0
-    scales [ROWS, BLOCK_K/32] -> [ROWS, BLOCK_K] in _k_slot order, exact (SPEC 3.1); bf16 on the
-    fast path, fp32 holding bf16 values on the portable one.
-    Each code is placed into bf16 bits worth code * 2^-126 with a few bit operations per word,
-    then multiplied by 2^126 and by the scale (two multiplies: 2^(s-1) alone overflows bf16)."""
+    scales [ROWS, BLOCK_K/32] -> [ROWS, BLOCK_K] in _k_slot order (SPEC 3.1).
+    Each code is placed into bf16 bits worth code * 2^-126 with a few bit operations per word.
+    Fast path (bf16): one multiply by 2^(s - 1 - FAST_EXP) gives value * 2^-FAST_EXP, exact for
+    scale bytes 58..191 and NaN for 255 (outside: weights below 2^-69 flush, above 2^64 are
+    wrong). Portable path: the exact value for every scale byte, fp32 holding bf16 values."""
     G: tl.constexpr = BLOCK_K // 32
     SIGNS: tl.constexpr = -2147450880  # 0x80008000: the sign bits of both bf16 halves
     MAGS: tl.constexpr = 0x01C001C0
     x = tl.reshape(words, (ROWS, G, 4))
-    s = tl.reshape(scales, (ROWS, G, 1, 1)).to(tl.int32)
-    # 2^(s-127): s = 0 is the subnormal 2^-127, s = 255 is NaN; bf16 on the fast path, else fp32.
-    if FAST:
-        scale = tl.where(s == 0, 0x40, tl.where(s == 255, 0x7FC0, s << 7)).to(tl.int16).to(tl.bfloat16, bitcast=True)
-    else:
-        scale = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23)).to(tl.float32, bitcast=True)
     # Code q of each byte pair: word bits 4q..4q+3 (low half) and 16+4q.. (high half).
-    p0 = _bf16_pairs(((x << 6) & MAGS) | ((x << 12) & SIGNS), FAST)
-    p1 = _bf16_pairs(((x << 2) & MAGS) | ((x << 8) & SIGNS), FAST)
-    p2 = _bf16_pairs(((x >> 2) & MAGS) | ((x << 4) & SIGNS), FAST)
-    p3 = _bf16_pairs(((x >> 6) & MAGS) | (x & SIGNS), FAST)
+    p0 = ((x << 6) & MAGS) | ((x << 12) & SIGNS)
+    p1 = ((x << 2) & MAGS) | ((x << 8) & SIGNS)
+    p2 = ((x >> 2) & MAGS) | ((x << 4) & SIGNS)
+    p3 = ((x >> 6) & MAGS) | (x & SIGNS)
     if FAST:
-        two126: tl.constexpr = 8.507059173023462e37
-        p0, p1, p2, p3 = p0 * two126, p1 * two126, p2 * two126, p3 * two126
+        # Both bf16 halves of 2^(s - 1 - FAST_EXP) in one multiply-add of the exponent field.
+        s = tl.reshape(scales, (ROWS, G, 1)).to(tl.int32)
+        scale = tl.where(s == 255, 0x7FC07FC0, (s + 126 - FAST_EXP) * 0x00800080)
+        scale = tl.broadcast_to(scale, (ROWS, G, 4))
+        p0, p1 = _scaled_pairs(p0, scale), _scaled_pairs(p1, scale)
+        p2, p3 = _scaled_pairs(p2, scale), _scaled_pairs(p3, scale)
+    else:
+        p0, p1, p2, p3 = _portable_pairs(p0), _portable_pairs(p1), _portable_pairs(p2), _portable_pairs(p3)
     codes = tl.join(tl.join(p0, p1), tl.join(p2, p3))  # [ROWS, G, t, b, h, s]: code 2s + h + 4b of word t
-    codes = codes * scale[:, :, :, :, None, None]
+    if not FAST:
+        # 2^(s-127): s = 0 is the subnormal 2^-127, s = 255 is NaN.
+        s = tl.reshape(scales, (ROWS, G, 1, 1, 1, 1)).to(tl.int32)
+        scale = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
+        codes = codes * scale.to(tl.float32, bitcast=True)
     return tl.reshape(tl.permute(codes, (0, 1, 5, 4, 2, 3)), (ROWS, BLOCK_K))
 
 
@@ -228,7 +245,7 @@ def moe_stage1_kernel(
                          w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
     h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
-    a2 = _mx_round_trip(h, BLOCK_M, BLOCK_N)
+    a2 = _mx_round_trip(h, BLOCK_M, BLOCK_N, FAST_EXP if FAST else 0)
     out_offs = rows[:, None].to(tl.int64) * d_inter + _k_slot(cols)[None, :]
     tl.store(a2_ptr + out_offs, a2.to(tl.bfloat16), mask=(cols < d_inter)[None, :])
 

@@ -27,15 +27,15 @@ class TileConfig(NamedTuple):
     max_regs1: int = 0
 
 
-# bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), stage 1 as one
-# GEMM over interleaved gate/up rows (bench/NOTES.md, third version); block_n1 counts h columns.
+# bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode with
+# one multiply per code pair (bench/NOTES.md, fourth version); block_n1 counts h columns.
 TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
     (7168, 256, 257, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
-    (7168, 256, 257, 9, 128): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
+    (7168, 256, 257, 9, 128): TileConfig(16, 32, 256, 4, 3, 128, 128, 4, 2, 4),
     (7168, 256, 257, 9, 512): TileConfig(32, 32, 256, 4, 2, 128, 128, 4, 2, 4, max_regs1=128),
-    (7168, 512, 33, 9, 16): TileConfig(16, 32, 256, 4, 3, 128, 256, 4, 2, 4, max_regs1=128),
-    (7168, 512, 33, 9, 128): TileConfig(32, 32, 256, 4, 3, 128, 256, 4, 2, 8),
-    (7168, 512, 33, 9, 512): TileConfig(64, 64, 128, 4, 2, 64, 256, 4, 2, 4),
+    (7168, 512, 33, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+    (7168, 512, 33, 9, 128): TileConfig(32, 32, 256, 4, 2, 128, 256, 4, 2, 4, max_regs1=128),
+    (7168, 512, 33, 9, 512): TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
     (7168, 2048, 33, 9, 512): TileConfig(128, 64, 256, 8, 3, 128, 128, 4, 2, 1),
 }
 

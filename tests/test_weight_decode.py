@@ -1,7 +1,8 @@
 """The in-register MXFP4 weight decode of the Triton GEMMs against mxfp4.dequantize.
 
 Every byte value at every position of a 32-bit word, with scales from the subnormal 2^-127 to
-NaN; the decoded columns come out in _k_slot order. CPU: the portable path in Triton's
+NaN (the fast path: its documented exact range and NaN); the decoded columns come out in _k_slot
+order. CPU: the portable path in Triton's
 interpreter; GPU: the path the GEMMs use there.
 """
 
@@ -11,7 +12,7 @@ import triton
 import triton.language as tl
 
 from moe_triton import fast_decode
-from moe_triton_kernels import _fp4_to_bf16, _k_slot
+from moe_triton_kernels import FAST_EXP, _fp4_to_bf16, _k_slot
 from mxfp4 import dequantize
 
 
@@ -43,17 +44,21 @@ def test_k_slot_permutes_within_each_32_block(triton_device):
     assert torch.equal(got // 32, torch.arange(128) // 32)
 
 
-@pytest.mark.parametrize("scale", [0, 1, 100, 119, 127, 135, 200, 254, 255])
+@pytest.mark.parametrize("scale", [0, 1, 57, 58, 100, 119, 127, 135, 191, 192, 200, 254, 255])
 def test_decode_matches_dequantize(triton_device, scale):
+    fast = fast_decode(torch.device(triton_device))
+    if fast and not (58 <= scale <= 191 or scale == 255):
+        pytest.skip("outside the fast path's exact range of scale bytes (_fp4_to_bf16)")
     rows, block_k = 16, 64
     # Row r, byte j holds (r * 32 + j) % 256: all 256 values, each at every byte of a word.
     packed = ((torch.arange(rows)[:, None] * 32 + torch.arange(block_k // 2)[None, :]) % 256).to(torch.uint8)
     scales = torch.full((rows, block_k // 32), scale, dtype=torch.uint8)
     scales[::3, 1] = 127
-    expected = dequantize(packed, scales)
+    # The fast path decodes to value * 2^-FAST_EXP (the activations carry 2^FAST_EXP).
+    expected = dequantize(packed, scales) * 2.0 ** (-FAST_EXP.value if fast else 0)
     packed, scales = packed.to(triton_device), scales.to(triton_device)
     out = torch.full((rows, block_k), 12345.0, device=triton_device)
-    _decode_kernel[(1,)](packed, scales, out, rows, block_k, fast_decode(packed.device))
+    _decode_kernel[(1,)](packed, scales, out, rows, block_k, fast)
     got = out[:, slots(block_k, triton_device)].cpu()  # actual column c was decoded into _k_slot(c)
     assert torch.equal(got.isnan(), expected.isnan())
     finite = ~expected.isnan()
