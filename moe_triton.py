@@ -1,4 +1,4 @@
-"""Launcher of the Triton backend: routing, stage 1 and stage 2 in three launches, no host sync.
+"""Launcher of the Triton backend: routing, stage 1 and stage 2 in four launches, no host sync.
 
 Scratch (routing arrays, the bf16 activations of both GEMMs) comes from the buffers pool; the
 output is a new tensor every call. Under Triton's CPU interpreter, which has no bf16 atomics,
@@ -12,11 +12,13 @@ import torch
 import triton
 
 from buffers import get_buffer
-from moe_triton_kernels import moe_prep_kernel, moe_stage1_kernel, moe_stage2_kernel
+from moe_triton_kernels import moe_prep_kernel, moe_route_kernel, moe_stage1_kernel, moe_stage2_kernel
 from tile_configs import TileConfig, tile_config
 
-QUANT_ROWS = 16
-QUANT_COLS = 512
+# Measured on the H200 (bench/NOTES.md, fourth version): 32-blocks per quantization program
+# (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of the route loop.
+QUANT_BLOCKS = 16
+ROUTE_CHUNK = 4096
 
 
 def interpreting() -> bool:
@@ -32,6 +34,43 @@ def fast_decode(device: torch.device) -> bool:
 def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:
     """Blocks that the padded routing can take at most: every expert that is hit pads < block_m."""
     return triton.cdiv(n_slots + min(n_experts, n_slots) * (block_m - 1), block_m)
+
+
+def prepare(hidden_states: torch.Tensor, topk_ids: torch.Tensor, n_experts: int, block_m: int, out: torch.Tensor):
+    """Launches 1 and 2: the aiter-compatible routing of topk_ids for routing blocks of block_m
+    rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activation buffer a1 (hidden_states
+    quantized, in _k_slot column order), and `out` zeroed. Returns (sorted_ids, sorted_expert_ids,
+    num_valid_ids, a1), all from the buffers pool."""
+    n_tokens, d_hidden = hidden_states.shape
+    topk = topk_ids.shape[1]
+    n_slots = n_tokens * topk
+    n_blocks = routing_capacity(n_slots, n_experts, block_m)
+    device = hidden_states.device
+    sorted_ids = get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device)
+    sorted_expert_ids = get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device)
+    num_valid_ids = get_buffer("num_valid_ids", (2,), torch.int32, device)
+    a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
+    # A handful of histogram programs (at most 8): few enough for each route program to sum
+    # their counts in one load, large enough chunks for their histograms to be cheap.
+    hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
+    n_chunks = triton.cdiv(n_slots, hist_chunk)
+    expert_bins = triton.next_power_of_2(n_experts + 1)
+    chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
+    quant_programs = triton.cdiv(n_tokens * d_hidden // 32, QUANT_BLOCKS)
+    moe_prep_kernel[(n_chunks + quant_programs,)](
+        topk_ids, hidden_states, a1, out, chunk_counts,
+        n_tokens, n_slots, n_chunks, d_hidden,
+        EXPERT_BINS=expert_bins, HIST_CHUNK=hist_chunk,
+        QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast_decode(device),
+    )
+    moe_route_kernel[(n_experts,)](
+        topk_ids, chunk_counts, sorted_ids, sorted_expert_ids, num_valid_ids,
+        n_tokens, n_experts, n_slots, n_chunks,
+        TOPK=topk, BLOCK_M=block_m, EXPERT_BINS=expert_bins, MAX_CHUNKS=triton.next_power_of_2(n_chunks),
+        SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
+        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
+    )
+    return sorted_ids, sorted_expert_ids, num_valid_ids, a1
 
 
 def fused_moe_triton(
@@ -60,26 +99,13 @@ def fused_moe_triton(
     device = hidden_states.device
     fast = fast_decode(device)
 
-    sorted_ids = get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device)
-    sorted_expert_ids = get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device)
-    num_valid_ids = get_buffer("num_valid_ids", (2,), torch.int32, device)
-    a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
     a2 = get_buffer("a2", (n_blocks * block_m, d_inter), torch.bfloat16, device)
     acc_dtype = torch.float32 if interpreting() else torch.bfloat16
     out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
     w1_bytes, w2_bytes = w1.view(torch.uint8), w2.view(torch.uint8)
     w1_scale_bytes, w2_scale_bytes = w1_scale.view(torch.uint8), w2_scale.view(torch.uint8)
 
-    quant_programs = triton.cdiv(n_tokens, QUANT_ROWS) * triton.cdiv(d_hidden, QUANT_COLS)
-    moe_prep_kernel[(n_experts + quant_programs,)](
-        topk_ids, hidden_states, a1, out,
-        sorted_ids, sorted_expert_ids, num_valid_ids,
-        n_tokens, n_experts, n_slots, d_hidden,
-        TOPK=topk, BLOCK_M=block_m, EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
-        SLOT_CHUNK=min(1024, triton.next_power_of_2(n_slots)),
-        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
-        QUANT_ROWS=QUANT_ROWS, QUANT_COLS=QUANT_COLS, FAST=fast,
-    )
+    sorted_ids, sorted_expert_ids, num_valid_ids, a1 = prepare(hidden_states, topk_ids, n_experts, block_m, out)
     moe_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
         a1, w1_bytes, w1_scale_bytes, a2,
         sorted_ids, sorted_expert_ids, num_valid_ids,

@@ -1,10 +1,11 @@
 """Triton kernels of the a4w4 MoE layer (SPEC 1); the launchers are in moe_triton.py.
 
-Three launches per layer:
-  moe_prep_kernel    one program per expert builds the aiter-compatible routing (sorted_ids,
-                     sorted_expert_ids, num_valid_ids); the other programs quantize the hidden
-                     states to MXFP4 (SPEC 3.3), store them dequantized as bf16 (exact), and zero
-                     the output tile they cover.
+Four launches per layer:
+  moe_prep_kernel    a few programs count the experts of chunks of topk_ids (one histogram
+                     each); the others quantize the hidden states to MXFP4 (SPEC 3.3), store
+                     them dequantized as bf16, and zero the output tile they cover.
+  moe_route_kernel   one program per expert builds its part of the aiter-compatible routing
+                     (sorted_ids, sorted_expert_ids, num_valid_ids) from the chunk counts.
   moe_stage1_kernel  per block of block_m sorted rows of one expert: one GEMM on the MXFP4 gate
                      and up rows (interleaved), silu(gate) * up rounded to bf16, then the MXFP4
                      round trip of h stored as bf16 in sorted order.
@@ -69,63 +70,74 @@ def _k_slot(cols):
 
 @triton.jit
 def moe_prep_kernel(
-    topk_ids_ptr, hidden_ptr, a1_ptr, out_ptr,
-    sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
-    n_tokens, n_experts, n_slots, d_hidden,
-    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, EXPERT_BINS: tl.constexpr,
-    SLOT_CHUNK: tl.constexpr, MAX_EXPERT_BLOCKS: tl.constexpr,
-    QUANT_ROWS: tl.constexpr, QUANT_COLS: tl.constexpr, FAST: tl.constexpr,
+    topk_ids_ptr, hidden_ptr, a1_ptr, out_ptr, chunk_counts_ptr,
+    n_tokens, n_slots, n_chunks, d_hidden,
+    EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr,
+    QUANT_BLOCKS: tl.constexpr, FAST: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    if pid < n_experts:
-        # Routing for expert `pid`: count every expert (bins >= n_experts are empty or hold the
-        # masked lanes), place this expert's slots after the padded groups of lower experts.
-        bins = tl.arange(0, EXPERT_BINS)
-        counts = tl.zeros((EXPERT_BINS,), dtype=tl.int32)
-        for start in range(0, n_slots, SLOT_CHUNK):
-            offs = start + tl.arange(0, SLOT_CHUNK)
-            ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=EXPERT_BINS - 1)
-            counts += tl.histogram(ids, EXPERT_BINS)
-        counts = tl.where(bins < n_experts, counts, 0)
-        padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-        offset = tl.sum(tl.where(bins < pid, padded, 0), axis=0)
-        my_count = tl.sum(tl.where(bins == pid, counts, 0), axis=0)
-        my_padded = tl.sum(tl.where(bins == pid, padded, 0), axis=0)
-        if pid == 0:
-            tl.store(num_valid_ids_ptr, tl.sum(padded, axis=0))
-            tl.store(num_valid_ids_ptr + 1, n_tokens)
-        placed = 0
-        for start in range(0, n_slots, SLOT_CHUNK):
-            offs = start + tl.arange(0, SLOT_CHUNK)
-            ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1)
-            hit = ids == pid
-            rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
-            packed = ((offs % TOPK) << 24) | (offs // TOPK)
-            tl.store(sorted_ids_ptr + offset + rank, packed, mask=hit)
-            placed += tl.sum(hit.to(tl.int32), axis=0)
-        pad = my_count + tl.arange(0, BLOCK_M)
-        tl.store(sorted_ids_ptr + offset + pad, (TOPK << 24) | n_tokens, mask=pad < my_padded)
-        blocks = tl.arange(0, MAX_EXPERT_BLOCKS)
-        tl.store(sorted_expert_ids_ptr + offset // BLOCK_M + blocks, pid + 0 * blocks,
-                 mask=blocks < my_padded // BLOCK_M)
+    if pid < n_chunks:
+        # Expert histogram of one chunk of topk_ids; masked lanes land in the last bin, which is
+        # no expert's (EXPERT_BINS > n_experts).
+        slots = pid * HIST_CHUNK + tl.arange(0, HIST_CHUNK)
+        ids = tl.load(topk_ids_ptr + slots, mask=slots < n_slots, other=EXPERT_BINS - 1)
+        tl.store(chunk_counts_ptr + pid * EXPERT_BINS + tl.arange(0, EXPERT_BINS), tl.histogram(ids, EXPERT_BINS))
     else:
-        qid = pid - n_experts
-        col_tiles = tl.cdiv(d_hidden, QUANT_COLS)
-        rows = (qid // col_tiles) * QUANT_ROWS + tl.arange(0, QUANT_ROWS)
-        cols = (qid % col_tiles) * QUANT_COLS + tl.arange(0, QUANT_COLS)
-        mask = (rows < n_tokens)[:, None] & (cols < d_hidden)[None, :]
-        offs = rows[:, None].to(tl.int64) * d_hidden + cols[None, :]
+        # QUANT_BLOCKS 32-blocks of the hidden states taken as one flat array (d_hidden is a
+        # multiple of 32, so no block straddles two rows): small programs, many in flight.
+        blocks = (pid - n_chunks) * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
+        lanes = tl.arange(0, 32)
+        mask = (blocks < n_tokens * (d_hidden // 32))[:, None]
+        offs = blocks[:, None].to(tl.int64) * 32 + lanes[None, :]
         x = tl.load(hidden_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        a1 = _mx_round_trip(x, QUANT_ROWS, QUANT_COLS, FAST_EXP if FAST else 0)
-        a1_offs = rows[:, None].to(tl.int64) * d_hidden + _k_slot(cols)[None, :]
+        a1 = _mx_round_trip(x, QUANT_BLOCKS, 32, FAST_EXP if FAST else 0)
+        a1_offs = blocks[:, None].to(tl.int64) * 32 + _k_slot(lanes)[None, :]
         tl.store(a1_ptr + a1_offs, a1.to(tl.bfloat16), mask=mask)
-        tl.store(out_ptr + offs, tl.zeros((QUANT_ROWS, QUANT_COLS), dtype=out_ptr.dtype.element_ty), mask=mask)
+        tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=mask)
 
 
 # The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
 # the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
 # bf16x2 multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
 FAST_EXP = tl.constexpr(63)
+
+
+@triton.jit
+def moe_route_kernel(
+    topk_ids_ptr, chunk_counts_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
+    n_tokens, n_experts, n_slots, n_chunks,
+    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, EXPERT_BINS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr, MAX_EXPERT_BLOCKS: tl.constexpr,
+):
+    """Expert `pid`'s share of the routing: its slots, in slot order, after the padded groups of
+    the lower experts, then its padding and its blocks' expert id."""
+    pid = tl.program_id(0)
+    bins = tl.arange(0, EXPERT_BINS)
+    chunks = tl.arange(0, MAX_CHUNKS)
+    table = tl.load(chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :],
+                    mask=(chunks < n_chunks)[:, None], other=0)
+    counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    offset = tl.sum(tl.where(bins < pid, padded, 0), axis=0)
+    my_count = tl.sum(tl.where(bins == pid, counts, 0), axis=0)
+    my_padded = tl.sum(tl.where(bins == pid, padded, 0), axis=0)
+    if pid == 0:
+        tl.store(num_valid_ids_ptr, tl.sum(padded, axis=0))
+        tl.store(num_valid_ids_ptr + 1, n_tokens)
+    placed = 0
+    for start in range(0, n_slots, SLOT_CHUNK):
+        offs = start + tl.arange(0, SLOT_CHUNK)
+        ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1)
+        hit = ids == pid
+        rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+        packed = ((offs % TOPK) << 24) | (offs // TOPK)
+        tl.store(sorted_ids_ptr + offset + rank, packed, mask=hit)
+        placed += tl.sum(hit.to(tl.int32), axis=0)
+    pad = my_count + tl.arange(0, BLOCK_M)
+    tl.store(sorted_ids_ptr + offset + pad, (TOPK << 24) | n_tokens, mask=pad < my_padded)
+    blocks = tl.arange(0, MAX_EXPERT_BLOCKS)
+    tl.store(sorted_expert_ids_ptr + offset // BLOCK_M + blocks, pid + 0 * blocks,
+             mask=blocks < my_padded // BLOCK_M)
 
 
 @triton.jit

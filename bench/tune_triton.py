@@ -116,12 +116,13 @@ def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, 
                 log.append(dict(tiles=tiles._asdict(), error=f"{type(exc).__name__}: {exc}"[:300]))
                 continue
             log.append(dict(tiles=tiles._asdict(), kernel_us=times))
-            prep = min(prep, times.get("moe_prep_kernel", math.inf))
+            prep = min(prep, times.get("moe_prep_kernel", math.inf) + times.get("moe_route_kernel", 0.0))
             s1_best = min(s1_best, (times["moe_stage1_kernel"], i % len(STAGE1_OPTIONS)), key=lambda x: x[0])
             s2_best = min(s2_best, (times["moe_stage2_kernel"], i % len(STAGE2_OPTIONS)), key=lambda x: x[0])
         total = prep + s1_best[0] + s2_best[0]
         print(
-            f"  block_m {block_m}: prep {prep:.1f} + stage1 {s1_best[0]:.1f} + stage2 {s2_best[0]:.1f} us", flush=True
+            f"  block_m {block_m}: prep+route {prep:.1f} + stage1 {s1_best[0]:.1f} + stage2 {s2_best[0]:.1f} us",
+            flush=True,
         )
         if s1_best[1] is not None and s2_best[1] is not None and total < best_total:
             best_total = total

@@ -1,0 +1,49 @@
+"""The Triton backend's routing (moe_prep_kernel's chunk histograms, then moe_route_kernel) against
+aiter's moe_sorting layout built in plain torch (aiter_double.sort_routing), plus prepare()'s
+other duties: zero the output, leave topk_ids alone.
+
+The shapes reach the launcher's corners: one histogram chunk; several chunks and a placement loop
+of two chunks; chunks larger than 1024 slots (at most 8 histogram programs) with an expert that
+nobody picks.
+"""
+
+import pytest
+import torch
+from aiter_double import sorted_buffers
+
+from moe_triton import prepare
+
+
+def skewed_topk_ids(n_tokens: int, topk: int, n_experts: int, seed: int) -> torch.Tensor:
+    """Distinct routed experts per token, drawn with skewed odds (expert 1 never), and the shared
+    expert (the last id) in the last column, as generate_input lays them out."""
+    g = torch.Generator().manual_seed(seed)
+    odds = (torch.arange(n_experts - 1, dtype=torch.float64) % 7 + 1) ** 2
+    odds[1] = 0
+    routed = torch.multinomial(odds.expand(n_tokens, -1), topk - 1, replacement=False, generator=g)
+    shared = torch.full((n_tokens, 1), n_experts - 1)
+    return torch.cat([routed, shared], dim=1).to(torch.int32)
+
+
+@pytest.mark.parametrize(
+    ("n_tokens", "topk", "n_experts", "block_m"),
+    [(5, 3, 4, 16), (700, 7, 40, 32), (3000, 9, 257, 16)],
+)
+def test_routing_matches_aiter_layout(triton_device, n_tokens, topk, n_experts, block_m):
+    topk_ids = skewed_topk_ids(n_tokens, topk, n_experts, seed=n_tokens).to(triton_device)
+    ids_before = topk_ids.clone()
+    hidden = torch.randn(n_tokens, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    out = torch.full((n_tokens, 64), float("nan"), device=triton_device)
+
+    sorted_ids, sorted_expert_ids, num_valid_ids, _a1 = prepare(
+        hidden.to(triton_device), topk_ids, n_experts, block_m, out
+    )
+
+    weights = torch.ones(topk_ids.shape, dtype=torch.float32)
+    want_ids, _, want_experts, want_valid = sorted_buffers(topk_ids.cpu().long(), weights, n_experts, block_m)
+    total = int(want_valid[0])
+    assert num_valid_ids.cpu().tolist() == [total, n_tokens]
+    assert torch.equal(sorted_ids[:total].cpu(), want_ids[:total])
+    assert torch.equal(sorted_expert_ids[: total // block_m].cpu(), want_experts[: total // block_m])
+    assert torch.equal(out.cpu(), torch.zeros(n_tokens, 64))
+    assert torch.equal(topk_ids, ids_before)
