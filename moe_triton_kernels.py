@@ -197,22 +197,26 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
 
 
 @triton.jit
-def _gemm_step(
-    acc, a_ptr, a_rows, a_row_mask, a_stride,
-    w_ptr, w_scale_ptr, w_rows, k_dim, k0,
+def _act_tile(a_ptr, a_rows, a_row_mask, a_stride, k0, BLOCK_K: tl.constexpr):
+    """bf16 A[a_rows, k0:k0+BLOCK_K] (64-bit row indices); masked rows read zero."""
+    kk = k0 + tl.arange(0, BLOCK_K)
+    return tl.load(a_ptr + a_rows[:, None] * a_stride + kk[None, :], mask=a_row_mask[:, None], other=0.0)
+
+
+@triton.jit
+def _weight_step(
+    acc, a, w_ptr, w_scale_ptr, w_rows, k_dim, k0,
     BLOCK_K: tl.constexpr, COLS: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ bf16 A[a_rows, k0:k0+BLOCK_K]^T, with A's
-    columns in _k_slot order and W given as its [N, K/2] bytes and [N, K/32] scales (64-bit row
-    indices). The weights are decoded in registers and are the MMA's left operand, fed from
-    registers (1.1-2.2x faster on the H200 than passing them through shared memory as the right
-    one). The CPU interpreter's tl.dot gets bf16 wrong (it multiplies the bit patterns), so there
-    both operands go in as fp32."""
-    kk = k0 + tl.arange(0, BLOCK_K)
+    """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ a^T, a being the matching activation
+    tile [ROWS, BLOCK_K] (_act_tile, columns in _k_slot order) and W given as its [N, K/2] bytes
+    and [N, K/32] scales (64-bit row indices). The weights are decoded in registers and are the
+    MMA's left operand, fed from registers (1.1-2.2x faster on the H200 than passing them through
+    shared memory as the right one). The CPU interpreter's tl.dot gets bf16 wrong (it multiplies
+    the bit patterns), so there both operands go in as fp32."""
     # k_dim is a multiple of 256 (validation.py), so rows of scales start 8-byte aligned; saying
     # so lets the pipeliner copy the scales asynchronously like the weights.
     scale_stride = tl.multiple_of(k_dim // 32, 8)
-    a = tl.load(a_ptr + a_rows[:, None] * a_stride + kk[None, :], mask=a_row_mask[:, None], other=0.0)
     words = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + w_rows[:, None] * (k_dim // 8)
                     + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :])
     ws = tl.load(w_scale_ptr + w_rows[:, None] * scale_stride + (k0 // 32 + tl.arange(0, BLOCK_K // 32))[None, :])
@@ -253,8 +257,8 @@ def moe_stage1_kernel(
     w_rows = tl.reshape(tl.join(gate_rows, gate_rows + d_inter), (2 * BLOCK_N,))
     acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
     for k0 in range(0, d_hidden, BLOCK_K):
-        acc = _gemm_step(acc, a1_ptr, tokens.to(tl.int64), valid, d_hidden, w1_ptr, w1_scale_ptr,
-                         w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET)
+        a = _act_tile(a1_ptr, tokens.to(tl.int64), valid, d_hidden, k0, BLOCK_K)
+        acc = _weight_step(acc, a, w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
     h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
     a2 = _mx_round_trip(h, BLOCK_M, BLOCK_N, FAST_EXP if FAST else 0)
@@ -281,11 +285,17 @@ def moe_stage2_kernel(
     # Columns past d_hidden (a partial last tile, or whole tiles past it) read the last weight
     # row and add nothing, as in stage 1.
     acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if K_STEPS == 1:
+        # The whole of d_inter in one step: every tile multiplies the same activation tile, so it
+        # is read once per program instead of once per tile.
+        a = _act_tile(a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, 0, BLOCK_K)
     for step in range(0, N_TILES * K_STEPS):
         cols = (tl.program_id(1) * N_TILES + step // K_STEPS) * BLOCK_N + tl.arange(0, BLOCK_N)
         w_rows = expert * d_hidden + tl.minimum(cols, d_hidden - 1)
-        acc = _gemm_step(acc, a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, w2_ptr, w2_scale_ptr,
-                         w_rows, d_inter, (step % K_STEPS) * BLOCK_K, BLOCK_K, BLOCK_N, FAST, INTERPRET)
+        k0 = (step % K_STEPS) * BLOCK_K
+        if K_STEPS > 1:
+            a = _act_tile(a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, k0, BLOCK_K)
+        acc = _weight_step(acc, a, w2_ptr, w2_scale_ptr, w_rows, d_inter, k0, BLOCK_K, BLOCK_N, FAST, INTERPRET)
         if step % K_STEPS == K_STEPS - 1:
             y = tl.trans(acc) * weight[:, None]
             out_offs = tokens[:, None].to(tl.int64) * d_hidden + cols[None, :]

@@ -30,9 +30,9 @@ class TileConfig(NamedTuple):
 # bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode with
 # one multiply per code pair (bench/NOTES.md, fourth version); block_n1 counts h columns.
 TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
-    (7168, 256, 257, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
+    (7168, 256, 257, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
     (7168, 256, 257, 9, 128): TileConfig(16, 32, 256, 4, 3, 128, 128, 4, 2, 4),
-    (7168, 256, 257, 9, 512): TileConfig(32, 32, 256, 4, 2, 128, 128, 4, 2, 4, max_regs1=128),
+    (7168, 256, 257, 9, 512): TileConfig(32, 32, 256, 4, 2, 64, 256, 4, 2, 8, max_regs1=128),
     (7168, 512, 33, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4),
     (7168, 512, 33, 9, 128): TileConfig(32, 32, 256, 4, 2, 128, 256, 4, 2, 4, max_regs1=128),
     (7168, 512, 33, 9, 512): TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
