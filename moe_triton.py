@@ -36,7 +36,9 @@ def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:
     return triton.cdiv(n_slots + min(n_experts, n_slots) * (block_m - 1), block_m)
 
 
-def prepare(hidden_states: torch.Tensor, topk_ids: torch.Tensor, n_experts: int, block_m: int, out: torch.Tensor):
+def route_and_quantize(
+    hidden_states: torch.Tensor, topk_ids: torch.Tensor, n_experts: int, block_m: int, out: torch.Tensor
+):
     """Launches 1 and 2: the aiter-compatible routing of topk_ids for routing blocks of block_m
     rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activation buffer a1 (hidden_states
     quantized, in _k_slot column order), and `out` zeroed. Returns (sorted_ids, sorted_expert_ids,
@@ -105,7 +107,9 @@ def fused_moe_triton(
     w1_bytes, w2_bytes = w1.view(torch.uint8), w2.view(torch.uint8)
     w1_scale_bytes, w2_scale_bytes = w1_scale.view(torch.uint8), w2_scale.view(torch.uint8)
 
-    sorted_ids, sorted_expert_ids, num_valid_ids, a1 = prepare(hidden_states, topk_ids, n_experts, block_m, out)
+    sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
+        hidden_states, topk_ids, n_experts, block_m, out
+    )
     moe_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
         a1, w1_bytes, w1_scale_bytes, a2,
         sorted_ids, sorted_expert_ids, num_valid_ids,
