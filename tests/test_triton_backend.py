@@ -66,6 +66,25 @@ def test_expert_nobody_picks_and_one_expert_for_all():
     assert_matches_reference(with_routing(data, ids), custom_kernel(with_routing(data, ids)))
 
 
+@pytest.mark.parametrize("exponent", [-40, 20])
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # silu of a large negative gate, as in fp32 torch
+def test_hidden_states_far_from_one(exponent):
+    # The NVIDIA path stores both GEMMs' activations times 2^63 (moe_triton_kernels.FAST_EXP),
+    # exact while they stay below 2^64 in magnitude. h = silu(g) * u grows with the square of the
+    # hidden states: scaled by 2^20 they give h near 2^40, inside the range (2^40 would not be).
+    data = list(generate_input(**small_case(seed=13)))
+    data[0] = data[0] * 2.0**exponent
+    out, ref = custom_kernel(tuple(data)), ref_kernel(tuple(data))
+    if ON_GPU:
+        # The leaderboard's absolute tolerance would accept anything at 2^-40: compare relative
+        # to the largest output instead.
+        scale = float(ref.float().abs().max())
+        assert scale > 0
+        torch.testing.assert_close(out.float(), ref.float(), rtol=5e-2, atol=5e-2 * scale)
+    else:
+        assert torch.equal(out, ref), (out.float() - ref.float()).abs().max()
+
+
 @pytest.mark.parametrize(("n_tiles2", "max_regs1"), [(1, 0), (3, 128)])
 def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1):
     # d_hidden 768 is 1.5 tiles of 512: with 3 tiles per stage-2 program, the third lies past
