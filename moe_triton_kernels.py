@@ -22,6 +22,11 @@ path they also hold their values times 2^FAST_EXP and the decoded weights are wo
 import triton
 import triton.language as tl
 
+# The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
+# the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
+# bf16x2 multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
+FAST_EXP = tl.constexpr(63)
+
 
 @triton.jit
 def _round_to_bf16(x):
@@ -94,12 +99,6 @@ def moe_prep_kernel(
         a1_offs = blocks[:, None].to(tl.int64) * 32 + _k_slot(lanes)[None, :]
         tl.store(a1_ptr + a1_offs, a1.to(tl.bfloat16), mask=mask)
         tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=mask)
-
-
-# The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
-# the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
-# bf16x2 multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
-FAST_EXP = tl.constexpr(63)
 
 
 @triton.jit

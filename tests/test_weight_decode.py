@@ -2,8 +2,7 @@
 
 Every byte value at every position of a 32-bit word, with scales from the subnormal 2^-127 to
 NaN (the fast path: its documented exact range and NaN); the decoded columns come out in _k_slot
-order. CPU: the portable path in Triton's
-interpreter; GPU: the path the GEMMs use there.
+order. CPU: the portable path in Triton's interpreter; GPU: the path the GEMMs use there.
 """
 
 import pytest
