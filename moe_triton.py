@@ -26,8 +26,9 @@ def interpreting() -> bool:
 
 
 def fast_decode(device: torch.device) -> bool:
-    """The weight decode's PTX path (an in-register reinterpretation) on NVIDIA GPUs; the portable
-    path everywhere else (ROCm, the interpreter)."""
+    """The weight decode's PTX path (one bf16x2 multiply per code pair, activations carrying
+    2^FAST_EXP) on NVIDIA GPUs; the portable, exact fp32 path everywhere else (ROCm, the
+    interpreter)."""
     return device.type == "cuda" and torch.version.hip is None and not interpreting()
 
 
@@ -99,10 +100,10 @@ def fused_moe_triton(
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
-    fast = fast_decode(device)
+    fast, interpret = fast_decode(device), interpreting()
 
     a2 = get_buffer("a2", (n_blocks * block_m, d_inter), torch.bfloat16, device)
-    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
+    acc_dtype = torch.float32 if interpret else torch.bfloat16
     out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
     w1_bytes, w2_bytes = w1.view(torch.uint8), w2.view(torch.uint8)
     w1_scale_bytes, w2_scale_bytes = w1_scale.view(torch.uint8), w2_scale.view(torch.uint8)
@@ -114,7 +115,7 @@ def fused_moe_triton(
         a1, w1_bytes, w1_scale_bytes, a2,
         sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, d_hidden, d_inter,
-        BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpreting(),
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpret,
         num_warps=cfg.warps1, num_stages=cfg.stages1, **({"maxnreg": cfg.max_regs1} if fast and cfg.max_regs1 else {}),
     )
     moe_stage2_kernel[(n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2))](
@@ -122,7 +123,7 @@ def fused_moe_triton(
         sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, d_hidden, d_inter,
         TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2,
-        K_STEPS=triton.cdiv(d_inter, cfg.block_k2), N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpreting(),
+        K_STEPS=triton.cdiv(d_inter, cfg.block_k2), N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpret,
         num_warps=cfg.warps2, num_stages=cfg.stages2,
     )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)
