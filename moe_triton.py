@@ -1,4 +1,5 @@
-"""Launcher of the Triton backend: routing, stage 1 and stage 2 in four launches, no host sync.
+"""Launcher of the Triton backend: routing, stage 1 and stage 2 in four launches (six with a tail
+tile), no host sync.
 
 Scratch (routing arrays, the bf16 activations of both GEMMs) comes from the buffers pool; the
 output is a new tensor every call. Under Triton's CPU interpreter, which has no bf16 atomics,
@@ -98,6 +99,8 @@ def fused_moe_triton(
     n_slots = n_tokens * topk
     cfg = tiles or tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     block_m = cfg.block_m
+    if cfg.tail_m and not (16 <= cfg.tail_m < block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
+        raise ValueError(f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {block_m}")
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
     fast, interpret = fast_decode(device), interpreting()
@@ -111,19 +114,27 @@ def fused_moe_triton(
     sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
         hidden_states, topk_ids, n_experts, block_m, out
     )
-    moe_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
-        a1, w1_bytes, w1_scale_bytes, a2,
-        sorted_ids, sorted_expert_ids, num_valid_ids,
-        n_tokens, d_hidden, d_inter,
-        BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpret,
-        num_warps=cfg.warps1, num_stages=cfg.stages1, **({"maxnreg": cfg.max_regs1} if fast and cfg.max_regs1 else {}),
-    )
-    moe_stage2_kernel[(n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2))](
-        a2, w2_bytes, w2_scale_bytes, out, topk_weights,
-        sorted_ids, sorted_expert_ids, num_valid_ids,
-        n_tokens, d_hidden, d_inter,
-        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2,
-        K_STEPS=triton.cdiv(d_inter, cfg.block_k2), N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpret,
-        num_warps=cfg.warps2, num_stages=cfg.stages2,
-    )
+    # One launch per stage, or two when the tiles name a tail: blocks with at most tail_m real
+    # rows (an expert's last block, mostly) then run on tail_m-row tiles instead of block_m.
+    row_tiles = (block_m, cfg.tail_m) if cfg.tail_m else (block_m,)
+    for rows in row_tiles:
+        moe_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
+            a1, w1_bytes, w1_scale_bytes, a2,
+            sorted_ids, sorted_expert_ids, num_valid_ids,
+            n_tokens, d_hidden, d_inter,
+            BLOCK_M=block_m, ROWS=rows, TAIL_M=cfg.tail_m,
+            BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpret,
+            num_warps=cfg.warps1, num_stages=cfg.stages1,
+            **({"maxnreg": cfg.max_regs1} if fast and cfg.max_regs1 else {}),
+        )
+    for rows in row_tiles:
+        moe_stage2_kernel[(n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2))](
+            a2, w2_bytes, w2_scale_bytes, out, topk_weights,
+            sorted_ids, sorted_expert_ids, num_valid_ids,
+            n_tokens, d_hidden, d_inter,
+            TOPK=topk, BLOCK_M=block_m, ROWS=rows, TAIL_M=cfg.tail_m,
+            BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
+            N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpret,
+            num_warps=cfg.warps2, num_stages=cfg.stages2,
+        )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)

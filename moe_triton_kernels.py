@@ -169,14 +169,16 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
     scale bytes 58..191 and NaN for 255 (outside: weights below 2^-69 flush, above 2^64 are
     wrong). Portable path: the exact value for every scale byte, fp32 holding bf16 values."""
     G: tl.constexpr = BLOCK_K // 32
-    SIGNS: tl.constexpr = -2147450880  # 0x80008000: the sign bits of both bf16 halves
-    MAGS: tl.constexpr = 0x01C001C0
+    PAIR: tl.constexpr = -2118090304  # 0x81C081C0: sign (bit 15) and magnitude (bits 6-8) of both bf16 halves
     x = tl.reshape(words, (ROWS, G, 4))
-    # Code q of each byte pair: word bits 4q..4q+3 (low half) and 16+4q.. (high half).
-    p0 = ((x << 6) & MAGS) | ((x << 12) & SIGNS)
-    p1 = ((x << 2) & MAGS) | ((x << 8) & SIGNS)
-    p2 = ((x >> 2) & MAGS) | ((x << 4) & SIGNS)
-    p3 = ((x >> 6) & MAGS) | (x & SIGNS)
+    y = x >> 8
+    # Code q of each byte pair: word bits 4q..4q+3 (low half) and 16+4q.. (high half). One
+    # multiply writes two copies of the masked nibble, which do not overlap: one puts the
+    # magnitude at bits 6-8, the other the sign at bit 15; the last mask keeps those bits.
+    p0 = ((x & 0x000F000F) * 0x1040) & PAIR
+    p1 = ((x & 0x00F000F0) * 0x0104) & PAIR
+    p2 = ((y & 0x000F000F) * 0x1040) & PAIR
+    p3 = ((y & 0x00F000F0) * 0x0104) & PAIR
     if FAST:
         # Both bf16 halves of 2^(s - 1 - FAST_EXP) in one multiply-add of the exponent field.
         s = tl.reshape(scales, (ROWS, G, 1)).to(tl.int32)
@@ -226,11 +228,27 @@ def _weight_step(
 
 
 @triton.jit
-def _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr):
-    """This program's share of the sorted routing: its block_m sorted rows, their packed ids
-    (slot << 24 | token), tokens and which of them are real (padding holds token n_tokens), and
-    the block's expert."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+def _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens,
+                BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr):
+    """Whether this program's routing block is not this launch's to compute: it lies past the
+    valid rows, or the stage runs in two launches (TAIL_M > 0) and the block belongs to the
+    other one. Blocks with at most TAIL_M real rows go to the tail launch (ROWS = TAIL_M), the
+    rest to the full one (ROWS = BLOCK_M); an expert's real rows come before its padding, so
+    row TAIL_M of the block tells which."""
+    start = tl.program_id(0) * BLOCK_M
+    past = start >= tl.load(num_valid_ids_ptr)
+    if TAIL_M > 0:
+        is_tail = (tl.load(sorted_ids_ptr + start + TAIL_M) & 0xFFFFFF) >= n_tokens
+        past = past | (is_tail != (ROWS < BLOCK_M))
+    return past
+
+
+@triton.jit
+def _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
+    """This program's share of the sorted routing: the first ROWS of its block_m sorted rows,
+    their packed ids (slot << 24 | token), tokens and which of them are real (padding holds token
+    n_tokens), and the block's expert."""
+    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, ROWS)
     packed = tl.load(sorted_ids_ptr + rows)
     tokens = packed & 0xFFFFFF
     expert = tl.load(sorted_expert_ids_ptr + tl.program_id(0)).to(tl.int64)
@@ -242,25 +260,27 @@ def moe_stage1_kernel(
     a1_ptr, w1_ptr, w1_scale_ptr, a2_ptr,
     sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
     n_tokens, d_hidden, d_inter,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    FAST: tl.constexpr, INTERPRET: tl.constexpr,
+    BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    if tl.program_id(0) * BLOCK_M >= tl.load(num_valid_ids_ptr):
+    if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
-    rows, _packed, tokens, valid, expert = _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M)
+    rows, _packed, tokens, valid, expert = _routing_block(
+        sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
+    )
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     # One GEMM over the gate and up rows interleaved (gate col 0, up col 0, gate col 1, ...):
     # one K loop, one activation tile per step, and a 64-row weight tile (wgmma's M) already
     # at BLOCK_N 32, which doubles the programs of the small grids.
     gate_rows = expert * 2 * d_inter + tl.minimum(cols, d_inter - 1)
     w_rows = tl.reshape(tl.join(gate_rows, gate_rows + d_inter), (2 * BLOCK_N,))
-    acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc = tl.zeros((2 * BLOCK_N, ROWS), dtype=tl.float32)
     for k0 in range(0, d_hidden, BLOCK_K):
         a = _act_tile(a1_ptr, tokens.to(tl.int64), valid, d_hidden, k0, BLOCK_K)
         acc = _weight_step(acc, a, w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET)
-    gate, up = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
+    gate, up = tl.split(tl.reshape(tl.trans(acc), (ROWS, BLOCK_N, 2)))
     h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
-    a2 = _mx_round_trip(h, BLOCK_M, BLOCK_N, FAST_EXP if FAST else 0)
+    a2 = _mx_round_trip(h, ROWS, BLOCK_N, FAST_EXP if FAST else 0)
     out_offs = rows[:, None].to(tl.int64) * d_inter + _k_slot(cols)[None, :]
     tl.store(a2_ptr + out_offs, a2.to(tl.bfloat16), mask=(cols < d_inter)[None, :])
 
@@ -270,12 +290,13 @@ def moe_stage2_kernel(
     a2_ptr, w2_ptr, w2_scale_ptr, out_ptr, topk_weights_ptr,
     sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
     n_tokens, d_hidden, d_inter,
-    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_STEPS: tl.constexpr, N_TILES: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
+    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr,
+    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_STEPS: tl.constexpr, N_TILES: tl.constexpr,
+    FAST: tl.constexpr, INTERPRET: tl.constexpr,
 ):
-    if tl.program_id(0) * BLOCK_M >= tl.load(num_valid_ids_ptr):
+    if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
-    rows, packed, tokens, valid, expert = _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M)
+    rows, packed, tokens, valid, expert = _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS)
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
     weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
     # N_TILES output tiles of BLOCK_N columns in one loop over (tile, K step): the routing and
@@ -283,7 +304,7 @@ def moe_stage2_kernel(
     # while this one's epilogue runs (d_inter is short: K_STEPS = d_inter / BLOCK_K is 1-16).
     # Columns past d_hidden (a partial last tile, or whole tiles past it) read the last weight
     # row and add nothing, as in stage 1.
-    acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    acc = tl.zeros((BLOCK_N, ROWS), dtype=tl.float32)
     if K_STEPS == 1:
         # The whole of d_inter in one step: every tile multiplies the same activation tile, so it
         # is read once per program instead of once per tile.
@@ -300,4 +321,4 @@ def moe_stage2_kernel(
             out_offs = tokens[:, None].to(tl.int64) * d_hidden + cols[None, :]
             tl.atomic_add(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty),
                           mask=valid[:, None] & (cols < d_hidden)[None, :], sem="relaxed")
-            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            acc = tl.zeros((BLOCK_N, ROWS), dtype=tl.float32)

@@ -98,6 +98,36 @@ def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1):
     assert_matches_reference(data, out)
 
 
+def tail_tiles(tail_m):
+    return TileConfig(block_m=32, block_n1=64, block_k1=256, warps1=4, stages1=2,
+                      block_n2=128, block_k2=256, warps2=4, stages2=2, n_tiles2=1, tail_m=tail_m)
+
+
+def test_tail_blocks_on_their_own_tiles():
+    # Routing blocks of 32 rows; those with at most 16 real rows run in a second launch of each
+    # stage on 16-row tiles. Expert 5 and the shared expert 6 get all 40 tokens (a full block,
+    # then a tail of 8), expert 2 gets 17 (one real row past the tail's 16: the full launch),
+    # expert 3 exactly 16 (the tail launch), expert 4 seven, expert 1 all 40 in column 0.
+    data = generate_input(**small_case(bs=40, seed=21))
+    ids = data[10].clone()
+    tokens = torch.arange(40, device=ids.device)
+    ids[:, 0] = 1
+    ids[:, 1] = torch.where(tokens < 17, 2, torch.where(tokens < 33, 3, 4))
+    ids[:, 2] = 5
+    data = with_routing(data, ids)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
+    out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tail_tiles(16))
+    assert_matches_reference(data, out)
+
+
+@pytest.mark.parametrize("tail_m", [24, 32, 8])
+def test_tail_tiles_must_be_smaller_powers_of_two(tail_m):
+    data = generate_input(**small_case())
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
+    with pytest.raises(ValueError, match="tail_m"):
+        fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tail_tiles(tail_m))
+
+
 def test_inputs_unchanged_and_new_data_on_reused_buffers():
     first = generate_input(**small_case())
     before = [t.clone() if isinstance(t, torch.Tensor) else dict(t) for t in first]
