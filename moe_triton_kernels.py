@@ -11,6 +11,8 @@ Four launches per layer:
                      round trip of h stored as bf16 in sorted order.
   moe_stage2_kernel  down GEMM of those rows, times the routing weight, added atomically into
                      the output rows of their tokens; N_TILES output tiles per program.
+With tail tiles (TAIL_M > 0) each stage is launched twice, for the blocks with more and with at
+most TAIL_M real rows, on tiles of BLOCK_M and of TAIL_M rows (_skip_block).
 Weights stay in the raw row-major layout of the input tuple: [E, N, K/2] fp4 bytes and 2-D
 [E*N, K/32] e8m0 scales. The GEMMs decode them in registers, 32 bits at a time, as the MMA's
 left operand; the bf16 activation buffers (a1, a2) store their columns permuted within each
@@ -236,11 +238,11 @@ def _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens,
     rest to the full one (ROWS = BLOCK_M); an expert's real rows come before its padding, so
     row TAIL_M of the block tells which."""
     start = tl.program_id(0) * BLOCK_M
-    past = start >= tl.load(num_valid_ids_ptr)
+    skip = start >= tl.load(num_valid_ids_ptr)
     if TAIL_M > 0:
         is_tail = (tl.load(sorted_ids_ptr + start + TAIL_M) & 0xFFFFFF) >= n_tokens
-        past = past | (is_tail != (ROWS < BLOCK_M))
-    return past
+        skip = skip | (is_tail != (ROWS < BLOCK_M))
+    return skip
 
 
 @triton.jit
