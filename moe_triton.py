@@ -33,6 +33,12 @@ def fast_decode(device: torch.device) -> bool:
     return device.type == "cuda" and torch.version.hip is None and not interpreting()
 
 
+def pdl_options(fast: bool) -> dict:
+    """Programmatic dependent launch on the NVIDIA path: the kernel argument that compiles the
+    wait into every kernel (moe_triton_kernels._after_previous_launch) and the launch option."""
+    return {"PDL": True, "launch_pdl": True} if fast else {"PDL": False}
+
+
 def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:
     """Blocks that the padded routing can take at most: every expert that is hit pads < block_m."""
     return triton.cdiv(n_slots + min(n_experts, n_slots) * (block_m - 1), block_m)
@@ -61,18 +67,19 @@ def route_and_quantize(
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
     quant_programs = triton.cdiv(n_tokens * d_hidden // 32, QUANT_BLOCKS)
+    fast = fast_decode(device)
     moe_prep_kernel[(n_chunks + quant_programs,)](
         topk_ids, hidden_states, a1, out, chunk_counts,
         n_tokens, n_slots, n_chunks, d_hidden,
         EXPERT_BINS=expert_bins, HIST_CHUNK=hist_chunk,
-        QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast_decode(device),
+        QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl_options(fast),
     )
     moe_route_kernel[(n_experts,)](
         topk_ids, chunk_counts, sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, n_experts, n_slots, n_chunks,
         TOPK=topk, BLOCK_M=block_m, EXPERT_BINS=expert_bins, MAX_CHUNKS=triton.next_power_of_2(n_chunks),
         SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
-        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
+        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)), **pdl_options(fast),
     )
     return sorted_ids, sorted_expert_ids, num_valid_ids, a1
 
@@ -124,7 +131,7 @@ def fused_moe_triton(
             n_tokens, d_hidden, d_inter,
             BLOCK_M=block_m, ROWS=rows, TAIL_M=cfg.tail_m,
             BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpret,
-            num_warps=cfg.warps1, num_stages=cfg.stages1,
+            num_warps=cfg.warps1, num_stages=cfg.stages1, **pdl_options(fast),
             **({"maxnreg": cfg.max_regs1} if fast and cfg.max_regs1 else {}),
         )
     for rows in row_tiles:
@@ -135,6 +142,6 @@ def fused_moe_triton(
             TOPK=topk, BLOCK_M=block_m, ROWS=rows, TAIL_M=cfg.tail_m,
             BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
             N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpret,
-            num_warps=cfg.warps2, num_stages=cfg.stages2,
+            num_warps=cfg.warps2, num_stages=cfg.stages2, **pdl_options(fast),
         )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)

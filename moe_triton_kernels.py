@@ -23,11 +23,24 @@ path they also hold their values times 2^FAST_EXP and the decoded weights are wo
 
 import triton
 import triton.language as tl
+from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
 # the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
 # bf16x2 multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
 FAST_EXP = tl.constexpr(63)
+
+
+@triton.jit
+def _after_previous_launch(PDL: tl.constexpr):
+    """Programmatic dependent launch (NVIDIA, launched with launch_pdl): once every program of
+    this kernel has started, the next kernel's programs may be scheduled, and each program waits
+    here until the previous kernel has finished and its writes are visible. Every kernel of the
+    layer calls this before touching memory, so each still runs after the whole of its
+    predecessor; what overlaps is the next launch's latency and the programs' start-up."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit
@@ -80,8 +93,9 @@ def moe_prep_kernel(
     topk_ids_ptr, hidden_ptr, a1_ptr, out_ptr, chunk_counts_ptr,
     n_tokens, n_slots, n_chunks, d_hidden,
     EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr,
-    QUANT_BLOCKS: tl.constexpr, FAST: tl.constexpr,
+    QUANT_BLOCKS: tl.constexpr, FAST: tl.constexpr, PDL: tl.constexpr,
 ):
+    _after_previous_launch(PDL)
     pid = tl.program_id(0)
     if pid < n_chunks:
         # Expert histogram of one chunk of topk_ids; masked lanes land in the last bin, which is
@@ -108,10 +122,11 @@ def moe_route_kernel(
     topk_ids_ptr, chunk_counts_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
     n_tokens, n_experts, n_slots, n_chunks,
     TOPK: tl.constexpr, BLOCK_M: tl.constexpr, EXPERT_BINS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
-    SLOT_CHUNK: tl.constexpr, MAX_EXPERT_BLOCKS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr, MAX_EXPERT_BLOCKS: tl.constexpr, PDL: tl.constexpr,
 ):
     """Expert `pid`'s share of the routing: its slots, in slot order, after the padded groups of
     the lower experts, then its padding and its blocks' expert id."""
+    _after_previous_launch(PDL)
     pid = tl.program_id(0)
     bins = tl.arange(0, EXPERT_BINS)
     chunks = tl.arange(0, MAX_CHUNKS)
@@ -264,7 +279,9 @@ def moe_stage1_kernel(
     n_tokens, d_hidden, d_inter,
     BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
+    PDL: tl.constexpr,
 ):
+    _after_previous_launch(PDL)
     if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
     rows, _packed, tokens, valid, expert = _routing_block(
@@ -294,8 +311,9 @@ def moe_stage2_kernel(
     n_tokens, d_hidden, d_inter,
     TOPK: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr,
     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_STEPS: tl.constexpr, N_TILES: tl.constexpr,
-    FAST: tl.constexpr, INTERPRET: tl.constexpr,
+    FAST: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
 ):
+    _after_previous_launch(PDL)
     if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
     rows, packed, tokens, valid, expert = _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS)
