@@ -33,10 +33,15 @@ def fast_decode(device: torch.device) -> bool:
     return device.type == "cuda" and torch.version.hip is None and not interpreting()
 
 
+# Programmatic dependent launch on the NVIDIA path. bench/tune_triton.py turns it off while it
+# times kernels one by one: with it, a kernel's time includes its wait for the previous one.
+PDL = True
+
+
 def pdl_options(fast: bool) -> dict:
-    """Programmatic dependent launch on the NVIDIA path: the kernel argument that compiles the
-    wait into every kernel (moe_triton_kernels._after_previous_launch) and the launch option."""
-    return {"PDL": True, "launch_pdl": True} if fast else {"PDL": False}
+    """The kernel argument that compiles the wait for the previous kernel into every kernel
+    (moe_triton_kernels._after_previous_launch) and the launch option, where PDL applies."""
+    return {"PDL": True, "launch_pdl": True} if fast and PDL else {"PDL": False}
 
 
 def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:

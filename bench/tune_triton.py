@@ -24,6 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import moe_triton  # noqa: E402
 from cases import BENCHMARKS, TESTS, case_name  # noqa: E402
 from moe_triton import fused_moe_triton  # noqa: E402
 from reference import check_implementation, generate_input  # noqa: E402
@@ -55,7 +56,10 @@ def case_tiles(data) -> TileConfig:
 
 
 def time_call(fn, reps: int, flush: torch.Tensor) -> list[float]:
-    """Microseconds per call: L2 flush and synchronize before each, events around one call."""
+    """Microseconds of reps calls after 3 untimed ones: L2 flush and synchronize before each,
+    events around one call."""
+    for _ in range(3):
+        fn()
     times = []
     for _ in range(reps):
         flush.zero_()
@@ -66,19 +70,24 @@ def time_call(fn, reps: int, flush: torch.Tensor) -> list[float]:
         end.record()
         torch.cuda.synchronize()
         times.append(start.elapsed_time(end) * 1e3)
-    return times[3:]
+    return times
 
 
 def kernel_times(fn, reps: int, flush: torch.Tensor) -> dict[str, float]:
-    """Mean GPU microseconds per kernel name over reps calls (each after an L2 flush)."""
-    fn()
-    torch.cuda.synchronize()
-    totals = defaultdict(float)
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            flush.zero_()
-            fn()
+    """Mean GPU microseconds per kernel name over reps calls (each after an L2 flush), without
+    programmatic dependent launch, which would count each kernel's wait for the one before."""
+    saved, moe_triton.PDL = moe_triton.PDL, False
+    try:
+        fn()
         torch.cuda.synchronize()
+        totals = defaultdict(float)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            for _ in range(reps):
+                flush.zero_()
+                fn()
+            torch.cuda.synchronize()
+    finally:
+        moe_triton.PDL = saved
     for event in prof.key_averages():
         if event.key.startswith("moe_"):
             totals[event.key] += event.device_time_total / reps
@@ -143,6 +152,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.reps < 1:
+        parser.error("--reps must be at least 1")
 
     selected = {"tests": TESTS, "bench": BENCHMARKS, "all": TESTS + BENCHMARKS}[args.cases]
     if args.names:
