@@ -73,18 +73,19 @@ def route_and_quantize(
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
     quant_programs = triton.cdiv(n_tokens * d_hidden // 32, QUANT_BLOCKS)
     fast = fast_decode(device)
+    pdl = pdl_options(fast)
     moe_prep_kernel[(n_chunks + quant_programs,)](
         topk_ids, hidden_states, a1, out, chunk_counts,
         n_tokens, n_slots, n_chunks, d_hidden,
         EXPERT_BINS=expert_bins, HIST_CHUNK=hist_chunk,
-        QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl_options(fast),
+        QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl,
     )
     moe_route_kernel[(n_experts,)](
         topk_ids, chunk_counts, sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, n_experts, n_slots, n_chunks,
         TOPK=topk, BLOCK_M=block_m, EXPERT_BINS=expert_bins, MAX_CHUNKS=triton.next_power_of_2(n_chunks),
         SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
-        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)), **pdl_options(fast),
+        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)), **pdl,
     )
     return sorted_ids, sorted_expert_ids, num_valid_ids, a1
 
@@ -116,6 +117,7 @@ def fused_moe_triton(
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
     fast, interpret = fast_decode(device), interpreting()
+    pdl = pdl_options(fast)
 
     a2 = get_buffer("a2", (n_blocks * block_m, d_inter), torch.bfloat16, device)
     acc_dtype = torch.float32 if interpret else torch.bfloat16
@@ -136,7 +138,7 @@ def fused_moe_triton(
             n_tokens, d_hidden, d_inter,
             BLOCK_M=block_m, ROWS=rows, TAIL_M=cfg.tail_m,
             BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpret,
-            num_warps=cfg.warps1, num_stages=cfg.stages1, **pdl_options(fast),
+            num_warps=cfg.warps1, num_stages=cfg.stages1, **pdl,
             **({"maxnreg": cfg.max_regs1} if fast and cfg.max_regs1 else {}),
         )
     for rows in row_tiles:
@@ -147,6 +149,6 @@ def fused_moe_triton(
             TOPK=topk, BLOCK_M=block_m, ROWS=rows, TAIL_M=cfg.tail_m,
             BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
             N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpret,
-            num_warps=cfg.warps2, num_stages=cfg.stages2, **pdl_options(fast),
+            num_warps=cfg.warps2, num_stages=cfg.stages2, **pdl,
         )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)
