@@ -150,5 +150,6 @@ def fused_moe_triton(
             BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
             N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpret,
             num_warps=cfg.warps2, num_stages=cfg.stages2, **pdl,
+            **({"maxnreg": cfg.max_regs2} if fast and cfg.max_regs2 else {}),
         )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)

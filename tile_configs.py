@@ -4,8 +4,9 @@ Keys are (d_hidden, d_inter, n_experts, topk, n_tokens). block_m is the routing 
 of one expert that a program takes); stage 1 (gate/up GEMM) and stage 2 (down GEMM) each have
 their own tile, warps and pipeline depth. block_n1 counts columns of h: a stage-1 program decodes
 2 * block_n1 weight rows (its gate and up rows). A stage-2 program computes n_tiles2 output
-tiles of block_n2 columns one after the other. max_regs1 caps stage 1's registers per thread on
-NVIDIA GPUs (ptxas .maxnreg; 0 leaves it to the compiler), to fit one more program per SM.
+tiles of block_n2 columns one after the other. max_regs1 and max_regs2 cap each stage's registers
+per thread on NVIDIA GPUs (ptxas .maxnreg; 0 leaves it to the compiler), to fit one more program
+per SM.
 tail_m > 0 runs each stage in two launches: routing blocks with at most tail_m real rows (an
 expert's last, partly filled block) on tiles of tail_m rows, so that the MMA skips their padding.
 TUNED holds the H200 sweep's winners (bench/tune_triton.py --sweep, bench/NOTES.md); other shapes
@@ -28,16 +29,18 @@ class TileConfig(NamedTuple):
     n_tiles2: int
     max_regs1: int = 0
     tail_m: int = 0
+    max_regs2: int = 0
 
 
 # bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode of
 # bench/NOTES.md's fifth version; block_n1 counts h columns. tail_m from bench/NOTES.md (fifth
 # version): a win only where the MMA dominates (I-2048); elsewhere the second launches cost more.
+# max_regs2 from the sixth version's A/B: 4-7% off stage 2 at E-257 bs-512 and E-33 bs-16 only.
 TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
     (7168, 256, 257, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
     (7168, 256, 257, 9, 128): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
-    (7168, 256, 257, 9, 512): TileConfig(32, 32, 256, 4, 2, 64, 256, 4, 2, 8, max_regs1=128),
-    (7168, 512, 33, 9, 16): TileConfig(16, 32, 256, 4, 3, 128, 256, 4, 2, 1),
+    (7168, 256, 257, 9, 512): TileConfig(32, 32, 256, 4, 2, 64, 256, 4, 2, 8, max_regs1=128, max_regs2=72),
+    (7168, 512, 33, 9, 16): TileConfig(16, 32, 256, 4, 3, 128, 256, 4, 2, 1, max_regs2=88),
     (7168, 512, 33, 9, 128): TileConfig(32, 32, 256, 4, 2, 128, 256, 4, 2, 4, max_regs1=128),
     (7168, 512, 33, 9, 512): TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
     (7168, 2048, 33, 9, 512): TileConfig(128, 64, 256, 8, 3, 128, 128, 4, 2, 1, tail_m=32),

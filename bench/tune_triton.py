@@ -40,8 +40,14 @@ STAGE1_OPTIONS = [
     )
 ]
 STAGE2_OPTIONS = [
-    dict(block_n2=n, block_k2=k, warps2=w, stages2=2, n_tiles2=t)
-    for n, k, w, t in [*itertools.product((64, 128), (128, 256), (4,), (1, 4, 8)), (128, 128, 8, 1), (128, 128, 8, 4)]
+    dict(block_n2=n, block_k2=k, warps2=w, stages2=2, n_tiles2=t, max_regs2=r)
+    for n, k, w, t, r in (
+        *itertools.product((64, 128), (128, 256), (4,), (1, 4, 8), (0,)),
+        (128, 128, 8, 1, 0), (128, 128, 8, 4, 0),
+        # Register caps that fit a fifth to seventh program per SM (bench/NOTES.md, sixth version).
+        *itertools.product((64,), (256,), (4,), (4, 8), (72,)),
+        *itertools.product((128,), (256,), (4,), (1, 4), (88,)),
+    )
 ]
 
 

@@ -85,14 +85,14 @@ def test_hidden_states_far_from_one(exponent):
         assert torch.equal(out, ref), (out.float() - ref.float()).abs().max()
 
 
-@pytest.mark.parametrize(("n_tiles2", "max_regs1"), [(1, 0), (3, 128)])
-def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1):
+@pytest.mark.parametrize(("n_tiles2", "max_regs1", "max_regs2"), [(1, 0, 0), (3, 128, 88)])
+def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1, max_regs2):
     # d_hidden 768 is 1.5 tiles of 512: with 3 tiles per stage-2 program, the third lies past
-    # the end and must add nothing. The register cap only reaches the compiler on NVIDIA GPUs.
+    # the end and must add nothing. The register caps only reach the compiler on NVIDIA GPUs.
     data = generate_input(**small_case(dhidden=768, dexpert=768, bs=5))
     tiles = TileConfig(block_m=16, block_n1=512, block_k1=256, warps1=4, stages1=2,
                        block_n2=512, block_k2=256, warps2=4, stages2=2, n_tiles2=n_tiles2,
-                       max_regs1=max_regs1)
+                       max_regs1=max_regs1, max_regs2=max_regs2)
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
     out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles)
     assert_matches_reference(data, out)
