@@ -44,6 +44,12 @@ def pdl_options(fast: bool) -> dict:
     return {"PDL": True, "launch_pdl": True} if fast and PDL else {"PDL": False}
 
 
+def register_cap(fast: bool, max_regs: int) -> dict:
+    """The launch option that caps a kernel's registers per thread (ptxas .maxnreg), on the
+    NVIDIA path and where the tiles set one (0: the compiler's choice)."""
+    return {"maxnreg": max_regs} if fast and max_regs else {}
+
+
 def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:
     """Blocks that the padded routing can take at most: every expert that is hit pads < block_m."""
     return triton.cdiv(n_slots + min(n_experts, n_slots) * (block_m - 1), block_m)
@@ -139,7 +145,7 @@ def fused_moe_triton(
             BLOCK_M=block_m, ROWS=rows, TAIL_M=cfg.tail_m,
             BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1, FAST=fast, INTERPRET=interpret,
             num_warps=cfg.warps1, num_stages=cfg.stages1, **pdl,
-            **({"maxnreg": cfg.max_regs1} if fast and cfg.max_regs1 else {}),
+            **register_cap(fast, cfg.max_regs1),
         )
     for rows in row_tiles:
         moe_stage2_kernel[(n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2))](
@@ -150,6 +156,6 @@ def fused_moe_triton(
             BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2, K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
             N_TILES=cfg.n_tiles2, FAST=fast, INTERPRET=interpret,
             num_warps=cfg.warps2, num_stages=cfg.stages2, **pdl,
-            **({"maxnreg": cfg.max_regs2} if fast and cfg.max_regs2 else {}),
+            **register_cap(fast, cfg.max_regs2),
         )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)
