@@ -1,20 +1,27 @@
 """Launcher of the Triton backend: routing, stage 1 and stage 2 in four launches (six with a tail
 tile), no host sync.
 
+Two paths: the decode path (moe_triton_kernels: fp4 weights decoded to bf16 in registers, bf16
+MMAs; the NVIDIA one) and the native path (moe_native_kernels: tl.dot_scaled on packed MXFP4
+operands, gfx950's scaled MFMAs), chosen automatically on a gfx950 device and selectable
+anywhere (`native=True`, or MOE_TRITON_NATIVE=1 / 0), where Triton emulates dot_scaled.
+
 Scratch (routing arrays, the bf16 activations of both GEMMs) comes from the buffers pool; the
 output is a new tensor every call. Under Triton's CPU interpreter, which has no bf16 atomics,
 stage 2 accumulates into an fp32 tensor that is rounded to bf16 at the end; on a GPU it adds
 bf16 atomically into the output, as the runner's aiter kernel does.
 """
 
+import functools
 import os
 
 import torch
 import triton
 
 from buffers import get_buffer
+from moe_native_kernels import moe_native_prep_kernel, moe_native_stage1_kernel, moe_native_stage2_kernel
 from moe_triton_kernels import moe_prep_kernel, moe_route_kernel, moe_stage1_kernel, moe_stage2_kernel
-from tile_configs import TileConfig, tile_config
+from tile_configs import NativeTileConfig, TileConfig, native_tile_config, tile_config
 
 # Measured on the H200 (bench/NOTES.md, fourth version): 32-blocks per quantization program
 # (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of the route loop.
@@ -31,6 +38,31 @@ def fast_decode(device: torch.device) -> bool:
     2^FAST_EXP) on NVIDIA GPUs; the portable, exact fp32 path everywhere else (ROCm, the
     interpreter)."""
     return device.type == "cuda" and torch.version.hip is None and not interpreting()
+
+
+@functools.cache
+def _is_gfx950(index: int) -> bool:
+    return torch.cuda.get_device_properties(index).gcnArchName.startswith("gfx950")
+
+
+def native_default(device: torch.device) -> bool:
+    """The native path where the hardware has scaled MXFP4 MFMAs (a gfx950 device), unless
+    MOE_TRITON_NATIVE says otherwise (1: always, 0: never)."""
+    forced = os.environ.get("MOE_TRITON_NATIVE", "")
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"MOE_TRITON_NATIVE: expected 0 or 1, got {forced!r}")
+    if forced:
+        return forced == "1"
+    is_rocm = device.type == "cuda" and torch.version.hip is not None
+    return is_rocm and _is_gfx950(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
+    """The AMD backend's launch options, where the active Triton target is AMD (a ROCm GPU, or the
+    compile-only gfx950 target of bench/gfx950.py); none elsewhere."""
+    if interpreting() or triton.runtime.driver.active.get_current_target().backend != "hip":
+        return {}
+    return {"matrix_instr_nonkdim": nonkdim, "waves_per_eu": waves_per_eu}
 
 
 # Programmatic dependent launch on the NVIDIA path. bench/tune_triton.py turns it off while it
@@ -56,12 +88,18 @@ def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:
 
 
 def route_and_quantize(
-    hidden_states: torch.Tensor, topk_ids: torch.Tensor, n_experts: int, block_m: int, out: torch.Tensor
+    hidden_states: torch.Tensor,
+    topk_ids: torch.Tensor,
+    n_experts: int,
+    block_m: int,
+    out: torch.Tensor,
+    native: bool = False,
 ):
     """Launches 1 and 2: the aiter-compatible routing of topk_ids for routing blocks of block_m
-    rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activation buffer a1 (hidden_states
-    quantized, in _k_slot column order), and `out` zeroed. Returns (sorted_ids, sorted_expert_ids,
-    num_valid_ids, a1), all from the buffers pool."""
+    rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activations a1 (hidden_states
+    quantized), and `out` zeroed. Returns (sorted_ids, sorted_expert_ids, num_valid_ids, a1), all
+    from the buffers pool; a1 is the decode path's bf16 buffer (in _k_slot column order), or with
+    native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32])."""
     n_tokens, d_hidden = hidden_states.shape
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
@@ -70,7 +108,6 @@ def route_and_quantize(
     sorted_ids = get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device)
     sorted_expert_ids = get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device)
     num_valid_ids = get_buffer("num_valid_ids", (2,), torch.int32, device)
-    a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
     # A handful of histogram programs (at most 8): few enough for each route program to sum
     # their counts in one load, large enough chunks for their histograms to be cheap.
     hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
@@ -78,14 +115,24 @@ def route_and_quantize(
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
     quant_programs = triton.cdiv(n_tokens * d_hidden // 32, QUANT_BLOCKS)
-    fast = fast_decode(device)
+    fast = fast_decode(device) and not native
     pdl = pdl_options(fast)
-    moe_prep_kernel[(n_chunks + quant_programs,)](
-        topk_ids, hidden_states, a1, out, chunk_counts,
-        n_tokens, n_slots, n_chunks, d_hidden,
-        EXPERT_BINS=expert_bins, HIST_CHUNK=hist_chunk,
-        QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl,
-    )
+    if native:
+        a1 = (get_buffer("a1_fp4", (n_tokens, d_hidden // 2), torch.uint8, device),
+              get_buffer("a1_scale", (n_tokens, d_hidden // 32), torch.uint8, device))
+        moe_native_prep_kernel[(n_chunks + quant_programs,)](
+            topk_ids, hidden_states.view(torch.int32), *a1, out, chunk_counts,
+            n_tokens, n_slots, n_chunks, d_hidden,
+            EXPERT_BINS=expert_bins, HIST_CHUNK=hist_chunk, QUANT_BLOCKS=QUANT_BLOCKS,
+        )
+    else:
+        a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
+        moe_prep_kernel[(n_chunks + quant_programs,)](
+            topk_ids, hidden_states, a1, out, chunk_counts,
+            n_tokens, n_slots, n_chunks, d_hidden,
+            EXPERT_BINS=expert_bins, HIST_CHUNK=hist_chunk,
+            QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl,
+        )
     moe_route_kernel[(n_experts,)](
         topk_ids, chunk_counts, sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, n_experts, n_slots, n_chunks,
@@ -105,12 +152,17 @@ def fused_moe_triton(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     config: dict | None = None,
-    tiles: TileConfig | None = None,
+    tiles: TileConfig | NativeTileConfig | None = None,
+    native: bool | None = None,
 ) -> torch.Tensor:
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
     2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the inputs against
-    config (validation.validate_inputs); the shapes are read from the tensors. tiles overrides the
-    tile table (bench/tune_triton.py)."""
+    config (validation.validate_inputs); the shapes are read from the tensors. native picks the
+    path (None: native_default); tiles overrides that path's tile table (bench/tune_triton.py)."""
+    if native is None:
+        native = native_default(hidden_states.device)
+    if native:
+        return _fused_moe_native(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles)
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
     d_inter = two_inter // 2
@@ -158,4 +210,52 @@ def fused_moe_triton(
             num_warps=cfg.warps2, num_stages=cfg.stages2, **pdl,
             **register_cap(fast, cfg.max_regs2),
         )
+    return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)
+
+
+def _fused_moe_native(
+    hidden_states: torch.Tensor,
+    w1: torch.Tensor,
+    w2: torch.Tensor,
+    w1_scale: torch.Tensor,
+    w2_scale: torch.Tensor,
+    topk_weights: torch.Tensor,
+    topk_ids: torch.Tensor,
+    tiles: NativeTileConfig | None,
+) -> torch.Tensor:
+    """fused_moe_triton's native path: the routing and a1 (route_and_quantize), then stage 1 and
+    stage 2 on packed MXFP4 operands (moe_native_kernels)."""
+    n_tokens, d_hidden = hidden_states.shape
+    n_experts, two_inter, _ = w1.shape
+    d_inter = two_inter // 2
+    topk = topk_ids.shape[1]
+    cfg = tiles or native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    if not isinstance(cfg, NativeTileConfig):
+        raise ValueError(f"tiles: the native path takes a NativeTileConfig, got {type(cfg).__name__}")
+    block_m = cfg.block_m
+    n_blocks = routing_capacity(n_tokens * topk, n_experts, block_m)
+    device = hidden_states.device
+    a2 = get_buffer("a2_fp4", (n_blocks * block_m, d_inter // 2), torch.uint8, device)
+    a2_scale = get_buffer("a2_scale", (n_blocks * block_m, d_inter // 32), torch.uint8, device)
+    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
+    out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
+    sorted_ids, sorted_expert_ids, num_valid_ids, (a1, a1_scale) = route_and_quantize(
+        hidden_states, topk_ids, n_experts, block_m, out, native=True
+    )
+    amd = amd_options(cfg.nonkdim, cfg.waves_per_eu)
+    moe_native_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
+        a1, a1_scale, w1.view(torch.uint8), w1_scale.view(torch.uint8), a2, a2_scale,
+        sorted_ids, sorted_expert_ids, num_valid_ids,
+        n_tokens, d_hidden, d_inter,
+        BLOCK_M=block_m, BLOCK_N=cfg.block_n1, BLOCK_K=cfg.block_k1,
+        num_warps=cfg.warps1, num_stages=cfg.stages1, **amd,
+    )
+    moe_native_stage2_kernel[(n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2))](
+        a2, a2_scale, w2.view(torch.uint8), w2_scale.view(torch.uint8), out, topk_weights,
+        sorted_ids, sorted_expert_ids, num_valid_ids,
+        n_tokens, d_hidden, d_inter,
+        TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2,
+        K_STEPS=triton.cdiv(d_inter, cfg.block_k2), N_TILES=cfg.n_tiles2,
+        num_warps=cfg.warps2, num_stages=cfg.stages2, **amd,
+    )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)

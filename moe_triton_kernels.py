@@ -23,7 +23,6 @@ path they also hold their values times 2^FAST_EXP and the decoded weights are wo
 
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 # The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
 # the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
@@ -38,9 +37,12 @@ def _after_previous_launch(PDL: tl.constexpr):
     here until the previous kernel has finished and its writes are visible. Every kernel of the
     layer calls this before touching memory, so each still runs after the whole of its
     predecessor; what overlaps is the next launch's latency and the programs' start-up."""
+    # The PTX of triton.language.extra.cuda's gdc_wait and gdc_launch_dependents, written here:
+    # importing that module fails on Triton builds without it (ROCm), and only PDL compiles it.
     if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+        tl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32,
+                                  is_pure=False, pack=1)
 
 
 @triton.jit
@@ -89,6 +91,16 @@ def _k_slot(cols):
 
 
 @triton.jit
+def _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr):
+    """Expert histogram of chunk program_id(0) of topk_ids, into row program_id(0) of the chunk
+    counts; masked lanes land in the last bin, which is no expert's (EXPERT_BINS > n_experts)."""
+    pid = tl.program_id(0)
+    slots = pid * HIST_CHUNK + tl.arange(0, HIST_CHUNK)
+    ids = tl.load(topk_ids_ptr + slots, mask=slots < n_slots, other=EXPERT_BINS - 1)
+    tl.store(chunk_counts_ptr + pid * EXPERT_BINS + tl.arange(0, EXPERT_BINS), tl.histogram(ids, EXPERT_BINS))
+
+
+@triton.jit
 def moe_prep_kernel(
     topk_ids_ptr, hidden_ptr, a1_ptr, out_ptr, chunk_counts_ptr,
     n_tokens, n_slots, n_chunks, d_hidden,
@@ -98,11 +110,7 @@ def moe_prep_kernel(
     _after_previous_launch(PDL)
     pid = tl.program_id(0)
     if pid < n_chunks:
-        # Expert histogram of one chunk of topk_ids; masked lanes land in the last bin, which is
-        # no expert's (EXPERT_BINS > n_experts).
-        slots = pid * HIST_CHUNK + tl.arange(0, HIST_CHUNK)
-        ids = tl.load(topk_ids_ptr + slots, mask=slots < n_slots, other=EXPERT_BINS - 1)
-        tl.store(chunk_counts_ptr + pid * EXPERT_BINS + tl.arange(0, EXPERT_BINS), tl.histogram(ids, EXPERT_BINS))
+        _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
     else:
         # QUANT_BLOCKS 32-blocks of the hidden states taken as one flat array (d_hidden is a
         # multiple of 32, so no block straddles two rows): small programs, many in flight.

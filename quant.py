@@ -15,16 +15,8 @@ MoE stages:
   num_valid_ids[0] are not written (aiter leaves them uninitialised too).
 
 Numerics are SPEC 3.3 bit for bit, without aiter's saturating `s.to(uint8) + 127` cast: the byte
-is computed as s + 127 in integers. The kernel never converts bits to floats: it loads the bf16
-(or fp32) bit patterns as integers, takes the block amax on the magnitude bits (monotone for
-finite values), derives the scale byte from the amax's exponent field (the "+0x200000, clear the
-mantissa" rounding is an add on those bits), and rounds each element with integer shifts of its
-significand (floor(4 |x| 2^-s) against the doubled E2M1 midpoints 1, 3, 5, 7, 10, 14, 20, which
-is round-half-away-from-zero). So subnormal inputs, -0 and the sign of tiny negatives come out
-exactly, on any backend and in Triton's CPU interpreter, with no flush-to-zero or exp2 accuracy
-question. Inf/NaN follow mxfp4.quantize_activation: a block holding a NaN gets scale byte 255
-(E8M0 NaN) and code 7 with the element's sign everywhere; a block whose amax is Inf gets byte
-254 (s = 127), and its Inf elements code 7.
+is computed as s + 127 in integers, by mxfp4_kernels' encoder on the inputs' bit patterns (exact
+for subnormals, -0 and tiny negatives on every backend; its docstring gives the Inf/NaN rules).
 
 One launch, two kinds of programs (as aiter's kernel): token-order programs quantize each row of
 x once (amax, scale, codes) and write its fp4 bytes; sorted-order programs gather the rows of
@@ -44,6 +36,7 @@ import triton.language as tl
 
 from buffers import get_buffer
 from moe_triton import interpreting
+from mxfp4_kernels import mx_encode_pairs, mx_scale_byte
 
 MXQ_BLOCK = 32  # elements per e8m0 scale (fixed by MXFP4)
 MXQ_ROWS = 32  # rows of one e8m0_shuffle tile
@@ -67,40 +60,6 @@ def _q_load_bits(x_ptr, src64, stride_x, pcol, mask2, BLOCK_R: tl.constexpr, BLO
         even = tl.load(x_ptr + off, mask=mask2, other=0)
         odd = tl.load(x_ptr + off + 1, mask=mask2, other=0)
         return tl.reshape(even, (BLOCK_R, BLOCK_G, 16)), tl.reshape(odd, (BLOCK_R, BLOCK_G, 16))
-
-
-@triton.jit
-def _q_scale_byte(mag_even, mag_odd, MANT: tl.constexpr):
-    """SPEC 3.3 scale byte (s + 127, int32 [R, G]) from the magnitude bits of [R, G, 16] pairs."""
-    INF_BITS: tl.constexpr = 255 << MANT
-    ROUND_ADD: tl.constexpr = 1 << (MANT - 2)  # fp32 0x200000 in this format's bit positions
-    amax = tl.maximum(tl.max(mag_even, axis=2), tl.max(mag_odd, axis=2))
-    exp_r = (tl.minimum(amax, INF_BITS) + ROUND_ADD) >> MANT
-    sbyte = tl.where(exp_r == 255, 254, tl.minimum(tl.maximum(exp_r - 2, 0), 254))
-    return tl.where(amax > INF_BITS, 255, sbyte)  # a NaN in the block: E8M0 NaN
-
-
-@triton.jit
-def _q_e2m1_nibble(raw, mag, sbyte, MANT: tl.constexpr):
-    """E2M1 nibble (sign in bit 3) of elements given as bit patterns, scale byte broadcast."""
-    e = mag >> MANT
-    sig = (mag & ((1 << MANT) - 1)) | tl.where(e > 0, 1 << MANT, 0)
-    # 4 |x| 2^-s = sig * 2^sh  with  sh = max(e, 1) - MANT - (s + 127) + 2
-    sh = tl.maximum(e, 1) - MANT - sbyte + 2
-    up = sig << tl.minimum(tl.maximum(sh, 0), 5)  # 5 left shifts already exceed the top midpoint
-    down = sig >> tl.minimum(tl.maximum(-sh, 0), 31)
-    v = tl.where(sh >= 0, up, down)
-    code = (
-        (v >= 1).to(tl.int32)
-        + (v >= 3).to(tl.int32)
-        + (v >= 5).to(tl.int32)
-        + (v >= 7).to(tl.int32)
-        + (v >= 10).to(tl.int32)
-        + (v >= 14).to(tl.int32)
-        + (v >= 20).to(tl.int32)
-    )
-    code = tl.where((e == 255) | (sbyte == 255), 7, code)  # Inf / NaN elements, NaN blocks
-    return code | (((raw >> (MANT + 8)) & 1) << 3)
 
 
 @triton.jit
@@ -137,12 +96,7 @@ def _q_mxfp4_sort_kernel(
         row = pid_r * BLOCK_R + r_idx
         ok = (row < n_rows)[:, None] & pcol_ok[None, :]
         raw_even, raw_odd = _q_load_bits(x_ptr, row.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
-        mag_even = raw_even & mag_mask
-        mag_odd = raw_odd & mag_mask
-        s3 = _q_scale_byte(mag_even, mag_odd, MANT)[:, :, None]
-        nib_even = _q_e2m1_nibble(raw_even, mag_even, s3, MANT)
-        nib_odd = _q_e2m1_nibble(raw_odd, mag_odd, s3, MANT)
-        packed = tl.reshape((nib_even | (nib_odd << 4)).to(tl.uint8), (BLOCK_R, BLOCK_G * 16))
+        packed = tl.reshape(mx_encode_pairs(raw_even, raw_odd, MANT)[0], (BLOCK_R, BLOCK_G * 16))
         tl.store(fp4_ptr + row.to(tl.int64)[:, None] * stride_fp4 + pcol[None, :], packed, mask=ok)
     else:
         # sorted order: the scale bytes of 32-row tiles of sorted ids below num_valid_ids
@@ -158,7 +112,7 @@ def _q_mxfp4_sort_kernel(
                 src = token * TOPK + ((ids >> 24) & 0xFF)
             ok = (in_sort & (token < token_num))[:, None] & pcol_ok[None, :]
             raw_even, raw_odd = _q_load_bits(x_ptr, src.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
-            sbyte = _q_scale_byte(raw_even & mag_mask, raw_odd & mag_mask, MANT)
+            sbyte = mx_scale_byte(raw_even & mag_mask, raw_odd & mag_mask, MANT)
             # e8m0_shuffle tiling (SPEC 3.5) of the [n_sort_rows, 8 * n_col_tiles] scale matrix: in
             # the 256-byte tile of (row // 32, group // 8), row r = 16a + b and group g = 4d + e
             # (both inside the tile) land at e*64 + b*4 + d*2 + a. Tiles past num_valid_ids: skipped.

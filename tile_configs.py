@@ -11,6 +11,10 @@ tail_m > 0 runs each stage in two launches: routing blocks with at most tail_m r
 expert's last, partly filled block) on tiles of tail_m rows, so that the MMA skips their padding.
 TUNED holds the H200 sweep's winners (bench/tune_triton.py --sweep, bench/NOTES.md); other shapes
 get default_config.
+
+NATIVE_TUNED and native_default_config are the native gfx950 path's (moe_native_kernels): the
+same tile fields without the NVIDIA-only ones, plus the AMD backend's options, chosen from the
+offline gfx950 compile (python -m bench.gfx950; docs/gfx950.md gives the reason per row).
 """
 
 from typing import NamedTuple
@@ -66,3 +70,67 @@ def default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, t
 def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> TileConfig:
     tuned = TUNED.get((d_hidden, d_inter, n_experts, topk, n_tokens))
     return tuned or default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+
+
+class NativeTileConfig(NamedTuple):
+    """Tiles of the native gfx950 path. nonkdim is the AMD backend's matrix_instr_nonkdim (16:
+    v_mfma_scale_f32_16x16x128_f8f6f4, 32: the 32x32x64 one); waves_per_eu its occupancy hint
+    (0: the compiler's choice)."""
+
+    block_m: int
+    block_n1: int
+    block_k1: int
+    warps1: int
+    stages1: int
+    block_n2: int
+    block_k2: int
+    warps2: int
+    stages2: int
+    n_tiles2: int
+    nonkdim: int = 16
+    waves_per_eu: int = 0
+
+
+# Chosen from offline gfx950 compiles (bench/gfx950.py, triton 3.6 and 3.9), never timed on an
+# MI355X; docs/gfx950.md gives the compiled figures. Shared reasons: the routing block follows the
+# rows per expert (16 below ~24, 32 below ~96, 64 above: the scaled MFMA is 16 wide, so block_m 16
+# wastes nothing on one-token experts); stage 1 decodes nothing, so a program takes as many weight
+# rows as keep VALU per MFMA low (address arithmetic is per row and K step, MFMAs per row pair);
+# stage 2 chains 128-column tiles so the routing and activation tile are paid once per program.
+NATIVE_TUNED: dict[tuple[int, int, int, int, int], NativeTileConfig] = {
+    # ~1 row per hit expert: 16-row blocks; stage 1 256 weight rows over 8 waves (2 column tiles
+    # of h); stage 2 4 tiles of 128 columns, 4 waves.
+    (7168, 256, 257, 9, 16): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 4),
+    (7168, 256, 257, 9, 128): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 4),
+    # ~18 rows per expert: 32-row blocks halve the blocks; stage 1 128 weight rows, 4 waves.
+    (7168, 256, 257, 9, 512): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 4),
+    # ~4 rows per expert; d_inter 512: stage 2 two K steps per tile, 2 tiles per program.
+    (7168, 512, 33, 9, 16): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 2),
+    # ~35 rows per expert: 32-row blocks.
+    (7168, 512, 33, 9, 128): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 2),
+    # ~140 rows per expert: 64-row blocks, 4 MFMA rows per weight row pair (VALU per MFMA ~2-4).
+    (7168, 512, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 4, 2, 2),
+    # d_inter 2048: stage 2 has 8 K steps, one tile per program over 8 waves.
+    (7168, 2048, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 8, 2, 1),
+    # The test shapes: few rows per expert, 16-row blocks; long K in stage 2 (d_inter 1024-2048).
+    (4096, 1024, 257, 9, 8): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
+    (7168, 2048, 33, 9, 32): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
+    (4096, 1536, 65, 7, 128): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
+}
+
+
+def native_default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> NativeTileConfig:
+    """NATIVE_TUNED's pattern: routing blocks sized to the rows per expert (default_block_m, at
+    most 64 rows); stage 1 256 weight rows over 8 waves at block_m 16, else 128 over 4; stage 2
+    128-column tiles, chained 4 per program at one K step, 2 at two, 1 beyond."""
+    block_m = min(64, default_block_m(n_tokens, n_experts, topk))
+    k_steps = -(-d_inter // 256)
+    n_tiles2 = 4 if k_steps == 1 else 2 if k_steps == 2 else 1
+    if block_m == 16:
+        return NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, n_tiles2)
+    return NativeTileConfig(block_m, 64, 256, 4, 2, 128, 256, 4, 2, n_tiles2)
+
+
+def native_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> NativeTileConfig:
+    tuned = NATIVE_TUNED.get((d_hidden, d_inter, n_experts, topk, n_tokens))
+    return tuned or native_default_config(n_tokens, d_hidden, d_inter, n_experts, topk)

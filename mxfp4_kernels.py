@@ -1,0 +1,64 @@
+"""MXFP4 activation encoding inside Triton kernels (SPEC 3.3), on bit patterns: used by quant.py
+(the aiter path's quant + sort) and by the native path's kernels (moe_native_kernels.py).
+
+The encoder never converts bits to floats: the block amax is taken on the magnitude bits
+(monotone for finite values, and a NaN's bits exceed Inf's, so a NaN is never lost), the scale
+byte comes from the amax's exponent field (the "+0x200000, clear the mantissa" rounding is an
+add on those bits), and each element is rounded with integer shifts of its significand
+(floor(4 |x| 2^-s) against the doubled E2M1 midpoints 1, 3, 5, 7, 10, 14, 20, which is
+round-half-away-from-zero). So subnormal inputs, -0 and the sign of tiny negatives come out
+exactly on any backend and in Triton's CPU interpreter. Inf/NaN follow
+mxfp4.quantize_activation: a block holding a NaN gets scale byte 255 and code 7 with the
+element's sign everywhere; a block whose amax is Inf gets byte 254 (s = 127), its Inf elements
+code 7.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def mx_scale_byte(mag_even, mag_odd, MANT: tl.constexpr):
+    """SPEC 3.3 scale byte (s + 127, int32 [R, G]) from the magnitude bits of [R, G, 16] pairs."""
+    INF_BITS: tl.constexpr = 255 << MANT
+    ROUND_ADD: tl.constexpr = 1 << (MANT - 2)  # fp32 0x200000 in this format's bit positions
+    amax = tl.maximum(tl.max(mag_even, axis=2), tl.max(mag_odd, axis=2))
+    exp_r = (tl.minimum(amax, INF_BITS) + ROUND_ADD) >> MANT
+    sbyte = tl.where(exp_r == 255, 254, tl.minimum(tl.maximum(exp_r - 2, 0), 254))
+    return tl.where(amax > INF_BITS, 255, sbyte)  # a NaN in the block: E8M0 NaN
+
+
+@triton.jit
+def e2m1_nibble(raw, mag, sbyte, MANT: tl.constexpr):
+    """E2M1 nibble (sign in bit 3) of elements given as bit patterns, scale byte broadcast."""
+    e = mag >> MANT
+    sig = (mag & ((1 << MANT) - 1)) | tl.where(e > 0, 1 << MANT, 0)
+    # 4 |x| 2^-s = sig * 2^sh  with  sh = max(e, 1) - MANT - (s + 127) + 2
+    sh = tl.maximum(e, 1) - MANT - sbyte + 2
+    up = sig << tl.minimum(tl.maximum(sh, 0), 5)  # 5 left shifts already exceed the top midpoint
+    down = sig >> tl.minimum(tl.maximum(-sh, 0), 31)
+    v = tl.where(sh >= 0, up, down)
+    code = (
+        (v >= 1).to(tl.int32)
+        + (v >= 3).to(tl.int32)
+        + (v >= 5).to(tl.int32)
+        + (v >= 7).to(tl.int32)
+        + (v >= 10).to(tl.int32)
+        + (v >= 14).to(tl.int32)
+        + (v >= 20).to(tl.int32)
+    )
+    code = tl.where((e == 255) | (sbyte == 255), 7, code)  # Inf / NaN elements, NaN blocks
+    return code | (((raw >> (MANT + 8)) & 1) << 3)
+
+
+@triton.jit
+def mx_encode_pairs(raw_even, raw_odd, MANT: tl.constexpr):
+    """SPEC 3.3 quantization of element pairs given as bit patterns (int32 [R, G, 16], element 2j
+    and 2j+1 of each 32-block; MANT 7 for bf16 bits, 23 for fp32) -> (fp4 bytes uint8 [R, G, 16],
+    e8m0 bytes uint8 [R, G])."""
+    mag_mask: tl.constexpr = (1 << (MANT + 8)) - 1
+    mag_even, mag_odd = raw_even & mag_mask, raw_odd & mag_mask
+    sbyte = mx_scale_byte(mag_even, mag_odd, MANT)
+    nib_even = e2m1_nibble(raw_even, mag_even, sbyte[:, :, None], MANT)
+    nib_odd = e2m1_nibble(raw_odd, mag_odd, sbyte[:, :, None], MANT)
+    return (nib_even | (nib_odd << 4)).to(tl.uint8), sbyte.to(tl.uint8)
