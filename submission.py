@@ -3,11 +3,12 @@
 """The leaderboard entry point: custom_kernel(data) runs the layer on the best backend here.
 
 Backends: "aiter" (the 2-stage aiter pipeline with the shape-override table, MI355X / gfx950 with
-aiter importable; the default there), "aiter-fused" (the leaderboard template's single
-aiter.fused_moe call), "triton" (the portable Triton kernels; the default elsewhere, run by
-Triton's CPU interpreter when there is no GPU) and "reference" (the torch reference). The
-environment variable MOE_BACKEND overrides the choice. Inputs are validated (metadata only) and
-never written.
+aiter importable; the default there, except for the shapes that backend_table gives to triton),
+"aiter-fused" (the leaderboard template's single aiter.fused_moe call), "triton" (the Triton
+kernels: the native MXFP4 path on gfx950, the decode path elsewhere; the default where aiter is
+not, run by Triton's CPU interpreter when there is no GPU) and "reference" (the torch
+reference). The environment variable MOE_BACKEND overrides the choice. Inputs are validated
+(metadata only) and never written.
 """
 
 import functools
@@ -19,6 +20,7 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from backend_table import backend_for  # noqa: E402
 from task import input_t, output_t  # noqa: E402
 from validation import validate_inputs  # noqa: E402
 
@@ -38,10 +40,15 @@ def default_backend() -> str:
     return "triton"
 
 
-def selected_backend() -> str:
-    backend = os.environ.get("MOE_BACKEND") or default_backend()
-    if backend not in BACKENDS:
-        raise ValueError(f"MOE_BACKEND: unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+def selected_backend(config: dict | None = None) -> str:
+    """MOE_BACKEND if set, else the default; where the default is aiter, backend_table may pick
+    triton for the shape of `config`."""
+    forced = os.environ.get("MOE_BACKEND")
+    if forced and forced not in BACKENDS:
+        raise ValueError(f"MOE_BACKEND: unknown backend {forced!r}; choose one of {', '.join(BACKENDS)}")
+    backend = forced or default_backend()
+    if not forced and backend == "aiter" and config is not None:
+        return backend_for(config)
     return backend
 
 
@@ -75,7 +82,7 @@ _RUNNERS = {"aiter": _run_aiter, "aiter-fused": _run_aiter_fused, "triton": _run
 
 def custom_kernel(data: input_t) -> output_t:
     validate_inputs(data)
-    return _RUNNERS[selected_backend()](data)
+    return _RUNNERS[selected_backend(data[-1])](data)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from bench.backend_rows import backend_rows
 from bench.selection import MODES, NAMED_BACKENDS, SelectionError, parse_backends, read_cases_file, secret_seed
 from bench.selection import select_cases as _select_cases
 from bench.timing import BENCHMARK_LIMITS, BENCHMARK_WARMUP, LEADERBOARD_LIMITS, LEADERBOARD_WARMUP
@@ -430,6 +431,9 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in profiles.items():
             console.print(f"== {k}\n{v}")
     report.print_tables(console, rows, summary, mode, title=f"{mode} on {device_name}")
+    table_rows = backend_rows(rows) if mode in report.TIMED_MODES else []
+    if table_rows:
+        console.print("rows for backend_table.MI355X_BACKENDS (measured here):\n" + "\n".join(table_rows), markup=False)
     if args.out:
         written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles)
         console.print("wrote " + ", ".join(str(p) for p in written))

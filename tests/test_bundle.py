@@ -95,6 +95,47 @@ def test_bundle_runs_as_a_script_in_an_empty_folder(tmp_path, bundled):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+WITHOUT_CUDA_EXTRA = """
+import runpy, sys
+import triton
+import triton.language.extra as extra
+# A Triton without triton.language.extra.cuda (as ROCm builds may be): importing it fails.
+sys.modules["triton.language.extra.cuda"] = None
+if hasattr(extra, "cuda"):
+    del extra.cuda
+bundle = runpy.run_path(sys.argv[1], run_name="__main__")
+from reference import check_implementation, generate_input
+from cases import SMOKE
+import os
+for native in ("0", "1"):
+    os.environ["MOE_TRITON_NATIVE"] = native
+    data = generate_input(**SMOKE[0])
+    ok, message = check_implementation(data, bundle["custom_kernel"](data))
+    assert ok, message
+print("ran both paths")
+"""
+
+
+def test_bundle_imports_and_runs_without_the_cuda_extra_module(tmp_path, bundled):
+    """No NVIDIA-only name is imported at module import: the bundle's `python3 submission.py`
+    step and custom_kernel (decode and native paths) run under a Triton lacking
+    triton.language.extra.cuda."""
+    (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
+    script = tmp_path / "submission.py"
+    script.write_text(bundled.read_text())
+    proc = subprocess.run(
+        [sys.executable, "-c", WITHOUT_CUDA_EXTRA, str(script)],
+        cwd=tmp_path,
+        env=_clean_env(TRITON_INTERPRET="1", PYTHONPATH=str(ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "moe-mxfp4 submission: backend triton" in proc.stdout
+    assert "ran both paths" in proc.stdout
+
+
 CHECK_SMOKE = """
 import json, sys
 from submission import custom_kernel

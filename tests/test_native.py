@@ -80,7 +80,7 @@ def test_tiles_that_do_not_divide_the_shape_and_poisoned_scratch():
 
 
 @needs_dot_scaled
-def test_packed_activations_are_the_reference_quantizer_bit_for_bit():
+def test_packed_activations_are_the_reference_quantizer_bit_for_bit(triton_device):
     # Specials: -0, subnormals, a tie of every rounding midpoint, Inf, a NaN among finite values.
     torch.manual_seed(0)
     hidden = torch.randn(6, 512).to(torch.bfloat16)
@@ -89,8 +89,8 @@ def test_packed_activations_are_the_reference_quantizer_bit_for_bit():
     hidden[2, 64] = float("inf")
     hidden[3, 100] = float("nan")
     hidden[4] *= 2.0**-126
-    hidden = hidden.to(torch.bfloat16)
-    topk_ids = torch.tensor([[0, 1]] * 6, dtype=torch.int32)
+    hidden = hidden.to(torch.bfloat16).to(triton_device)
+    topk_ids = torch.tensor([[0, 1]] * 6, dtype=torch.int32, device=triton_device)
     out = torch.empty_like(hidden, dtype=torch.float32)
     for name, shape in (("a1_fp4", (6, 256)), ("a1_scale", (6, 16))):
         buffers.get_buffer(name, shape, torch.uint8, hidden.device).fill_(0xAB)
