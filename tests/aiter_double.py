@@ -26,6 +26,7 @@ import csv
 import dataclasses
 import enum
 import functools
+import os
 import sys
 import types
 
@@ -108,6 +109,15 @@ class DoubleKernelError(RuntimeError):
     """Where the real kernel would raise (TORCH_CHECK) or read out of bounds."""
 
 
+def _dbl_fault(dbl, kernel_name: str, out: torch.Tensor) -> None:
+    """The misbehaviour dbl.faults asks of this kernel, if any (tests of the tuner)."""
+    fault = dbl.faults.get(kernel_name)
+    if fault == "wrong":
+        out.mul_(2.0)
+    elif fault == "crash":
+        os._exit(134)
+
+
 @dataclasses.dataclass
 class AiterDouble:
     modules: dict
@@ -115,6 +125,8 @@ class AiterDouble:
     csv_path: str
     flydsl_available: bool = True
     cu_num: int = 256
+    # kernel name -> "wrong" (its output doubled) or "crash" (the process exits, as on a GPU fault)
+    faults: dict = dataclasses.field(default_factory=dict)
 
     @property
     def aiter(self):
@@ -321,6 +333,19 @@ def install(monkeypatch, tmp_path, flydsl_available: bool = True, cu_num: int = 
     dbl.aiter.core = dbl.modules["aiter.jit.core"]
     for name, mod in dbl.modules.items():
         monkeypatch.setitem(sys.modules, name, mod)
+    return dbl
+
+
+def install_in_process(faults: dict | None = None) -> AiterDouble:
+    """Install the double for the rest of this process (a spawned worker of the tuner's tests);
+    `faults` as AiterDouble.faults."""
+    import tempfile
+    from pathlib import Path
+
+    import pytest
+
+    dbl = install(pytest.MonkeyPatch(), Path(tempfile.mkdtemp(prefix="aiter_double_")))
+    dbl.faults.update(faults or {})
     return dbl
 
 
@@ -627,6 +652,7 @@ def _build_aiter_ops(dbl):
             gu = a @ w1f[e].T
             h = F.silu(gu[:, :inter]) * gu[:, inter:]
             out[token, slot] = h.to(out.dtype)
+        _dbl_fault(dbl, kernelName, out)
         return out
 
     def ck_moe_stage2_fwd(
@@ -670,6 +696,7 @@ def _build_aiter_ops(dbl):
             fp4_act=True,
             shuffled=getattr(w2, "is_shuffled", False),
         )
+        _dbl_fault(dbl, kernelName, out)
         return out
 
     def moe_cktile2stages_gemm1(
@@ -871,6 +898,7 @@ def _build_fused_moe(dbl):
             a2_scale=a2_scale,
             sorted_weights=sorted_weights,
         )
+        _dbl_fault(dbl, kernelName, out)
 
     def ck_moe_stage1(
         hidden_states,
