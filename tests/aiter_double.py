@@ -127,6 +127,9 @@ class AiterDouble:
     cu_num: int = 256
     # kernel name -> "wrong" (its output doubled) or "crash" (the process exits, as on a GPU fault)
     faults: dict = dataclasses.field(default_factory=dict)
+    # a folder laid out as aiter's AITER_ROOT_DIR: then AITER_CONFIG_FMOE_FILE merges its config
+    # files as aiter/jit/core.py does (with $AITER_CONFIG_FMOE when set); None: csv_path alone
+    aiter_root: str | None = None
 
     @property
     def aiter(self):
@@ -365,9 +368,45 @@ def _build_jit_core(dbl):
     class _Configs:
         @property
         def AITER_CONFIG_FMOE_FILE(self):
-            return dbl.csv_path
+            if dbl.aiter_root is None:
+                return dbl.csv_path
+            return merged_config_file(dbl.aiter_root, os.environ.get("AITER_CONFIG_FMOE"), dbl.csv_path)
 
     dbl.modules["aiter.jit.core"].AITER_CONFIGS = _Configs()
+
+
+def merged_config_file(aiter_root, env_value: str | None, out_path: str, name: str = "tuned_fmoe") -> str:
+    """aiter/jit/core.py:250-275 get_config_file + :182-247 update_config_files for the fmoe table.
+
+    Unset: aiter/configs/tuned_fmoe.csv and every model_configs file matching *tuned_fmoe* whose
+    path holds no "untuned"; set: the listed files only. One file is used as is; several are
+    concatenated (columns must agree but for `_tag`), sorted by `us` and deduplicated on the
+    columns of untuned_fmoe.csv plus cu_num and `_tag`, keeping the fastest; written to out_path."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    configs = Path(aiter_root) / "aiter" / "configs"
+    if env_value:
+        paths = env_value.split(os.pathsep)
+    else:
+        model = [p for p in (configs / "model_configs").glob(f"*{name}*") if p.is_file() and "untuned" not in str(p)]
+        paths = [str(configs / f"{name}.csv"), *map(str, model)]
+    if len(paths) <= 1:
+        return paths[0]
+    frames = [pd.read_csv(paths[0])] + [pd.read_csv(p) for p in paths[1:] if os.path.exists(p)]
+    base = [c for c in frames[0].columns if c != "_tag"]
+    for f in frames[1:]:
+        if [c for c in f.columns if c != "_tag"] != base:
+            raise AssertionError("Column mismatch between config files")
+    merged = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    keys = list(pd.read_csv(configs / "untuned_fmoe.csv").columns) + ["cu_num"]
+    if "_tag" in merged.columns:
+        merged["_tag"] = merged["_tag"].fillna("")
+        keys.append("_tag")
+    merged = merged.sort_values("us").drop_duplicates(subset=keys, keep="first").reset_index(drop=True)
+    merged.to_csv(out_path, index=False)
+    return out_path
 
 
 def _build_flydsl(dbl):
