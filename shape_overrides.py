@@ -69,7 +69,7 @@ Must block_m equal the CK kernel's MPerBlock and the FlyDSL tile_m? Yes.
 Consequences for the starting rows of the issue: block_m 32/64 paired with the 128-row
 gemm1 (256x128x128x128) and with the 16-row FlyDSL t16x128x128 would compute wrong results;
 t16 cannot be used at all on the quantized path (it would need block_m 16, which the quantizer
-forbids); the two ksplit-2 rows fail the tolerance (above). The rows below use a gemm1
+forbids); the two ksplit-2 rows fail the tolerance (above). The committed rows (shape_override_rows.py) use a gemm1
 instance whose MPerBlock equals block_m -- for E=257 the one aiter's dsv3 table picked at the
 same token count (64x32x32x128 at 16 and 512 tokens, 256x32x128x128 at 128); for E=33, which
 aiter's table lacks, 64x32x32x128 at 16 tokens, 256x32x128x128 at 128 tokens and for I=2048,
@@ -77,8 +77,9 @@ aiter's table lacks, 64x32x32x128 at 16 tokens, 256x32x128x128 at 128 tokens and
 csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages_common.py:202-208 -- and the registered
 FlyDSL stage 2 with tile_m = block_m (t32x128x256 / t64x128x256, atomic), with the CK stage 2 of
 the same MPerBlock as fallback.
-`validate` rejects any row that breaks these rules. These rows have not been timed on an
-MI355X (none was available); they are correct by construction, not tuned.
+`validate` rejects any row that breaks these rules. Those rows have not been timed on an
+MI355X (none was available); they are correct by construction, not tuned (`python -m bench.tune_aiter`
+re-derives them by timing every valid row there).
 """
 
 import csv
