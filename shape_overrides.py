@@ -84,10 +84,10 @@ re-derives them by timing every valid row there).
 
 import csv
 import importlib
-import importlib.util
 import inspect
 import os
 import re
+from importlib.util import find_spec
 from pathlib import Path
 
 from aiter_kernels import AITER_COMMIT, CK_A4W4_GEMM1_INSTANCES, CK_A4W4_GEMM2_INSTANCES
@@ -562,7 +562,7 @@ def aiter_config_fmoe(csv_path, aiter_root=None) -> str:
     AITER_ROOT_DIR), found with importlib (without importing aiter) when None.
     """
     if aiter_root is None:
-        spec = importlib.util.find_spec("aiter")
+        spec = find_spec("aiter")
         if spec is None or not spec.submodule_search_locations:
             raise RuntimeError("aiter_config_fmoe: aiter is not installed here; pass aiter_root")
         aiter_root = Path(next(iter(spec.submodule_search_locations))).parent
