@@ -284,9 +284,10 @@ def tune(
 
 
 def _short(c: Candidate) -> str:
-    name1 = c.kernelName1.split("_")[2]
-    name2 = c.kernelName2.split("_")[5] + "_" + c.kernelName2.split("_")[6] if c.flydsl else c.kernelName2.split("_")[2]
-    return f"{name1} + {'fly ' if c.flydsl else 'ck '}{name2}"
+    """e.g. '64x32x32x128 + fly t32x128x256_atomic' for the progress bar."""
+    tile1 = c.kernelName1.split("_")[3]
+    tile2 = "_".join(c.kernelName2.split("_")[5:]) if c.flydsl else c.kernelName2.split("_")[3]
+    return f"{tile1} + {'fly' if c.flydsl else 'ck'} {tile2}"
 
 
 def build_parser() -> argparse.ArgumentParser:

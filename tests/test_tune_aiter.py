@@ -79,7 +79,8 @@ def test_worker_skips_a_failing_and_a_crashing_candidate_and_resumes(tmp_path):
     status = {c: records[c.id]["status"] for c in (good, wrong, crash, after)}
     assert status == {good: "pass", wrong: "fail", crash: "crash", after: "pass"}
     assert records[good.id]["us"] > 0 and records[good.id]["runs"] == 2
-    assert "mismatch" in records[wrong.id]["message"] or "seed" in records[wrong.id]["message"]
+    assert records[wrong.id]["message"].startswith(f"seed {SMOKE0.params['seed'] + 13}: ")
+    assert ta._short(wrong) == "64x32x32x128 + fly t32x256x256_atomic"
     ta.report(console, records, [good, wrong, crash, after])
     text = buf.getvalue()
     assert f"skipped smoke0 {wrong.id}: fail" in text and f"skipped smoke0 {crash.id}: crash" in text
