@@ -95,6 +95,15 @@ def ensure_overrides():
     return fm
 
 
+def install_overrides(overrides: dict, fallbacks: dict | None = None):
+    """Inject `overrides` in place of the package's table and forget every plan (the tuner tries
+    its candidates this way, one after the other); returns aiter.fused_moe."""
+    _aiter, fm = _ab_modules()
+    _AB_STATE["table"] = inject(fm, overrides=overrides, fallbacks=fallbacks)
+    _AB_STATE["plans"] = {}
+    return fm
+
+
 def _ab_quant_choice():
     choice = os.environ.get(AITER_QUANT_ENV, "project").strip().lower() or "project"
     if choice not in ("project", "aiter"):

@@ -3,10 +3,15 @@
 Device-agnostic; every function accepts the torch fp4/e8m0 dtypes or their uint8 views and
 never modifies its inputs.
 
-NaN policy: a block whose amax is NaN gets scale byte 255 (E8M0 NaN) from both quantizers and
-element code 7 (|6|) with the element's sign, so the whole block dequantizes to NaN. aiter's
-bit tricks leave the element codes of such a block implementation-defined; the scale byte,
-and so the dequantized block, agree.
+NaN inputs follow each aiter quantizer (docs/aiter_overrides.md, "NaN inputs"):
+* quantize_weight (aiter's torch quantizer): torch's amax propagates NaN, so a block holding a
+  NaN gets scale byte 255 (E8M0 NaN) and dequantizes to NaN; its NaN elements get code 7.
+* quantize_activation (aiter's Triton quantizer): the block amax is tl.max, which Triton lowers
+  to a maximum that ignores NaN (arith.maxnumf, also under the interpreter), so a NaN among
+  other values leaves the scale of the others and is encoded as code 7 (6 x scale) with its sign
+  bit; a block of NaNs only gets byte 254 (the amax NaN 0x7FC00000 becomes +Inf in the rounding
+  add, so s = 127) and codes 7: it dequantizes to +-Inf (6 x 2^127 overflows fp32).
+Code 7 also stands for Inf elements, with scale byte 254 when the amax is Inf.
 """
 
 import torch
@@ -96,11 +101,10 @@ def quantize_weight(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 def activation_scale_exponent(amax: torch.Tensor) -> torch.Tensor:
     """SPEC 3.3 unbiased scale exponent s (int32) of a block amax (fp32): amax rounded up to a
-    power of two iff its significand is >= 1.75, then floor(log2) - 2 clamped to [-127, 127].
-    A NaN amax gives 128, the marker of a NaN scale."""
+    power of two iff its significand is >= 1.75, then floor(log2) - 2 clamped to [-127, 127]
+    (an Inf amax gives 127). amax must not be NaN (quantize_activation leaves NaNs out of it)."""
     biased = (((amax.view(torch.int32) + 0x200000) >> 23) & 0xFF).to(torch.int32)
-    s = torch.where(biased == 0xFF, 127, (biased - 129).clamp(-127, 127))
-    return torch.where(torch.isnan(amax), 128, s).to(torch.int32)
+    return torch.where(biased == 0xFF, 127, (biased - 129).clamp(-127, 127)).to(torch.int32)
 
 
 def _pow2(e: torch.Tensor) -> torch.Tensor:
@@ -111,17 +115,16 @@ def _pow2(e: torch.Tensor) -> torch.Tensor:
 
 
 def quantize_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """SPEC 3.3 (aiter's Triton activation quantizer, without its uint8 cast bug):
-    x [..., K] -> packed uint8 [rows, K/2], scales uint8 [rows, K/32]."""
+    """SPEC 3.3 (aiter's Triton activation quantizer, without its uint8 cast bug; NaN as in the
+    module docstring): x [..., K] -> packed uint8 [rows, K/2], scales uint8 [rows, K/32]."""
     xb = _blocks(x, "x")
-    s = activation_scale_exponent(xb.abs().amax(dim=-1))
-    nan_block = s == 128
-    s = s.clamp(max=127)
-    scale_bytes = torch.where(nan_block, 0xFF, s + 127).to(torch.uint8)
+    mag = xb.abs()
+    nan = torch.isnan(mag)
+    s = activation_scale_exponent(torch.where(nan, 0.0, mag).amax(dim=-1))
+    s = torch.where(nan.all(dim=-1), 127, s)
     q = xb * _pow2(-s).unsqueeze(-1)
-    codes = _codes_from_magnitude(q.abs(), half_even=False)
-    codes = torch.where(nan_block.unsqueeze(-1), 7, codes).to(torch.uint8) | _sign_bits(xb)
-    return _pack(codes.reshape(xb.shape[0], -1)), scale_bytes
+    codes = _codes_from_magnitude(q.abs(), half_even=False) | _sign_bits(xb)
+    return _pack(codes.reshape(xb.shape[0], -1)), (s + 127).to(torch.uint8)
 
 
 def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:

@@ -2,15 +2,15 @@
 (the aiter path's quant + sort) and by the native path's kernels (moe_native_kernels.py).
 
 The encoder never converts bits to floats: the block amax is taken on the magnitude bits
-(monotone for finite values, and a NaN's bits exceed Inf's, so a NaN is never lost), the scale
+(monotone for finite values; a NaN's bits exceed Inf's, which is how NaNs are told apart), the scale
 byte comes from the amax's exponent field (the "+0x200000, clear the mantissa" rounding is an
 add on those bits), and each element is rounded with integer shifts of its significand
 (floor(4 |x| 2^-s) against the doubled E2M1 midpoints 1, 3, 5, 7, 10, 14, 20, which is
 round-half-away-from-zero). So subnormal inputs, -0 and the sign of tiny negatives come out
 exactly on any backend and in Triton's CPU interpreter. Inf/NaN follow
-mxfp4.quantize_activation: a block holding a NaN gets scale byte 255 and code 7 with the
-element's sign everywhere; a block whose amax is Inf gets byte 254 (s = 127), its Inf elements
-code 7.
+mxfp4.quantize_activation, which follows aiter's Triton quantizer: NaNs are left out of the block
+amax (aiter's tl.max ignores them), a NaN element gets code 7 with its sign bit, a block of NaNs
+only gets byte 254 (s = 127), and so does a block whose amax is Inf (its Inf elements code 7).
 """
 
 import triton
@@ -22,10 +22,14 @@ def mx_scale_byte(mag_even, mag_odd, MANT: tl.constexpr):
     """SPEC 3.3 scale byte (s + 127, int32 [R, G]) from the magnitude bits of [R, G, 16] pairs."""
     INF_BITS: tl.constexpr = 255 << MANT
     ROUND_ADD: tl.constexpr = 1 << (MANT - 2)  # fp32 0x200000 in this format's bit positions
-    amax = tl.maximum(tl.max(mag_even, axis=2), tl.max(mag_odd, axis=2))
-    exp_r = (tl.minimum(amax, INF_BITS) + ROUND_ADD) >> MANT
+    # NaNs (magnitudes above Inf's) are left out, as aiter's tl.max leaves them out; a block of
+    # NaNs only has amax -1
+    num_even = tl.where(mag_even > INF_BITS, -1, mag_even)
+    num_odd = tl.where(mag_odd > INF_BITS, -1, mag_odd)
+    amax = tl.maximum(tl.max(num_even, axis=2), tl.max(num_odd, axis=2))
+    exp_r = (tl.maximum(amax, 0) + ROUND_ADD) >> MANT
     sbyte = tl.where(exp_r == 255, 254, tl.minimum(tl.maximum(exp_r - 2, 0), 254))
-    return tl.where(amax > INF_BITS, 255, sbyte)  # a NaN in the block: E8M0 NaN
+    return tl.where(amax < 0, 254, sbyte)
 
 
 @triton.jit
@@ -47,7 +51,7 @@ def e2m1_nibble(raw, mag, sbyte, MANT: tl.constexpr):
         + (v >= 14).to(tl.int32)
         + (v >= 20).to(tl.int32)
     )
-    code = tl.where((e == 255) | (sbyte == 255), 7, code)  # Inf / NaN elements, NaN blocks
+    code = tl.where(e == 255, 7, code)  # Inf / NaN elements
     return code | (((raw >> (MANT + 8)) & 1) << 3)
 
 

@@ -16,7 +16,10 @@ MoE stages:
 
 Numerics are SPEC 3.3 bit for bit, without aiter's saturating `s.to(uint8) + 127` cast: the byte
 is computed as s + 127 in integers, by mxfp4_kernels' encoder on the inputs' bit patterns (exact
-for subnormals, -0 and tiny negatives on every backend; its docstring gives the Inf/NaN rules).
+for subnormals, -0 and tiny negatives on every backend). Inf/NaN follow mxfp4.quantize_activation,
+which follows aiter's kernel: NaNs are left out of the block amax (aiter's tl.max ignores them), a
+NaN element gets code 7 with its sign bit, a block of NaNs only gets byte 254 (s = 127), and so
+does a block whose amax is Inf (its Inf elements code 7).
 
 One launch, two kinds of programs (as aiter's kernel): token-order programs quantize each row of
 x once (amax, scale, codes) and write its fp4 bytes; sorted-order programs gather the rows of

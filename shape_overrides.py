@@ -69,7 +69,7 @@ Must block_m equal the CK kernel's MPerBlock and the FlyDSL tile_m? Yes.
 Consequences for the starting rows of the issue: block_m 32/64 paired with the 128-row
 gemm1 (256x128x128x128) and with the 16-row FlyDSL t16x128x128 would compute wrong results;
 t16 cannot be used at all on the quantized path (it would need block_m 16, which the quantizer
-forbids); the two ksplit-2 rows fail the tolerance (above). The rows below use a gemm1
+forbids); the two ksplit-2 rows fail the tolerance (above). The committed rows (shape_override_rows.py) use a gemm1
 instance whose MPerBlock equals block_m -- for E=257 the one aiter's dsv3 table picked at the
 same token count (64x32x32x128 at 16 and 512 tokens, 256x32x128x128 at 128); for E=33, which
 aiter's table lacks, 64x32x32x128 at 16 tokens, 256x32x128x128 at 128 tokens and for I=2048,
@@ -77,16 +77,22 @@ aiter's table lacks, 64x32x32x128 at 16 tokens, 256x32x128x128 at 128 tokens and
 csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages_common.py:202-208 -- and the registered
 FlyDSL stage 2 with tile_m = block_m (t32x128x256 / t64x128x256, atomic), with the CK stage 2 of
 the same MPerBlock as fallback.
-`validate` rejects any row that breaks these rules. These rows have not been timed on an
-MI355X (none was available); they are correct by construction, not tuned.
+`validate` rejects any row that breaks these rules. Those rows have not been timed on an
+MI355X (none was available); they are correct by construction, not tuned (`python -m bench.tune_aiter`
+re-derives them by timing every valid row there).
 """
 
 import csv
 import importlib
 import inspect
+import os
 import re
+from importlib.util import find_spec
+from pathlib import Path
 
-AITER_COMMIT = "f3be04a12a0cfd6b5e2c7a94edc774f1bc24460d"
+from aiter_kernels import AITER_COMMIT, CK_A4W4_GEMM1_INSTANCES, CK_A4W4_GEMM2_INSTANCES
+from shape_override_rows import OVERRIDE_ROWS
+
 OVERRIDE_CU_NUM = 256  # MI355X
 OVERRIDE_MODEL_DIM = 7168
 OVERRIDE_TOPK = 9
@@ -146,22 +152,6 @@ _SO_CFG_PARAMS = (
     "is_shuffled",
 )
 
-# CK a4w4 preshuffled instances at f3be04a (gemm_moe_ck2stages_common.py:202-208 and :324-332):
-# (BLOCK_SIZE, MPerBlock, NPerBlock, KPerBlock, MWaves, NWaves, pipeline version).
-CK_A4W4_GEMM1_INSTANCES = (
-    (256, 32, 128, 128, 1, 4, 3),
-    (256, 64, 128, 128, 1, 4, 3),
-    (256, 128, 128, 128, 1, 4, 3),
-    (64, 32, 32, 128, 1, 1, 3),
-)
-CK_A4W4_GEMM2_INSTANCES = (
-    (256, 32, 128, 128, 1, 4, 3),
-    (256, 64, 128, 128, 1, 4, 3),
-    (256, 128, 128, 128, 1, 4, 3),
-    (64, 32, 32, 128, 1, 1, 1),
-    (64, 64, 128, 128, 1, 1, 3),
-    (64, 128, 128, 128, 1, 1, 3),
-)
 # The name suffixes for this problem: Nswizzle always 0 (gen_instances.py:865), Quant3 =
 # QuantType.per_1x32, stage 1 without routed weight (doweight_stage1 False), stage 2 with it,
 # element ops MulABScaleShuffled / MulABScaleExpertWeightShuffled (gemm_moe_ck2stages_common.py:425, :491).
@@ -191,18 +181,6 @@ CK_S2_64 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[1])
 FLY_S2_16 = flydsl_moe_kernel_name(2, 16, 128, 128)  # the issue's starting choice; unusable (see docstring)
 FLY_S2_32 = flydsl_moe_kernel_name(2, 32, 128, 256)
 FLY_S2_64 = flydsl_moe_kernel_name(2, 64, 128, 256)
-
-# (padded tokens, inter_dim, experts): block_m, ksplit, kernelName1, kernelName2, CK stage 2
-# used instead of a FlyDSL kernelName2 when FlyDSL is unavailable.
-_SO_ROWS = (
-    ((16, 256, 257), 32, 0, CK_S1_32_SMALL, FLY_S2_32, CK_S2_32),
-    ((128, 256, 257), 32, 0, CK_S1_32, FLY_S2_32, CK_S2_32),
-    ((512, 256, 257), 32, 0, CK_S1_32_SMALL, FLY_S2_32, CK_S2_32),
-    ((16, 512, 33), 32, 0, CK_S1_32_SMALL, FLY_S2_32, CK_S2_32),
-    ((128, 512, 33), 32, 0, CK_S1_32, FLY_S2_32, CK_S2_32),
-    ((512, 512, 33), 64, 0, CK_S1_64, FLY_S2_64, CK_S2_64),
-    ((512, 2048, 33), 32, 0, CK_S1_32, FLY_S2_32, CK_S2_32),
-)
 
 
 def aiter_key(
@@ -238,18 +216,21 @@ def aiter_key(
     )
 
 
-OVERRIDES = {
-    aiter_key(*shape): {
-        "block_m": block_m,
-        "ksplit": ksplit,
-        "kernelName1": name1,
-        "kernelName2": name2,
-        "run_1stage": False,
-    }
-    for shape, block_m, ksplit, name1, name2, _fallback in _SO_ROWS
-}
-# Stage-2 kernel used in place of a FlyDSL kernelName2 when FlyDSL is unavailable.
-FLYDSL_FALLBACK_KERNEL2 = {aiter_key(*shape): fallback for shape, *_rest, fallback in _SO_ROWS if fallback}
+def table_from_rows(rows) -> tuple[dict, dict]:
+    """(overrides, FlyDSL fallbacks) keyed by aiter_key from rows of shape_override_rows' format."""
+    overrides, fallbacks = {}, {}
+    for row in rows:
+        key = aiter_key(row["token"], row["inter_dim"], row["expert"], model_dim=row["model_dim"], topk=row["topk"])
+        overrides[key] = {f: row[f] for f in ("block_m", "ksplit", "kernelName1", "kernelName2")}
+        overrides[key]["run_1stage"] = False
+        if row.get("fallback_kernelName2"):
+            fallbacks[key] = row["fallback_kernelName2"]
+    return overrides, fallbacks
+
+
+# The table (shape_override_rows.py), and the stage-2 kernel used in place of a FlyDSL
+# kernelName2 when FlyDSL is unavailable.
+OVERRIDES, FLYDSL_FALLBACK_KERNEL2 = table_from_rows(OVERRIDE_ROWS)
 
 _SO_CK_RE = re.compile(
     r"^moe_ck2stages_gemm(?P<stage>[12])_(?P<block>\d+)x(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)_(?P<mw>\d+)x(?P<nw>\d+)_"
@@ -315,12 +296,17 @@ def _so_ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: 
 
 
 def row_problems(
-    key: tuple, row: dict, flydsl_registry: dict | None = None, allow_bf16_activations: bool | None = None
+    key: tuple,
+    row: dict,
+    flydsl_registry: dict | None = None,
+    allow_bf16_activations: bool | None = None,
+    fallbacks: dict | None = None,
 ) -> list:
     """Everything wrong with one override row (empty list when it is valid).
 
     flydsl_registry: aiter's _KERNEL_PARAMS, when at hand; FlyDSL names must then be in it.
     allow_bf16_activations: accept ksplit > 1 rows (default OVERRIDE_ALLOW_BF16_ACTIVATIONS).
+    fallbacks: the table's FlyDSL fallbacks (default FLYDSL_FALLBACK_KERNEL2).
     """
     if allow_bf16_activations is None:
         allow_bf16_activations = OVERRIDE_ALLOW_BF16_ACTIVATIONS
@@ -370,7 +356,7 @@ def row_problems(
                 problems.append(f"{key}: kernelName2 tile_m {fly['tile_m']} != block_m {block_m}")
             if flydsl_registry is not None and name2 not in flydsl_registry:
                 problems.append(f"{key}: kernelName2 {name2!r} is not registered in FlyDSL's _KERNEL_PARAMS")
-        fallback = FLYDSL_FALLBACK_KERNEL2.get(key)
+        fallback = (FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks).get(key)
         if fallback is not None:
             ck_fb = parse_ck_moe_kernel_name(fallback)
             if fallback not in _so_known_ck_names(2) or ck_fb["MPerBlock"] != block_m:
@@ -385,12 +371,18 @@ def row_problems(
 
 
 def validate(
-    overrides: dict | None = None, flydsl_registry: dict | None = None, allow_bf16_activations: bool | None = None
+    overrides: dict | None = None,
+    flydsl_registry: dict | None = None,
+    allow_bf16_activations: bool | None = None,
+    fallbacks: dict | None = None,
 ) -> None:
-    """Raise ValueError listing every invalid row of `overrides` (default OVERRIDES)."""
+    """Raise ValueError listing every invalid row of `overrides` (default OVERRIDES; `fallbacks`
+    default FLYDSL_FALLBACK_KERNEL2)."""
     table = OVERRIDES if overrides is None else overrides
     problems = [
-        p for key, row in table.items() for p in row_problems(key, row, flydsl_registry, allow_bf16_activations)
+        p
+        for key, row in table.items()
+        for p in row_problems(key, row, flydsl_registry, allow_bf16_activations, fallbacks)
     ]
     if problems:
         raise ValueError("invalid aiter override rows:\n  " + "\n  ".join(problems))
@@ -474,21 +466,25 @@ def _so_flydsl(fused_moe_module, overrides):
     return usable, moe_kernels._KERNEL_PARAMS
 
 
-def inject(fused_moe_module, cu_num: int | None = None, overrides: dict | None = None) -> dict:
+def inject(
+    fused_moe_module, cu_num: int | None = None, overrides: dict | None = None, fallbacks: dict | None = None
+) -> dict:
     """Put the override rows into aiter.fused_moe.cfg_2stages and clear get_2stage_cfgs' cache.
 
     Loads aiter's packaged table first when cfg_2stages is still None (keeping all its other
     rows), keys the rows with `cu_num` (default: fused_moe_module.get_cu_num(), else 256),
     registers missing FlyDSL kernels, and swaps a FlyDSL stage 2 for the row's CK fallback when
     FlyDSL is unavailable (aiter would otherwise drop the row, fused_moe.py:809-825). Idempotent.
+    `overrides` / `fallbacks` replace OVERRIDES / FLYDSL_FALLBACK_KERNEL2 (the tuner's candidates).
     Returns the live table (the dict now held by fused_moe_module.cfg_2stages).
     """
     table_rows = OVERRIDES if overrides is None else overrides
-    validate(table_rows)
+    fallbacks = FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks
+    validate(table_rows, fallbacks=fallbacks)
     check_aiter_layout(fused_moe_module)
     flydsl_ok, registry = _so_flydsl(fused_moe_module, table_rows)
     if registry is not None:
-        validate(table_rows, registry)
+        validate(table_rows, registry, fallbacks=fallbacks)
     cu = _so_cu_num(fused_moe_module, cu_num)
     table = fused_moe_module.cfg_2stages
     if table is None:
@@ -496,7 +492,7 @@ def inject(fused_moe_module, cu_num: int | None = None, overrides: dict | None =
     for key, row in table_rows.items():
         live = dict(row)
         if live["kernelName2"].startswith("flydsl_") and not flydsl_ok:
-            fallback = FLYDSL_FALLBACK_KERNEL2.get(key)
+            fallback = fallbacks.get(key)
             if not fallback:
                 raise RuntimeError(f"FlyDSL is unavailable and row {key} has no CK stage-2 fallback")
             live["kernelName2"] = fallback
@@ -506,17 +502,24 @@ def inject(fused_moe_module, cu_num: int | None = None, overrides: dict | None =
     return table
 
 
-def write_csv(path, cu_num: int = OVERRIDE_CU_NUM, overrides: dict | None = None, with_fallback: bool = True):
+def write_csv(
+    path,
+    cu_num: int = OVERRIDE_CU_NUM,
+    overrides: dict | None = None,
+    with_fallback: bool = True,
+    fallbacks: dict | None = None,
+):
     """Write the rows in aiter's tuned_fmoe CSV format (+ `_tag`), for AITER_CONFIG_FMOE.
 
-    Timing columns are 0, so that in a merged list (AITER_CONFIG_FMOE=aiter.csv:this.csv,
+    Timing columns are 0, so that in a merged list (AITER_CONFIG_FMOE=aiter_config_fmoe(path),
     aiter/jit/core.py:182-247, which keeps the lowest `us` per key) these rows win. With
     with_fallback, each FlyDSL row also gets a `flydsl_fallback` row naming its CK stage 2, used by
     aiter when FlyDSL is unavailable (aiter/fused_moe.py:719-738). Empty kernel names (ksplit > 1
     rows) read back as NaN in pandas; aiter does not look at them on that branch. Returns path.
     """
     table_rows = OVERRIDES if overrides is None else overrides
-    validate(table_rows)
+    fallbacks = FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks
+    validate(table_rows, fallbacks=fallbacks)
     records = []
     for key, row in table_rows.items():
         base = dict(zip(AITER_KEY_FIELDS, (int(cu_num),) + tuple(key[1:]), strict=True))
@@ -539,7 +542,7 @@ def write_csv(path, cu_num: int = OVERRIDE_CU_NUM, overrides: dict | None = None
             "_tag": "",
         }
         records.append(record)
-        fallback = FLYDSL_FALLBACK_KERNEL2.get(key)
+        fallback = fallbacks.get(key)
         if with_fallback and fallback and row["kernelName2"].startswith("flydsl_"):
             records.append({**record, "kernelName2": fallback, "_tag": "flydsl_fallback"})
     with open(path, "w", newline="") as f:
@@ -547,3 +550,24 @@ def write_csv(path, cu_num: int = OVERRIDE_CU_NUM, overrides: dict | None = None
         writer.writeheader()
         writer.writerows(records)
     return path
+
+
+def aiter_config_fmoe(csv_path, aiter_root=None) -> str:
+    """The AITER_CONFIG_FMOE value that adds the CSV at `csv_path` to the files aiter merges without it.
+
+    Unset, aiter f3be04a merges aiter/configs/tuned_fmoe.csv with every model_configs file whose
+    name holds `tuned_fmoe` and whose path does not hold `untuned` (aiter/jit/core.py:255-269; the
+    dsv3 fp4 table lives there); set, it merges only the files listed (:273). So the list is
+    those files, then this CSV. aiter_root: the folder holding the `aiter` package (aiter's
+    AITER_ROOT_DIR), found with importlib (without importing aiter) when None.
+    """
+    if aiter_root is None:
+        spec = find_spec("aiter")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError("aiter_config_fmoe: aiter is not installed here; pass aiter_root")
+        aiter_root = Path(next(iter(spec.submodule_search_locations))).parent
+    configs = Path(aiter_root) / "aiter" / "configs"
+    model_files = sorted(
+        str(p) for p in (configs / "model_configs").glob("*tuned_fmoe*") if p.is_file() and "untuned" not in str(p)
+    )
+    return os.pathsep.join([str(configs / "tuned_fmoe.csv"), *model_files, str(Path(csv_path).resolve())])

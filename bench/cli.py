@@ -17,6 +17,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench.backend_rows import backend_rows
+from bench.checks import CHECKS
 from bench.selection import MODES, NAMED_BACKENDS, SelectionError, parse_backends, read_cases_file, secret_seed
 from bench.selection import select_cases as _select_cases
 from bench.timing import BENCHMARK_LIMITS, BENCHMARK_WARMUP, LEADERBOARD_LIMITS, LEADERBOARD_WARMUP
@@ -114,6 +115,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="start no case later than S seconds after launch (later ones are reported skipped), so that a "
         "time-limited machine still writes its outputs",
+    )
+    p.add_argument(
+        "--check",
+        choices=CHECKS,
+        default="a4w4",
+        help="what outputs are compared with: a4w4 (reference.ref_kernel, default), leaderboard (aiter's "
+        "fused_moe after the submission, as the leaderboard; needs aiter) or both (flags disagreements)",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return p
@@ -388,6 +396,7 @@ def main(argv: list[str] | None = None) -> int:
                 "profile_rows": args.profile_rows,
                 "profile_warmup": args.profile_warmup,
                 "deadline": None if args.deadline is None else t_launch + args.deadline,
+                "check": args.check,
             }
         )
 
@@ -417,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": _versions(),
         "backends": [{"label": j["label"], "path": j["path"], "moe_backend": j["moe_backend"]} for j in jobs],
         "seed": secret,
+        "check": args.check,
         "flush": f"{dev_info.get('flush')} ({dev_info.get('flush_bytes', 0) / 2**30:.2f} GiB)" if dev_info else None,
         "limits": limits if mode in report.TIMED_MODES else None,
         "limit_overrides": overrides or None,

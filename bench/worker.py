@@ -48,11 +48,12 @@ def run_backend(job: dict, emit: Callable[[dict], None]) -> None:
 def _run(job: dict, emit: Callable[[dict], None]) -> None:
     from bench import evaluate
     from bench.backends import load_custom_kernel
+    from bench.checks import make_check
     from bench.roofline import traffic
     from bench.timing import Device, Limits
 
     _set_seed(job.get("global_seed", 42))
-    from reference import check_implementation, generate_input
+    from reference import generate_input
 
     device = Device(job["device"], job["flush"])
     emit({"type": "device", "info": device.describe()})
@@ -62,6 +63,7 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
 
     try:
         kernel = load_custom_kernel(job["path"], job["root"], job["label"])
+        check_implementation = make_check(job.get("check", "a4w4"))
     except BaseException as exc:  # noqa: BLE001 - reported, and every case is marked
         if isinstance(exc, KeyboardInterrupt):
             raise

@@ -26,6 +26,7 @@ import csv
 import dataclasses
 import enum
 import functools
+import os
 import sys
 import types
 
@@ -108,6 +109,15 @@ class DoubleKernelError(RuntimeError):
     """Where the real kernel would raise (TORCH_CHECK) or read out of bounds."""
 
 
+def _dbl_fault(dbl, kernel_name: str, out: torch.Tensor) -> None:
+    """The misbehaviour dbl.faults asks of this kernel, if any (tests of the tuner)."""
+    fault = dbl.faults.get(kernel_name)
+    if fault == "wrong":
+        out.mul_(2.0)
+    elif fault == "crash":
+        os._exit(134)
+
+
 @dataclasses.dataclass
 class AiterDouble:
     modules: dict
@@ -115,6 +125,11 @@ class AiterDouble:
     csv_path: str
     flydsl_available: bool = True
     cu_num: int = 256
+    # kernel name -> "wrong" (its output doubled) or "crash" (the process exits, as on a GPU fault)
+    faults: dict = dataclasses.field(default_factory=dict)
+    # a folder laid out as aiter's AITER_ROOT_DIR: then AITER_CONFIG_FMOE_FILE merges its config
+    # files as aiter/jit/core.py does (with $AITER_CONFIG_FMOE when set); None: csv_path alone
+    aiter_root: str | None = None
 
     @property
     def aiter(self):
@@ -324,6 +339,19 @@ def install(monkeypatch, tmp_path, flydsl_available: bool = True, cu_num: int = 
     return dbl
 
 
+def install_in_process(faults: dict | None = None) -> AiterDouble:
+    """Install the double for the rest of this process (a spawned worker of the tuner's tests);
+    `faults` as AiterDouble.faults."""
+    import tempfile
+    from pathlib import Path
+
+    import pytest
+
+    dbl = install(pytest.MonkeyPatch(), Path(tempfile.mkdtemp(prefix="aiter_double_")))
+    dbl.faults.update(faults or {})
+    return dbl
+
+
 def _build_chip_info(dbl):
     """aiter/jit/utils/chip_info.py: get_cu_num (lru_cached, from rocminfo) and get_gfx."""
     mod = dbl.modules["aiter.jit.utils.chip_info"]
@@ -340,9 +368,45 @@ def _build_jit_core(dbl):
     class _Configs:
         @property
         def AITER_CONFIG_FMOE_FILE(self):
-            return dbl.csv_path
+            if dbl.aiter_root is None:
+                return dbl.csv_path
+            return merged_config_file(dbl.aiter_root, os.environ.get("AITER_CONFIG_FMOE"), dbl.csv_path)
 
     dbl.modules["aiter.jit.core"].AITER_CONFIGS = _Configs()
+
+
+def merged_config_file(aiter_root, env_value: str | None, out_path: str, name: str = "tuned_fmoe") -> str:
+    """aiter/jit/core.py:250-275 get_config_file + :182-247 update_config_files for the fmoe table.
+
+    Unset: aiter/configs/tuned_fmoe.csv and every model_configs file matching *tuned_fmoe* whose
+    path holds no "untuned"; set: the listed files only. One file is used as is; several are
+    concatenated (columns must agree but for `_tag`), sorted by `us` and deduplicated on the
+    columns of untuned_fmoe.csv plus cu_num and `_tag`, keeping the fastest; written to out_path."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    configs = Path(aiter_root) / "aiter" / "configs"
+    if env_value:
+        paths = env_value.split(os.pathsep)
+    else:
+        model = [p for p in (configs / "model_configs").glob(f"*{name}*") if p.is_file() and "untuned" not in str(p)]
+        paths = [str(configs / f"{name}.csv"), *map(str, model)]
+    if len(paths) <= 1:
+        return paths[0]
+    frames = [pd.read_csv(paths[0])] + [pd.read_csv(p) for p in paths[1:] if os.path.exists(p)]
+    base = [c for c in frames[0].columns if c != "_tag"]
+    for f in frames[1:]:
+        if [c for c in f.columns if c != "_tag"] != base:
+            raise AssertionError("Column mismatch between config files")
+    merged = pd.concat([f for f in frames if not f.empty], ignore_index=True)
+    keys = list(pd.read_csv(configs / "untuned_fmoe.csv").columns) + ["cu_num"]
+    if "_tag" in merged.columns:
+        merged["_tag"] = merged["_tag"].fillna("")
+        keys.append("_tag")
+    merged = merged.sort_values("us").drop_duplicates(subset=keys, keep="first").reset_index(drop=True)
+    merged.to_csv(out_path, index=False)
+    return out_path
 
 
 def _build_flydsl(dbl):
@@ -627,6 +691,7 @@ def _build_aiter_ops(dbl):
             gu = a @ w1f[e].T
             h = F.silu(gu[:, :inter]) * gu[:, inter:]
             out[token, slot] = h.to(out.dtype)
+        _dbl_fault(dbl, kernelName, out)
         return out
 
     def ck_moe_stage2_fwd(
@@ -670,6 +735,7 @@ def _build_aiter_ops(dbl):
             fp4_act=True,
             shuffled=getattr(w2, "is_shuffled", False),
         )
+        _dbl_fault(dbl, kernelName, out)
         return out
 
     def moe_cktile2stages_gemm1(
@@ -871,6 +937,7 @@ def _build_fused_moe(dbl):
             a2_scale=a2_scale,
             sorted_weights=sorted_weights,
         )
+        _dbl_fault(dbl, kernelName, out)
 
     def ck_moe_stage1(
         hidden_states,

@@ -270,27 +270,46 @@ def test_weight_scale_byte_function():
     assert [oracle.weight_scale_byte(4 * k) for k in finite[:-1]] == [cases[k] for k in finite[:-1]]
 
 
-# NaN policy, as documented in mxfp4.py: a block whose amax is NaN gets scale byte 255 from both
-# quantizers and element code 7 with the element's sign, so the whole block dequantizes to NaN.
+# NaN inputs, as documented in mxfp4.py: each quantizer follows its aiter counterpart. The weight
+# quantizer (torch amax) gives a block holding a NaN scale byte 255; the activation quantizer
+# (aiter's Triton kernel, whose tl.max ignores NaN) keeps the other elements' scale, encodes the
+# NaN as code 7 with its sign, and gives a block of NaNs only byte 254.
 NAN_BLOCK = [1.0, -2.0, math.nan, 3.0, -0.0, -0.1] + [0.5] * 26
+NAN_FILLED = [0.0 if math.isnan(v) else v for v in NAN_BLOCK]
+NEG_NAN = -math.nan
 
 
-@pytest.mark.parametrize("kind", KINDS)
-def test_nan_block_scale_and_dequantize(kind, device):
+def test_weight_nan_block_scale_and_dequantize(device):
     x = torch.tensor([[1.0] * 32 + NAN_BLOCK], device=device)  # block 0 finite, block 1 holds a NaN
-    fn = mxfp4.quantize_weight if kind == "weight" else mxfp4.quantize_activation
-    packed, scales = fn(x)
+    packed, scales = mxfp4.quantize_weight(x)
     assert u8(scales).cpu().tolist() == [[125, 255]]  # amax 1: v = 2^-2 / s = -2
     deq = mxfp4.dequantize(packed, scales).cpu()
     assert deq[0, :32].tolist() == [1.0] * 32
     assert deq[0, 32:].isnan().all()
-
-
-@pytest.mark.parametrize("kind", KINDS)
-def test_nan_block_codes_carry_the_sign(kind):
-    fn = mxfp4.quantize_weight if kind == "weight" else mxfp4.quantize_activation
-    codes = codes_of(fn(torch.tensor([NAN_BLOCK]))[0])
+    codes = codes_of(mxfp4.quantize_weight(torch.tensor([NAN_BLOCK]))[0])
     assert codes == [7 | (8 if math.copysign(1.0, v) < 0 else 0) for v in NAN_BLOCK]
+
+
+@pytest.mark.parametrize("nan", [math.nan, NEG_NAN])
+def test_activation_nan_among_values_keeps_their_scale(device, nan):
+    block = [nan if math.isnan(v) else v for v in NAN_BLOCK]
+    codes, scales = quantize("activation", torch.tensor([block], device=device))
+    ref_codes, ref_scales = quantize("activation", torch.tensor([NAN_FILLED], device=device))
+    assert scales == ref_scales == [126]  # amax 3: s = floor(log2 3) - 2 = -1
+    sign = 8 if math.copysign(1.0, nan) < 0 else 0
+    assert codes == [7 | sign if math.isnan(v) else c for v, c in zip(NAN_BLOCK, ref_codes, strict=True)]
+    packed, sc = mxfp4.quantize_activation(torch.tensor([block], device=device))
+    deq = mxfp4.dequantize(packed, sc).cpu()[0]
+    assert deq[2].item() == (-6.0 if sign else 6.0) * 2.0**-1 and not deq.isnan().any()
+
+
+def test_activation_all_nan_block_gets_byte_254(device):
+    x = torch.tensor([[math.nan] * 16 + [NEG_NAN] * 16 + [math.nan] + [0.0] * 31], device=device)
+    codes, scales = quantize("activation", x)
+    assert scales == [254, 0]  # NaNs only: s = 127; NaN among zeros: the zeros' byte 0
+    assert codes[:32] == [7] * 16 + [15] * 16 and codes[32:] == [7] + [0] * 31
+    deq = mxfp4.dequantize(*mxfp4.quantize_activation(x)).cpu()[0]
+    assert deq[:16].tolist() == [math.inf] * 16 and deq[16:32].tolist() == [-math.inf] * 16
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -100,7 +100,8 @@ def test_packed_activations_are_the_reference_quantizer_bit_for_bit(triton_devic
     assert torch.equal(hidden.view(torch.int16), before.view(torch.int16))
     assert torch.equal(fp4, ref_fp4)
     assert torch.equal(scales, ref_scales)
-    assert scales[3, 3] == 255 and scales[2, 2] == 254
+    # aiter's rule (mxfp4.py): a NaN leaves its block's scale to the other elements; Inf gives 254.
+    assert scales[3, 3] != 255 and scales[2, 2] == 254
 
 
 def test_the_environment_chooses_and_bad_values_are_refused(monkeypatch):

@@ -91,6 +91,9 @@ def special_rows() -> torch.Tensor:
     rows.append([bf16_bits(0x7F7F), -bf16_bits(0x7F7F), 1.0] + [2.0**120] * 29)  # bf16 max
     rows.append([float("inf"), 1.0, -1.0] + [0.5] * 29)
     rows.append([float("-inf"), float("nan")] + [0.5] * 30)
+    rows.append([float("nan"), -1.0, 3.0] + [0.5] * 29)  # a NaN leaves the others' scale (aiter's tl.max)
+    rows.append([float("nan")] * 16 + [-float("nan")] * 16)  # NaNs only: byte 254
+    rows.append([float("nan")] + [0.0] * 31)  # a NaN among zeros: byte 0
     rows.append([1.7 * 2.0**-126, 1.99 * 2.0**-126, 2.0**-125] + [2.0**-127] * 29)  # tiny normals
     rows.append([1.5] * 31 + [1.75])  # 1.75 -> amax 2 -> s = -1
     return torch.tensor(rows, dtype=torch.float32).to(torch.bfloat16)

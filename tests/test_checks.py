@@ -1,0 +1,65 @@
+"""`python -m bench --check`: the package's a4w4 reference, the leaderboard's (aiter's fused_moe in
+the same process, here the aiter test double) and both, which flags a row that passes only
+because the reference reads the same table."""
+
+import pytest
+
+import aiter_backend
+import shape_overrides as so
+from bench import checks, cli
+from reference import generate_input
+from tests import aiter_double
+
+SMOKE0 = dict(dhidden=512, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=8, seed=1)
+
+
+def _mismatched_row():
+    """A row for the SMOKE0 key pairing the 32-row sort with the 128-row stage-1 kernel: whatever
+    it computes, aiter's fused_moe computes the same."""
+    key = so.aiter_key(8, 256, 9, model_dim=512, topk=5)
+    row = dict(zip(so.AITER_KEY_FIELDS, key, strict=True))
+    return dict(row, block_m=32, ksplit=0, kernelName1=so.CK_S1_128, kernelName2=so.CK_S2_32, us=1.0, run_1stage=0)
+
+
+@pytest.fixture
+def double_with_mismatched_row(monkeypatch, tmp_path):
+    monkeypatch.setenv("MOE_AITER_QUANT", "aiter")
+    aiter_backend.reset_aiter_backend()
+    dbl = aiter_double.install(monkeypatch, tmp_path, csv_rows=[_mismatched_row()])
+    yield dbl
+    aiter_backend.reset_aiter_backend()
+
+
+def test_both_flags_a_row_that_passes_only_because_the_reference_reads_it(double_with_mismatched_row):
+    data = generate_input(**SMOKE0)
+    out = aiter_backend.fused_moe_aiter(data)
+    assert checks.make_check("leaderboard")(data, out)[0]
+    assert not checks.make_check("a4w4")(data, out)[0]
+    ok, message = checks.make_check("both")(data, out)
+    assert not ok and message.startswith(f"{checks.DISAGREE}: passes the leaderboard's check")
+
+
+def test_both_passes_a_correct_output(monkeypatch, tmp_path):
+    monkeypatch.setenv("MOE_AITER_QUANT", "aiter")
+    aiter_backend.reset_aiter_backend()
+    aiter_double.install(monkeypatch, tmp_path)
+    data = generate_input(**SMOKE0)
+    assert checks.make_check("both")(data, aiter_backend.fused_moe_aiter(data)) == (True, "")
+    aiter_backend.reset_aiter_backend()
+
+
+@pytest.mark.parametrize(("check", "rc"), [("a4w4", 1), ("leaderboard", 0), ("both", 1)])
+def test_cli_routes_the_check(double_with_mismatched_row, capsys, check, rc):
+    argv = ["--inline", "--backend", "aiter", "--cases", "smoke:0", "--device", "cpu", "--roofline", "off", "-q"]
+    assert cli.main(argv + ["--check", check]) == rc
+    assert (checks.DISAGREE in capsys.readouterr().out) == (check == "both")
+
+
+def test_leaderboard_check_without_aiter_is_a_clear_error():
+    try:
+        import aiter  # noqa: F401
+    except Exception:  # noqa: BLE001
+        with pytest.raises(RuntimeError, match="--check leaderboard needs aiter"):
+            checks.make_check("leaderboard")
+    else:
+        pytest.skip("aiter imports here")
