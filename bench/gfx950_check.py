@@ -40,7 +40,7 @@ class KernelReport:
     res: asm.Resources
     waves: float
     dots: list[asm.Dot]
-    loop_mfma_cycles: float  # matrix-core cycles of one loop iteration of one wave
+    loop_mfma_cycles: float  # matrix-core cycles of one K step of one wave
     violations: list[str] = field(default_factory=list)
 
     @property
