@@ -1,0 +1,184 @@
+"""`python -m bench.gfx950`: the offline gfx950 (MI355X) compile check of the Triton backend, CPU only.
+
+It calls the package's own launcher (moe_triton.fused_moe_triton) on empty CPU tensors of each
+case's shapes while a compile-only gfx950 driver is active (bench.gfx950_driver), so every kernel
+compiles as the launcher would launch it on an MI355X, and nothing runs. Per launch it prints what
+the kernel compiled to (bench.gfx950_asm) and the limits it breaks (bench.gfx950_check); per case
+a static time ESTIMATE (bench.gfx950_estimate) beside aiter's MI355X time. Exit status 1 on any
+broken limit or failed compile, 2 on bad options. docs/gfx950.md, "The offline check", explains
+how to read it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import os
+import sys
+from pathlib import Path
+
+PATHS = ("native", "decode")
+ROOT = Path(__file__).resolve().parents[1]  # the package's modules sit at the repository root
+
+
+def compile_inputs(params: dict) -> tuple:
+    """The 12-item input tuple (SPEC 2) of a case as empty CPU tensors: shapes and dtypes only."""
+    import torch
+
+    from mxfp4 import E8M0_DTYPE, FP4_DTYPE
+
+    m, h, i = params["bs"], params["dhidden"], params["dexpert"]
+    n_routed, n_shared = params["nroutedexperts"], params["nsharedexperts"]
+    experts, topk = n_routed + n_shared, params["nexpertspertoken"] + n_shared
+
+    def pad(x: int, align: int) -> int:
+        return -(-x // align) * align
+
+    w1, w2 = (experts, 2 * i, h // 2), (experts, h, i // 2)
+    s1, s2 = (experts * 2 * i, h // 32), (experts * h, i // 32)
+    config = dict(
+        d_hidden=h,
+        d_expert=i,
+        d_hidden_pad=h,
+        d_expert_pad=i,
+        n_routed_experts=n_routed,
+        n_shared_experts=n_shared,
+        n_experts_per_token=params["nexpertspertoken"],
+        total_top_k=topk,
+        bs=m,
+    )
+    return (
+        torch.empty(m, h, dtype=torch.bfloat16),
+        torch.empty(w1, dtype=FP4_DTYPE),
+        torch.empty(w2, dtype=FP4_DTYPE),
+        torch.empty(s1, dtype=E8M0_DTYPE),
+        torch.empty(s2, dtype=E8M0_DTYPE),
+        torch.empty(w1, dtype=FP4_DTYPE),
+        torch.empty(w2, dtype=FP4_DTYPE),
+        torch.empty(pad(s1[0], 256), pad(s1[1], 8), dtype=E8M0_DTYPE),
+        torch.empty(pad(s2[0], 256), pad(s2[1], 8), dtype=E8M0_DTYPE),
+        torch.empty(m, topk, dtype=torch.float32),
+        torch.empty(m, topk, dtype=torch.int32),
+        config,
+    )
+
+
+def _launcher():
+    """fused_moe_triton; refuses kernels built for the interpreter (a kernel module of the package
+    imported under TRITON_INTERPRET=1 in this process: main turns it off before anything imports one)."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    import moe_triton
+
+    for module in list(sys.modules.values()):
+        source = getattr(module, "__file__", None)
+        if source and Path(source).resolve().parent == ROOT:
+            if any(isinstance(v, InterpretedFunction) for v in vars(module).values()):
+                raise RuntimeError(
+                    f"{module.__name__} was imported under TRITON_INTERPRET=1: run the check in a fresh process"
+                )
+    return moe_triton.fused_moe_triton
+
+
+def launch_case(params: dict, path: str):
+    """Compile (never run) every launch of one case; returns (launches, note on the path taken)."""
+    from bench.gfx950_driver import compile_only_gfx950
+    from validation import validate_inputs
+
+    fused = _launcher()
+    data = compile_inputs(params)
+    validate_inputs(data)
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
+    kwargs, note = {}, f"{path} path"
+    if "native" in inspect.signature(fused).parameters:
+        kwargs["native"] = path == "native"
+    elif path == "native":
+        note = "no native keyword in fused_moe_triton: its only (decode) path"
+    previous = os.environ.get("MOE_TRITON_NATIVE")
+    os.environ["MOE_TRITON_NATIVE"] = "1" if path == "native" else "0"
+    try:
+        with compile_only_gfx950() as driver:
+            fused(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, **kwargs)
+    finally:
+        if previous is None:
+            os.environ.pop("MOE_TRITON_NATIVE", None)
+        else:
+            os.environ["MOE_TRITON_NATIVE"] = previous
+    return driver.launches, note
+
+
+def dump_asm(directory: Path, label: str, launch) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    stem = f"{label}-{launch.function}-{launch.kernel.metadata.hash[:8]}"
+    for ext in ("amdgcn", "ttgir"):
+        (directory / f"{stem}.{ext}").write_text(launch.kernel.asm[ext])
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(prog="python -m bench.gfx950", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        default=["official"],
+        help="case selectors as for python -m bench: official (default), tests, benchmarks, smoke, "
+        "benchmarks:0,3, or dhidden=...,bs=...",
+    )
+    p.add_argument(
+        "--path",
+        choices=PATHS,
+        default="native",
+        help="the launcher's native gfx950 path (default) or today's decode path",
+    )
+    p.add_argument("--md", type=Path, help="also write the tables as Markdown to this file")
+    p.add_argument("--asm-dir", type=Path, help="write each compiled kernel's AMDGCN and TTGIR here")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    os.environ["TRITON_INTERPRET"] = "0"  # before the kernels' modules are imported: they decorate at import
+    import triton
+
+    from bench import gfx950_report as report
+    from bench.gfx950_check import analyse
+    from bench.gfx950_estimate import estimate
+    from bench.report import aiter_times
+    from bench.selection import SelectionError, select_cases
+
+    try:
+        cases = select_cases(args.cases)
+    except SelectionError as exc:
+        print(f"--cases: {exc}", file=sys.stderr)
+        return 2
+    aiter = aiter_times()
+    kernel_rows, case_rows, failed = [], [], False
+    for case in cases:
+        try:
+            launches, note = launch_case(case.params, args.path)
+        except Exception as exc:  # a kernel that does not compile for gfx950 is a finding, not a crash
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            case_rows.append(report.failed_case_row(case, f"{type(exc).__name__}: {first}"))
+            failed = True
+            continue
+        analysed = [(analyse(launch.kernel), launch) for launch in launches]
+        for rep, launch in analysed:
+            kernel_rows.append(report.kernel_row(case, rep, launch))
+            failed |= bool(rep.violations)
+            if args.asm_dir:
+                dump_asm(args.asm_dir, case.label, launch)
+        case_rows.append(report.case_row(case, note, estimate(case.params, analysed), aiter.get(case.shape_key())))
+    title = f"gfx950 compile check, triton {triton.__version__}, --path {args.path}"
+    report.print_tables(title, kernel_rows, case_rows)
+    if args.md:
+        args.md.write_text(report.markdown(title, kernel_rows, case_rows))
+    broken = sum(bool(r["violations"]) for r in kernel_rows)
+    errors = sum(bool(r.get("error")) for r in case_rows)
+    if failed:
+        print(f"FAIL: {broken} of {len(kernel_rows)} launches break the limits, {errors} cases failed to compile")
+    else:
+        print(f"PASS: {len(kernel_rows)} launches over {len(cases)} cases within the limits")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""A compile-only Triton driver for AMD gfx950 (MI355X): every JIT launch compiles with the real HIP
+backend and specialises as it would on the GPU (constexprs, num_warps, num_stages, divisibility of
+arguments), but nothing runs.
+
+The launcher's tensors stay on the CPU (torch.empty: no values are read). Each launch is recorded
+with its compiled kernel and grid. Triton checks LDS only when loading a kernel, which here loads
+nothing, so a kernel over the device's LDS compiles and is reported by the caller instead.
+Works with triton 3.5, 3.6 and 3.9: it uses the driver interface those share (DriverBase,
+driver.set_active, launcher_cls(src, metadata), utils.load_binary / get_device_properties).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+
+from triton.backends.compiler import GPUTarget
+from triton.backends.driver import DriverBase
+from triton.runtime.driver import driver as driver_config
+
+TARGET = GPUTarget("hip", "gfx950", 64)
+# The key of the JIT's per-device kernel cache: one name for every compile-only launch, so that a
+# kernel specialised the same way compiles once per process.
+DEVICE = "gfx950-compile-only"
+
+
+@dataclass
+class Launch:
+    """One kernel launch: the compiled kernel (asm, metadata), its grid and its constexprs by name."""
+
+    kernel: object  # triton.compiler.CompiledKernel
+    grid: tuple[int, int, int]
+    constexprs: dict = field(default_factory=dict)
+
+    @property
+    def function(self) -> str:
+        """The @triton.jit function's name (the kernel's name may carry a repr of its constexprs)."""
+        return self.kernel.src.fn.__name__
+
+
+class _Utils:
+    """What CompiledKernel asks of the device when it 'loads': no module, no limit it could fail."""
+
+    def get_device_properties(self, device):
+        return {"max_shared_mem": 1 << 40, "multiprocessor_count": 256, "arch": TARGET.arch, "warpSize": 64}
+
+    def load_binary(self, name, kernel, shared, device):
+        return None, None, 0, 0, 1024  # module, function, registers, spills, max threads
+
+    def unload_module(self, module):
+        pass
+
+
+class CompileOnlyDriver(DriverBase):
+    """Active while compiling: the target is gfx950 and a launch records itself instead of running."""
+
+    def __init__(self):
+        self.utils = _Utils()
+        self.launches: list[Launch] = []
+        driver = self
+
+        class Launcher:
+            def __init__(self, src, metadata):
+                self.src, self.metadata = src, metadata
+
+            def __call__(self, grid_x, grid_y, grid_z, *_rest):
+                driver.launches.append(
+                    Launch(
+                        kernel=_compiled(self.src, self.metadata),
+                        grid=(grid_x, grid_y, grid_z),
+                        constexprs=_named_constexprs(self.src),
+                    )
+                )
+
+        self.launcher_cls = Launcher
+
+    @staticmethod
+    def is_active():
+        return False  # never picked on its own; set_active installs it
+
+    def map_python_to_cpp_type(self, ty: str) -> str:
+        return ty
+
+    def get_current_target(self):
+        return TARGET
+
+    def get_active_torch_device(self):
+        import torch
+
+        return torch.device("cpu")
+
+    def get_current_device(self):
+        return DEVICE
+
+    def get_current_stream(self, device=None):
+        return 0
+
+    def set_current_device(self, device):
+        pass
+
+    def get_benchmarker(self):
+        raise RuntimeError("the gfx950 compile-only driver runs nothing, so it cannot time anything")
+
+
+def _compiled(src, metadata):
+    """The CompiledKernel a launcher was made for: the JIT cache entry holding this very metadata."""
+    cache = src.fn.device_caches[DEVICE][0]
+    for kernel in cache.values():
+        if getattr(kernel, "metadata", None) is metadata:
+            return kernel
+    raise RuntimeError(f"{metadata.name}: compiled kernel not found in the JIT cache")
+
+
+def _named_constexprs(src) -> dict:
+    names = src.fn.arg_names
+    return {names[key[0]]: value for key, value in src.constants.items() if len(key) == 1}
+
+
+@contextlib.contextmanager
+def compile_only_gfx950():
+    """Yield the active compile-only driver; the previous driver (often none on a CPU machine, where
+    asking for one raises) is put back afterwards. TRITON_INTERPRET is off inside."""
+    previous_driver = driver_config._active  # the attribute set_active sets; may be None
+    previous_interpret = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "0"
+    active = CompileOnlyDriver()
+    driver_config.set_active(active)
+    try:
+        yield active
+    finally:
+        driver_config._active = previous_driver
+        if previous_interpret is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = previous_interpret

@@ -1,0 +1,183 @@
+"""Tables of the gfx950 check: one row per launched kernel, one per case (the ESTIMATE), on the
+console (rich) and as Markdown (for bench/RESULTS.md)."""
+
+from __future__ import annotations
+
+import math
+
+from bench.gfx950_model import LEADERBOARD_BEST_US
+
+KERNEL_COLUMNS = (
+    ("case", "case"),
+    ("kernel", "kernel"),
+    ("grid", "grid"),
+    ("warps/stages", "ws"),
+    ("dot tile", "tile"),
+    ("MFMAs (static)", "mfma"),
+    ("K loop", "loop"),
+    ("instr/step", "instr"),
+    ("MFMA/step", "mfma_iter"),
+    ("VALU/step", "valu"),
+    ("VALU/MFMA", "valu_per_mfma"),
+    ("VGPR", "vgpr"),
+    ("AGPR", "agpr"),
+    ("SGPR", "sgpr"),
+    ("LDS KiB", "lds"),
+    ("scratch", "scratch"),
+    ("spills", "spills"),
+    ("waves/SIMD", "waves"),
+    ("replication", "replication"),
+    ("limits", "verdict"),
+)
+CASE_COLUMNS = (
+    ("case", "case"),
+    ("shape", "shape"),
+    ("path", "note"),
+    ("launches", "launches"),
+    ("bytes floor us", "bytes_us"),
+    ("MFMA us", "mfma_us"),
+    ("compute us", "compute_us"),
+    ("ESTIMATE us", "estimate_us"),
+    ("aiter MI355X us", "aiter_us"),
+)
+
+
+def _short(name: str) -> str:
+    return name.removesuffix("_kernel").removeprefix("moe_")
+
+
+def kernel_row(case, rep, launch) -> dict:
+    loop = rep.loop
+    return {
+        "case": case.label,
+        "kernel": _short(launch.function),
+        "grid": "x".join(map(str, launch.grid)),
+        "ws": f"{rep.num_warps}/{rep.num_stages}",
+        "tile": " + ".join(f"{d.m}x{d.n}x{d.k}" for d in rep.dots) or "-",
+        "mfma": ", ".join(f"{m.removeprefix('v_mfma_').replace('f32_', '')} x{n}" for m, n in sorted(rep.mfma.items()))
+        or "-",
+        "loop": "-"
+        if not loop
+        else ("kernel" if loop.whole_kernel else "loop") + (f"/{loop.steps}" if loop.steps > 1 else ""),
+        "instr": loop.instructions if loop else "-",
+        "mfma_iter": loop.mfma if loop else "-",
+        "valu": loop.valu if loop else "-",
+        "valu_per_mfma": f"{loop.valu / loop.mfma:.1f}" if loop else "-",
+        "vgpr": rep.res.vgpr,
+        "agpr": rep.res.agpr,
+        "sgpr": rep.res.sgpr,
+        "lds": f"{rep.lds / 1024:.1f}",
+        "scratch": rep.res.scratch,
+        "spills": rep.res.vgpr_spill + rep.res.sgpr_spill,
+        "waves": f"{rep.waves:g}",
+        "replication": f"x{rep.replication:g}" if rep.dots else "-",
+        "verdict": "FAIL" if rep.violations else "ok",
+        "violations": rep.violations,
+        "kernel_name": launch.function,
+    }
+
+
+def case_row(case, note: str, est, aiter_us: float | None) -> dict:
+    return {
+        "case": case.label,
+        "shape": case.shape,
+        "note": note,
+        "launches": est.launches,
+        "bytes_us": f"{est.bytes_floor_us:.1f}",
+        "mfma_us": f"{est.mfma_us:.1f}",
+        "compute_us": f"{est.compute_us:.1f}",
+        "estimate_us": f"{est.estimate_us:.1f}",
+        "aiter_us": f"{aiter_us:.1f}" if aiter_us else "-",
+        "_estimate": est.estimate_us,
+        "_aiter": aiter_us,
+        "error": "",
+    }
+
+
+def failed_case_row(case, error: str) -> dict:
+    return {"case": case.label, "shape": case.shape, "note": f"FAILED: {error}", "error": error}
+
+
+def geomean(values) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else None
+
+
+def summary(case_rows) -> str:
+    """Geomeans over the cases that have an aiter time (the benchmarks), beside the leaderboard's best."""
+    timed = [r for r in case_rows if r.get("_aiter") and r.get("_estimate")]
+    if not timed:
+        return f"leaderboard best: {LEADERBOARD_BEST_US} us geomean over its 7 benchmarks"
+    est, ait = geomean(r["_estimate"] for r in timed), geomean(r["_aiter"] for r in timed)
+    return (
+        f"geomean over {len(timed)} benchmark cases: ESTIMATE {est:.1f} us (static, not measured), "
+        f"aiter {ait:.1f} us, leaderboard best {LEADERBOARD_BEST_US} us"
+    )
+
+
+def _cell(row: dict, key: str) -> str:
+    return str(row.get(key, ""))
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(width=max(200, Console().width))
+
+
+def print_kernel_table(title: str, kernel_rows, console=None) -> None:
+    from rich.table import Table
+
+    t = Table(title=f"{title}: per launch")
+    for head, key in KERNEL_COLUMNS:
+        t.add_column(head, justify="left" if key in ("case", "kernel", "mfma") else "right", overflow="fold")
+    for r in kernel_rows:
+        t.add_row(*(_cell(r, k) for _, k in KERNEL_COLUMNS), style="red" if r["violations"] else None)
+    (console or _console()).print(t)
+
+
+def print_tables(title: str, kernel_rows, case_rows) -> None:
+    from rich.table import Table
+
+    console = _console()
+    print_kernel_table(title, kernel_rows, console)
+    s = Table(title=f"{title}: MI355X ESTIMATE per case (static model, not a measurement)")
+    for head, key in CASE_COLUMNS:
+        s.add_column(head, justify="left" if key in ("case", "shape", "note") else "right", overflow="fold")
+    for r in case_rows:
+        s.add_row(*(_cell(r, k) for _, k in CASE_COLUMNS), style="red" if r.get("error") else None)
+    console.print(s)
+    console.print(summary(case_rows))
+    for line in violation_lines(kernel_rows, case_rows):
+        console.print(f"[red]{line}[/red]")
+
+
+def violation_lines(kernel_rows, case_rows) -> list[str]:
+    """One line per broken limit (the same kernel in several cases: once, with its cases)."""
+    seen: dict[tuple, list[str]] = {}
+    for r in kernel_rows:
+        for v in r["violations"]:
+            seen.setdefault((r["kernel_name"], v), []).append(r["case"])
+    lines = [f"{name}: {v} ({', '.join(dict.fromkeys(cases))})" for (name, v), cases in seen.items()]
+    return lines + [f"{r['case']} ({r['shape']}): {r['error']}" for r in case_rows if r.get("error")]
+
+
+def _md_table(columns, rows) -> list[str]:
+    lines = ["| " + " | ".join(h for h, _ in columns) + " |", "|" + "|".join("---" for _ in columns) + "|"]
+    lines += ["| " + " | ".join(_cell(r, k).replace("|", "/") for _, k in columns) + " |" for r in rows]
+    return lines
+
+
+def markdown_kernels(title: str, kernel_rows) -> str:
+    lines = [f"### {title}", "", "Per launch (K-loop counts per K step of one wave):", ""]
+    return "\n".join(lines + _md_table(KERNEL_COLUMNS, kernel_rows) + [""])
+
+
+def markdown(title: str, kernel_rows, case_rows) -> str:
+    lines = [markdown_kernels(title, kernel_rows), "MI355X ESTIMATE per case (static model, not a measurement):", ""]
+    lines += _md_table(CASE_COLUMNS, case_rows)
+    lines += ["", summary(case_rows), ""]
+    broken = violation_lines(kernel_rows, case_rows)
+    if broken:
+        lines += ["Broken limits:", ""] + [f"- {line}" for line in broken] + [""]
+    return "\n".join(lines)

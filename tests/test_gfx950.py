@@ -1,0 +1,269 @@
+"""The offline gfx950 check (bench.gfx950): its parsers on captured AMDGCN / TTGIR snippets, its
+occupancy and routing formulas, and real compiles (in fresh processes, since this one has Triton's
+interpreter on): a scaled-dot toy GEMM passes, today's decode path fails."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench import gfx950_asm as asm
+from bench import gfx950_model as model
+from bench.gfx950_check import k_steps
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Shapes of real triton 3.9 output for gfx950 (aiter's mxfp4 kernel, our stage 2), cut down.
+LOOP_ASM = """\
+\ts_branch .LBB0_0
+.LBB0_0:
+\tv_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[40:43], v[32:35], v[0:3], v28, v16 op_sel_hi:[0,0,0] cbsz:4 blgp:4
+.LBB0_22:                                ; =>This Inner Loop Header: Depth=1
+\t.loc\t1 355 26
+\tbuffer_load_dwordx4 v[10:13], v2, s[8:11], 0 offen
+\tv_add_u32_e32 v1, 64, v1
+\tv_accvgpr_read_b32 v3, a0 ; moves count as VALU
+\tds_read_b128 v[50:53], v9
+\ts_waitcnt lgkmcnt(0)
+\tv_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[50:53], v[42:45], v[0:3], v33, v32 op_sel_hi:[0,0,0] cbsz:4 blgp:4
+\tv_mfma_scale_f32_16x16x128_f8f6f4 v[4:7], v[54:57], v[42:45], v[4:7], v33, v32 op_sel:[1,0,0] cbsz:4 blgp:4
+\ts_add_i32 s4, s4, -1
+\ts_cmp_lg_u32 s4, 0
+\ts_cbranch_scc1 .LBB0_22
+.LBB0_24:
+\tv_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[40:43], v[32:35], v[0:3], v28, v16 op_sel_hi:[0,0,0] cbsz:4 blgp:4
+\ts_endpgm
+"""
+
+BACKWARD_S_BRANCH = """\
+.LBB0_10:                               ; =>This Inner Loop Header: Depth=1
+\tv_mfma_f32_16x16x32_bf16 a[0:3], v[36:39], v[40:43], a[0:3]
+\tv_and_b32_e32 v5, 15, v5
+\ts_cbranch_scc1 .LBB0_12
+\tglobal_atomic_pk_add_bf16 v[0:1], v2, off
+.LBB0_12:                               ;   in Loop: Header=BB0_10 Depth=1
+\ts_cbranch_scc0 .LBB0_14
+\ts_branch .LBB0_10
+.LBB0_14:
+\ts_endpgm
+"""
+
+KERNEL_INFO = """\
+; Kernel info:
+; TotalNumSgprs: 98
+; NumVgprs: 207
+; NumAgprs: 4
+; TotalNumVgprs: 212
+; ScratchSize: 120
+    .private_segment_fixed_size: 120
+    .sgpr_spill_count: 0
+    .vgpr_spill_count: 39
+"""
+
+TTGIR = """\
+#mma = #ttg.amd_mfma<{version = 4, warpsPerCTA = [2, 4], instrShape = [32, 32, 64], isTransposed = true}>
+module {
+  tt.func public @k() {
+    %r:2 = scf.for %i = %c0 to %n step %c256 iter_args(%acc = %cst) -> (tensor<128x32xf32, #mma>) : i32 {
+      %d = tt.dot_scaled %a scale %sa, %b scale %sb, %acc lhs = e2m1 rhs = e2m1 {fastMath = false} : \
+tensor<128x128xi8, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 16}>>, tensor<128x8xi8, #linear> * \
+tensor<128x32xi8, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 16}>>, tensor<32x8xi8, #linear1> -> \
+tensor<128x32xf32, #mma> loc(#loc1)
+      scf.yield %d : tensor<128x32xf32, #mma>
+    } loc(#loc2)
+    %e = tt.dot %x, %y, %r#0 : tensor<128x64xbf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 8}>> * \
+tensor<64x32xbf16, #ttg.dot_op<{opIdx = 1, parent = #mma, kWidth = 8}>> -> tensor<128x32xf32, #mma>
+    tt.return
+  }
+}
+""".replace("\\\n", "")
+
+
+def test_k_loop_counts_one_iteration_of_the_loop_holding_mfmas():
+    loop = asm.k_loop(LOOP_ASM)
+    assert (loop.instructions, loop.mfma, loop.valu) == (10, 2, 2)  # directives, labels, comments dropped
+    assert all(asm.is_scaled_mfma(asm.mnemonic(line)) for line in loop.mfma_lines)
+
+
+def test_k_loop_follows_an_unconditional_backward_branch_and_its_inner_blocks():
+    loop = asm.k_loop(BACKWARD_S_BRANCH)
+    assert (loop.instructions, loop.mfma, loop.valu) == (6, 1, 1)
+
+
+def test_no_loop_holding_mfmas_gives_none_and_the_whole_kernel_fallback():
+    straight = "\n".join(line for line in LOOP_ASM.splitlines() if "s_cbranch" not in line)
+    assert asm.k_loop(straight) is None
+    whole = asm.whole_kernel(straight)
+    assert whole.whole_kernel and whole.mfma == 4
+    assert whole.per_step(2).mfma == 2 and whole.per_step(2).steps == 2
+
+
+def test_instruction_classes_and_mfma_shapes():
+    assert asm.is_mfma("v_mfma_f32_32x32x16_bf16") and not asm.is_valu("v_mfma_f32_32x32x16_bf16")
+    assert asm.is_valu("v_accvgpr_write_b32") and not asm.is_valu("s_add_i32")
+    assert asm.is_scaled_mfma("v_mfma_scale_f32_32x32x64_f8f6f4") and not asm.is_scaled_mfma("v_mfma_f32_16x16x32_bf16")
+    assert asm.mfma_shape("v_mfma_scale_f32_16x16x128_f8f6f4") == (16, 16, 128)
+    assert asm.operand_formats(
+        "v_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[4:7], v[8:11], v[0:3], v1, v2 cbsz:4 blgp:4"
+    ) == ("fp4", "fp4")
+    assert asm.operand_formats("v_mfma_scale_f32_16x16x128_f8f6f4 v[0:3], v[4:11], v[8:15], v[0:3], v1, v2") == (
+        "fp8",
+        "fp8",
+    )
+    assert asm.mfma_counts(LOOP_ASM) == {"v_mfma_scale_f32_16x16x128_f8f6f4": 4}
+
+
+def test_resources_read_registers_scratch_and_spills():
+    res = asm.resources(KERNEL_INFO)
+    assert (res.vgpr, res.agpr, res.total_vgpr, res.sgpr) == (207, 4, 212, 98)
+    assert (res.scratch, res.vgpr_spill, res.sgpr_spill) == (120, 39, 0)
+
+
+def test_loop_dots_read_the_tile_and_layout_inside_the_loop_only():
+    dots, in_loop = asm.loop_dots(TTGIR)
+    assert in_loop and len(dots) == 1  # the dot after the loop (a peeled copy) is left out
+    dot = dots[0]
+    assert (dot.m, dot.n, dot.k, dot.scaled) == (128, 32, 256, True)  # e2m1: two codes per byte along K
+    assert (dot.warps, dot.instr) == ((2, 4), (32, 32))
+    assert dot.replication == 4  # 4 warps x 32 columns over a 32-column tile
+
+
+def test_k_steps_tell_an_unrolled_body_from_replicated_work():
+    body = LOOP_ASM.replace("\ts_cbranch_scc1 .LBB0_22\n", "").splitlines()
+    loop = asm._counts(asm.instructions("\n".join(body)))  # 4 MFMAs of 16x16x128 per wave
+    one_step = [asm.Dot(m=64, n=64, k=128, warps=(2, 2), instr=(16, 16), scaled=True)]
+    assert k_steps(loop, one_step, num_warps=4) == 1  # 16 MFMAs needed, 16 issued
+    small = [asm.Dot(m=32, n=32, k=128, warps=(2, 2), instr=(16, 16), scaled=True)]
+    assert k_steps(loop, small, num_warps=4) == 4  # 4 needed, 16 issued, no replication: 4 steps
+    replicated = [asm.Dot(m=16, n=32, k=128, warps=(2, 2), instr=(16, 16), scaled=True)]
+    assert replicated[0].replication == 2
+    assert k_steps(loop, replicated, num_warps=4) == 4  # 2 needed, 16 issued, each twice: 4 steps
+
+
+@pytest.mark.parametrize(
+    "vgpr, lds, warps, waves",
+    [
+        (213, 56 << 10, 4, 2),  # VGPR-bound: 216 -> 2
+        (68, 35 << 10, 4, 4),  # LDS-bound: 160 / 35 KiB -> 4 workgroups of 4 waves
+        (128, 0, 8, 4),  # 8-wave workgroups, 4 waves per SIMD by VGPR
+        (256, 192 << 10, 8, 0),  # over the LDS: cannot launch
+        (22, 0, 4, 8),  # the 8-wave cap
+    ],
+)
+def test_waves_per_simd(vgpr, lds, warps, waves):
+    assert model.waves_per_simd(vgpr, lds, warps) == waves
+
+
+def test_expected_blocks_match_enumeration():
+    # 3 tokens, each picks 1 of 2 experts uniformly; blocks of 2 rows; one shared expert (3 rows: 2 blocks).
+    from itertools import product
+
+    brute = 0.0
+    for picks in product((0, 1), repeat=3):
+        counts = [picks.count(e) for e in (0, 1)]
+        brute += sum(-(-c // 2) for c in counts) / 8
+    assert model.expected_blocks(3, 2, 1, 1, 2) == pytest.approx(brute + 2)
+    # Split at tail 1: the full launch takes blocks with 2 rows, the tail launch those with 1.
+    full = model.expected_blocks(3, 2, 1, 0, 2, rows=2, tail_m=1)
+    tail = model.expected_blocks(3, 2, 1, 0, 2, rows=1, tail_m=1)
+    assert full + tail == pytest.approx(brute)
+    assert model.expected_experts_hit(3, 2, 1, 1) == pytest.approx(2 * (1 - 0.5**3) + 1)
+
+
+def test_mfma_cycles_follow_the_datasheet_rates():
+    assert model.mfma_cycles((16, 16, 128), "fp4") == 16
+    assert model.mfma_cycles((32, 32, 64), "fp4") == 32
+    assert model.mfma_cycles((32, 32, 16), "bf16") == 32
+    # The wave-overlap model: one wave pays the sum, many waves the busier pipe.
+    assert model.iteration_cycles(64, 10, 20, 1) == 64 + 40 + 20
+    assert model.iteration_cycles(64, 10, 20, 8) == 64
+
+
+def _run(args, **kwargs):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, **kwargs
+    )
+
+
+TOY_GEMM = """
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def toy_stage1_kernel(a_ptr, as_ptr, b_ptr, bs_ptr, c_ptr, K, M: tl.constexpr, N: tl.constexpr, BK: tl.constexpr):
+    rm = tl.arange(0, M)
+    rn = tl.arange(0, N)
+    acc = tl.zeros((M, N), tl.float32)
+    for k0 in range(0, K, BK):
+        a = tl.load(a_ptr + rm[:, None] * (K // 2) + (k0 // 2 + tl.arange(0, BK // 2))[None, :])
+        sa = tl.load(as_ptr + rm[:, None] * (K // 32) + (k0 // 32 + tl.arange(0, BK // 32))[None, :])
+        b = tl.load(b_ptr + rn[None, :] * (K // 2) + (k0 // 2 + tl.arange(0, BK // 2))[:, None])
+        sb = tl.load(bs_ptr + rn[:, None] * (K // 32) + (k0 // 32 + tl.arange(0, BK // 32))[None, :])
+        acc = tl.dot_scaled(a, sa, "e2m1", b, sb, "e2m1", acc)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc)
+"""
+
+TOY_DRIVER = """
+import json, sys
+import torch
+from triton.runtime.driver import driver as config
+from bench.gfx950_check import analyse
+from bench.gfx950_driver import compile_only_gfx950
+sys.path.insert(0, sys.argv[1])
+from toy import toy_stage1_kernel
+
+before = config._active
+u8 = dict(dtype=torch.uint8)
+K = 1024
+with compile_only_gfx950() as driver:
+    a, a_scale = torch.empty(32, K // 2, **u8), torch.empty(32, K // 32, **u8)
+    w, w_scale = torch.empty(128, K // 2, **u8), torch.empty(128, K // 32, **u8)
+    toy_stage1_kernel[(1,)](a, a_scale, w, w_scale, torch.empty(32, 128), K, M=32, N=128, BK=256, num_warps=4)
+launch = driver.launches[0]
+rep = analyse(launch.kernel)
+print(json.dumps({"mfma": rep.mfma, "violations": rep.violations, "per_step": rep.loop.mfma,
+                  "restored": config._active is before, "grid": launch.grid, "constexprs": sorted(launch.constexprs)}))
+"""
+
+
+def test_a_scaled_dot_gemm_compiles_to_native_mfmas_and_passes(tmp_path):
+    (tmp_path / "toy.py").write_text(TOY_GEMM)
+    done = _run(["-c", TOY_DRIVER, str(tmp_path)])
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert set(out["mfma"]) == {"v_mfma_scale_f32_32x32x64_f8f6f4"}
+    assert out["per_step"] == 4  # a 32x128x256 step is 16 MFMAs of 32x32x64, 4 per wave
+    assert out["violations"] == [] and out["restored"] and out["grid"] == [1, 1, 1]
+    assert out["constexprs"] == ["BK", "M", "N"]
+
+
+def test_todays_decode_path_fails_the_check(tmp_path):
+    md = tmp_path / "check.md"
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--path", "decode", "--md", str(md)])
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "GEMM with non-scaled MFMAs (v_mfma_f32_16x16x32_bf16)" in done.stdout
+    text = md.read_text()
+    assert "| smoke0 | stage1 |" in text and "| smoke0 | stage2 |" in text and "ESTIMATE" in text
+
+
+def test_bad_case_selector_is_a_one_line_error():
+    done = _run(["-m", "bench.gfx950", "--cases", "nonsense"])
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("--cases: unknown case 'nonsense'") and "Traceback" not in done.stderr
+
+
+def test_the_check_refuses_kernels_built_for_the_interpreter():
+    from bench.gfx950 import launch_case
+    from cases import SMOKE
+    from moe_triton import interpreting
+
+    if not interpreting():
+        pytest.skip("this session compiles kernels for a GPU, not for the interpreter")
+    with pytest.raises(RuntimeError, match="fresh process"):
+        launch_case(SMOKE[0], "native")
+    assert interpreting()  # the session's setting is left as it was
