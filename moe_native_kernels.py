@@ -32,15 +32,17 @@ from mxfp4_kernels import mx_encode_pairs
 
 @triton.jit
 def _mx_operand(ptr, scale_ptr, rows, k_dim, k0, BLOCK_K: tl.constexpr):
-    """MXFP4 rows[:, k0:k0+BLOCK_K] of a [*, k_dim] matrix stored as bytes [*, k_dim/2] and scales
-    [*, k_dim/32] (64-bit row indices): (bytes [R, BLOCK_K/2], scales [R, BLOCK_K/32])."""
+    """MXFP4 rows[:, k0:k0+BLOCK_K] of a [*, k_dim] matrix stored as bytes [*, k_dim/2] at ptr and
+    scales [*, k_dim/32] at scale_ptr: (bytes [R, BLOCK_K/2], scales [R, BLOCK_K/32]). rows are
+    32-bit and relative to the (scalar) base pointers, so on AMD the loads can be buffer loads
+    (a scalar base and 32-bit offsets) rather than 64-bit address arithmetic per element."""
     # k_dim is a multiple of 256 (validation.py): rows start 128-byte aligned, scale rows 8-byte.
     row_bytes = tl.multiple_of(k_dim // 2, 128)
     row_scales = tl.multiple_of(k_dim // 32, 8)
     kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-    values = tl.load(ptr + rows[:, None] * row_bytes + kb[None, :])
-    return values, tl.load(scale_ptr + rows[:, None] * row_scales + ks[None, :])
+    values = tl.load(ptr + (rows[:, None] * row_bytes + kb[None, :]))
+    return values, tl.load(scale_ptr + (rows[:, None] * row_scales + ks[None, :]))
 
 
 @triton.jit
@@ -87,17 +89,20 @@ def moe_native_stage1_kernel(
         sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
     )
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    # Gate and up rows interleaved (gate col 0, up col 0, ...): one K loop and one activation
-    # tile per step feed both, and the epilogue splits them apart in registers.
-    gate_rows = expert * 2 * d_inter + tl.minimum(cols, d_inter - 1)
+    # The expert's weights as scalar base pointers (64-bit), its rows as 32-bit offsets. Gate and
+    # up rows interleaved (gate col 0, up col 0, ...): one K loop and one activation tile per
+    # step feed both, and the epilogue splits them apart in registers.
+    w_base = w1_ptr + expert * (2 * d_inter) * (d_hidden // 2)
+    w_scale_base = w1_scale_ptr + expert * (2 * d_inter) * (d_hidden // 32)
+    gate_rows = tl.minimum(cols, d_inter - 1)
     w_rows = tl.reshape(tl.join(gate_rows, gate_rows + d_inter), (2 * BLOCK_N,))
     acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
     # Padding rows read token 0's activations instead of masked loads: a row of the product
     # depends on its own activation row only, and stage 2 adds nothing from padding rows.
-    a_rows = tl.where(valid, tokens, 0).to(tl.int64)
+    a_rows = tl.where(valid, tokens, 0)
     for k0 in range(0, d_hidden, BLOCK_K):
         a, a_scale = _mx_operand(a1_ptr, a1_scale_ptr, a_rows, d_hidden, k0, BLOCK_K)
-        w, w_scale = _mx_operand(w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K)
+        w, w_scale = _mx_operand(w_base, w_scale_base, w_rows, d_hidden, k0, BLOCK_K)
         acc = _mx_step(acc, w, w_scale, a, a_scale)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
     h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
@@ -106,10 +111,9 @@ def moe_native_stage1_kernel(
     fp4, scale = mx_encode_pairs(h_even, h_odd, 23)
     byte_cols = tl.program_id(1) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
     scale_cols = tl.program_id(1) * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)
-    rows64 = rows[:, None].to(tl.int64)
-    tl.store(a2_ptr + rows64 * (d_inter // 2) + byte_cols[None, :], tl.reshape(fp4, (BLOCK_M, BLOCK_N // 2)),
+    tl.store(a2_ptr + (rows[:, None] * (d_inter // 2) + byte_cols[None, :]), tl.reshape(fp4, (BLOCK_M, BLOCK_N // 2)),
              mask=(byte_cols < d_inter // 2)[None, :])
-    tl.store(a2_scale_ptr + rows64 * (d_inter // 32) + scale_cols[None, :], scale,
+    tl.store(a2_scale_ptr + (rows[:, None] * (d_inter // 32) + scale_cols[None, :]), scale,
              mask=(scale_cols < d_inter // 32)[None, :])
 
 
@@ -119,7 +123,7 @@ def moe_native_stage2_kernel(
     sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
     n_tokens, d_hidden, d_inter,
     TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_STEPS: tl.constexpr, N_TILES: tl.constexpr,
+    K_STEPS: tl.constexpr, N_TILES: tl.constexpr, EVEN_N: tl.constexpr,
 ):
     if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
         return
@@ -128,28 +132,39 @@ def moe_native_stage2_kernel(
     )
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
     weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
-    rows64 = rows.to(tl.int64)
+    # The expert's weights and the output as scalar base pointers, moved along by whole tiles;
+    # the per-row and per-column offsets (32-bit) stay the same from tile to tile.
+    w_base = w2_ptr + expert * d_hidden * (d_inter // 2)
+    w_scale_base = w2_scale_ptr + expert * d_hidden * (d_inter // 32)
+    out_offs = tokens[:, None] * d_hidden + tl.arange(0, BLOCK_N)[None, :]
     # N_TILES output tiles per program (the routing and setup paid once), each a K loop over
     # d_inter; when d_inter fits one K step the activation tile is read once per program.
-    # Padding rows of a2 hold stage 1's values of token 0 and add nothing (masked below), nor do
-    # columns past d_hidden (they read the last weight row).
+    # Padding rows of a2 hold stage 1's values of token 0 and add nothing (masked below). A last
+    # partial tile (EVEN_N false) reads the last weight row for its columns past d_hidden and
+    # masks them out of the add.
     if K_STEPS == 1:
-        a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows64, d_inter, 0, BLOCK_K)
-    for tile in range(0, N_TILES):
-        cols = (tl.program_id(1) * N_TILES + tile) * BLOCK_N + tl.arange(0, BLOCK_N)
-        w_rows = expert * d_hidden + tl.minimum(cols, d_hidden - 1)
+        a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, 0, BLOCK_K)
+    # The program's tiles that lie inside d_hidden (a runtime count: no work past the end).
+    first_tile = tl.program_id(1) * N_TILES
+    for tile in range(first_tile, tl.minimum(first_tile + N_TILES, tl.cdiv(d_hidden, BLOCK_N))):
+        w_ptr = w_base + tile * BLOCK_N * (d_inter // 2)
+        w_scale_ptr = w_scale_base + tile * BLOCK_N * (d_inter // 32)
+        if EVEN_N:
+            w_rows = tl.arange(0, BLOCK_N)
+            mask = valid[:, None]
+        else:
+            w_rows = tl.minimum(tl.arange(0, BLOCK_N), d_hidden - 1 - tile * BLOCK_N)
+            mask = valid[:, None] & (tile * BLOCK_N + tl.arange(0, BLOCK_N) < d_hidden)[None, :]
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         if K_STEPS == 1:
             # No K loop: the tile loop is the innermost one, which the pipeliner software-pipelines
             # (the next tile's weights load during this one's epilogue).
-            w, w_scale = _mx_operand(w2_ptr, w2_scale_ptr, w_rows, d_inter, 0, BLOCK_K)
+            w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, 0, BLOCK_K)
             acc = _mx_step(acc, w, w_scale, a, a_scale)
         else:
             for k0 in range(0, d_inter, BLOCK_K):
-                a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows64, d_inter, k0, BLOCK_K)
-                w, w_scale = _mx_operand(w2_ptr, w2_scale_ptr, w_rows, d_inter, k0, BLOCK_K)
+                a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, k0, BLOCK_K)
+                w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, k0, BLOCK_K)
                 acc = _mx_step(acc, w, w_scale, a, a_scale)
         y = tl.trans(acc) * weight[:, None]
-        out_offs = tokens[:, None].to(tl.int64) * d_hidden + cols[None, :]
-        tl.atomic_add(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty),
-                      mask=valid[:, None] & (cols < d_hidden)[None, :], sem="relaxed")
+        tl.atomic_add(out_ptr + tile * BLOCK_N + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask, sem="relaxed")

@@ -255,7 +255,7 @@ def _fused_moe_native(
         sorted_ids, sorted_expert_ids, num_valid_ids,
         n_tokens, d_hidden, d_inter,
         TOPK=topk, BLOCK_M=block_m, BLOCK_N=cfg.block_n2, BLOCK_K=cfg.block_k2,
-        K_STEPS=triton.cdiv(d_inter, cfg.block_k2), N_TILES=cfg.n_tiles2,
+        K_STEPS=triton.cdiv(d_inter, cfg.block_k2), N_TILES=cfg.n_tiles2, EVEN_N=d_hidden % cfg.block_n2 == 0,
         num_warps=cfg.warps2, num_stages=cfg.stages2, **amd,
     )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)

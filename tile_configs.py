@@ -109,7 +109,7 @@ NATIVE_TUNED: dict[tuple[int, int, int, int, int], NativeTileConfig] = {
     # ~35 rows per expert: 32-row blocks.
     (7168, 512, 33, 9, 128): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 2),
     # ~140 rows per expert: 64-row blocks, 4 MFMA rows per weight row pair (VALU per MFMA ~2-4).
-    (7168, 512, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 4, 2, 2),
+    (7168, 512, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 8, 2, 2),
     # d_inter 2048: stage 2 has 8 K steps, one tile per program over 8 waves.
     (7168, 2048, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 8, 2, 1),
     # The test shapes: few rows per expert, 16-row blocks; long K in stage 2 (d_inter 1024-2048).
