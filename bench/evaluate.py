@@ -116,6 +116,12 @@ def run_timed(
     traffic = [] if recheck or not traffic_fn else [traffic_fn(data)]
     checked = 1
     durations: list[float] = []
+
+    def so_far(status: str, message: str = "") -> CaseResult:
+        """The result of the repetitions run until now."""
+        stats = calculate_stats(durations) if durations else None
+        return CaseResult(status, message, stats, seeds, checked, _mean_traffic(traffic))
+
     t0 = time.perf_counter()
     try:
         for rep in range(limits.max_reps):
@@ -130,14 +136,7 @@ def run_timed(
                 ok, message = check(data, out)
                 checked += 1
                 if not ok:
-                    return CaseResult(
-                        status="fail",
-                        message=f"repetition {rep}, seed {params['seed']}: {message}",
-                        stats=calculate_stats(durations) if durations else None,
-                        seeds=seeds,
-                        checked=checked,
-                        traffic=_mean_traffic(traffic),
-                    )
+                    return so_far("fail", f"repetition {rep}, seed {params['seed']}: {message}")
             del out
             durations.append(elapsed_ns)
             if progress is not None:
@@ -146,18 +145,9 @@ def run_timed(
                 break
     except KeyboardInterrupt:
         raise Interrupted(
-            CaseResult(
-                status="interrupted",
-                message=f"interrupted (Ctrl-C) after {len(durations)} timed repetitions",
-                stats=calculate_stats(durations) if durations else None,
-                seeds=seeds,
-                checked=checked,
-                traffic=_mean_traffic(traffic),
-            )
+            so_far("interrupted", f"interrupted (Ctrl-C) after {len(durations)} timed repetitions")
         ) from None
-    return CaseResult(
-        status="pass", stats=calculate_stats(durations), seeds=seeds, checked=checked, traffic=_mean_traffic(traffic)
-    )
+    return so_far("pass")
 
 
 def run_profile(
