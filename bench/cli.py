@@ -242,7 +242,10 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
     from rich.text import Text
 
     def log(text: str, style: str | None = None) -> None:
-        progress.console.log(Text(text, style=style or "", no_wrap=True, overflow="ellipsis"))
+        """One line per event, cut to the terminal's width after the time stamp (11 characters)."""
+        line = Text(text, style=style or "")
+        line.truncate(max(20, progress.console.width - 11), overflow="ellipsis")
+        progress.console.log(line)
 
     results: dict[str, list[dict | None]] = {j["label"]: [None] * len(cases) for j in jobs}
     progress = Progress(
@@ -290,6 +293,7 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
                 elif kind == "fatal":
                     log(f"{label}: worker failed: {msg['message']}", "red")
                     job["exit_message"] = f"the worker failed before this case: {msg['message']}"
+                    job["exit_traceback"] = msg.get("traceback", "")
 
             try:
                 if inline:
@@ -311,6 +315,7 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
                 results[job["label"]][i] = {
                     "status": "skipped" if interrupted else "error",
                     "message": why or "the worker stopped before this case",
+                    "traceback": "" if interrupted else job.get("exit_traceback", ""),
                 }
     return results, interrupted
 
@@ -376,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _main(argv)
     except KeyboardInterrupt:
-        print("interrupted (Ctrl-C) before any case ran", file=sys.stderr)
+        print("interrupted (Ctrl-C)", file=sys.stderr)
         return 130
 
 
@@ -421,8 +426,8 @@ def _main(argv: list[str] | None) -> int:
     from rich.console import Console
 
     console = Console(log_path=False)
-    if not console.is_terminal:
-        console = Console(log_path=False, width=max(console.width, 200))
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(log_path=False, width=max(console.width, 200))  # a file or pipe: whole lines
     for note in notes:
         console.print(note)
     child_env: dict[str, str] = {}

@@ -34,10 +34,10 @@ def _traceback_text(exc: BaseException, limit: int = 12) -> str:
     return "\n".join("".join(lines).rstrip().splitlines()[-limit:])
 
 
-def _error_result(exc: BaseException, context: str = "") -> dict:
+def _error_result(exc: BaseException, context: str = ""):
     from bench.evaluate import CaseResult
 
-    return CaseResult(status="error", message=context + error_summary(exc), traceback=_traceback_text(exc)).as_dict()
+    return CaseResult(status="error", message=context + error_summary(exc), traceback=_traceback_text(exc))
 
 
 def _set_seed(seed: int) -> None:
@@ -79,7 +79,7 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
     try:
         kernel = load_custom_kernel(job["path"], job["root"], job["label"])
     except Exception as exc:  # noqa: BLE001 - reported, and every case is marked
-        result = _error_result(exc, f"loading {job['path']} failed: ")
+        result = _error_result(exc, f"loading {job['path']} failed: ").as_dict()
         for i in range(len(cases)):
             emit({"type": "case", "index": i, "result": result})
         emit({"type": "done"})
@@ -154,8 +154,7 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"type": "interrupted"})
             return
         except Exception as exc:  # noqa: BLE001 - a crashing kernel is a result, not the end of the run
-            emit({"type": "case", "index": i, "result": _error_result(exc)})
-            continue
+            res = _error_result(exc)
         emit({"type": "case", "index": i, "result": res.as_dict()})
         # The runner stops a leaderboard run at the first case that does not pass.
         if mode == "leaderboard" and res.status != "pass" and not job.get("keep_going"):

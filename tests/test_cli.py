@@ -162,6 +162,24 @@ def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys
     assert f"reference custom0 (H500-I256-E9-k5-bs8) ERROR: {message}" in out
 
 
+def test_leaderboard_mode_stops_after_an_erroring_case(tmp_path):
+    argv = ["--mode", "leaderboard", "--backend", "reference", "--cases", PADDED_CASE, "smoke:1", "--no-warmup"]
+    assert cli.main(argv + ["--max-reps", "2", "--inline", "--roofline", "off", "--out", str(tmp_path), "-q"]) == 1
+    rows = json.loads((tmp_path / "leaderboard.json").read_text())["rows"]
+    assert [(r["status"], r["message"][:10]) for r in rows] == [("error", "ValueError"), ("skipped", "after a fa")]
+
+
+def test_a_run_in_80_columns_prints_whole_lines_of_at_most_80(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = ["--backend", "reference", "--cases", PADDED_CASE, "smoke:1", "--inline", "--roofline", "off"]
+    assert cli.main(argv) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    error_line = next(line for line in lines if "custom0 H500-I256-E9-k5-bs8 error" in line)
+    assert error_line.endswith("\u2026") and "error - ValueError: config: d" in error_line
+    assert any(line.split()[:3] == ["smoke1", "H256-I512-E5-k3-bs5", "pass"] for line in lines)
+
+
 def test_the_live_line_carries_the_message():
     case = select_cases(["smoke:0"])[0]
     res = {"status": "error", "message": "ValueError: config: bad\nmore", "traceback": "File x\n  raise"}
