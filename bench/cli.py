@@ -403,6 +403,8 @@ def _main(argv: list[str] | None) -> int:
         selectors = list(args.cases or [])
         if args.cases_file:
             selectors += read_cases_file(args.cases_file)
+        preflight.check_libraries()
+        preflight.check_out_dir(args.out)
         device = preflight.check_device(args.device)
         preflight.check_aiter(backends, device)
     except SelectionError as exc:

@@ -1,13 +1,15 @@
 """Checks made before any case runs, so that a run that cannot work, or would take hours, stops
-at once with one line that names the option: numeric options, the device, aiter's availability
-and the Triton interpreter's run time."""
+at once with one line that names the option: numeric options, the runner's libraries, --out,
+the device, aiter's availability and the Triton interpreter's run time."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from bench import estimate
 from bench.selection import Case, SelectionError
@@ -38,6 +40,26 @@ positive_int = _number(int, 1, inclusive=True)
 non_negative_int = _number(int, 0, inclusive=True)
 positive_float = _number(float, 0, inclusive=False)
 non_negative_float = _number(float, 0, inclusive=True)
+
+
+def check_libraries() -> None:
+    """The runner's own dependencies (the `bench` extra), before any case runs."""
+    missing = [name for name in ("rich", "matplotlib", "pandas") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SelectionError(f"the runner needs {', '.join(missing)}: pip install '.[bench]'")
+
+
+def check_out_dir(out: str | None) -> None:
+    """--out must be a folder the run can write, so that no result is lost at the end."""
+    if out is None:
+        return
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SelectionError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK):
+        raise SelectionError(f"--out {out}: not writable")
 
 
 def check_device(choice: str) -> str:

@@ -63,6 +63,13 @@ def test_numeric_options_are_checked(argv, needle, capsys):
     assert needle in usage_error(argv, capsys)
 
 
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    err = usage_error(["--out", str(blocker / "out")], capsys)
+    assert f"--out {blocker / 'out'}: cannot create it" in err
+
+
 @pytest.mark.skipif(not ON_CPU, reason="a GPU is present")
 def test_device_cuda_without_a_gpu_is_a_usage_error(capsys):
     err = usage_error(["--device", "cuda"], capsys)
