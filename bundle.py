@@ -458,7 +458,7 @@ class Bundler:
         stack.pop()
         self.order.append(name)
 
-    def build(self, directives: bool = True) -> str:
+    def build(self, directives: bool = True, backend: str | None = None) -> str:
         check_clashes([self.mods[n] for n in self.reachable()], self.project)
         self._emit_module(self.entry, [])
         header = list(DIRECTIVES) if directives else []
@@ -470,7 +470,9 @@ class Bundler:
             f"# Modules, in order of execution: {', '.join(m + '.py' for m in self.order_of_first_code())}",
         ]
         futures = list(dict.fromkeys(f for f in self.futures if f))
-        text = "\n".join(header + futures + [""] + self.out).rstrip() + "\n"
+        # A pinned backend: set before any bundled code reads MOE_BACKEND; the environment still wins.
+        pin = ["import os", f"os.environ.setdefault({'MOE_BACKEND'!r}, {backend!r})"] if backend else []
+        text = "\n".join(header + futures + pin + [""] + self.out).rstrip() + "\n"
         validate(text, directives)
         return text
 
@@ -530,9 +532,24 @@ def validate(text: str, directives: bool = True) -> None:
             raise BundleError(f"directives missing from the first comment block: {missing}")
 
 
-def bundle(root: str | Path = ".", entry: str = "submission", directives: bool = True) -> str:
-    """The bundled source of `entry` (default submission.py) in `root`."""
-    return Bundler(Path(root).resolve(), entry).build(directives=directives)
+def backends(root: str | Path = ".") -> tuple[str, ...]:
+    """The backend names of the package's submission.py (its BACKENDS tuple), read without
+    importing it (that would import torch)."""
+    tree = ast.parse((Path(root) / "submission.py").read_text())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "BACKENDS" for t in node.targets):
+            return tuple(ast.literal_eval(node.value))
+    raise BundleError("submission.py: no BACKENDS tuple")
+
+
+def bundle(
+    root: str | Path = ".", entry: str = "submission", directives: bool = True, backend: str | None = None
+) -> str:
+    """The bundled source of `entry` (default submission.py) in `root`; with `backend`, the bundle
+    sets MOE_BACKEND to it unless the environment already does."""
+    if backend is not None and backend not in backends(root):
+        raise BundleError(f"--backend: unknown backend {backend!r}; choose one of {', '.join(backends(root))}")
+    return Bundler(Path(root).resolve(), entry).build(directives=directives, backend=backend)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -548,10 +565,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--entry", default="submission", help="entry module (default: submission)")
     p.add_argument("--root", default=str(here), help="package root (default: this file's folder)")
     p.add_argument("--no-directives", action="store_true", help="leave out the #!POPCORN lines")
+    p.add_argument(
+        "--backend", help="pin the bundle's backend (MOE_BACKEND, e.g. triton) so it can be timed on its own"
+    )
     args = p.parse_args(argv)
     entry = args.entry[:-3] if args.entry.endswith(".py") else args.entry
     try:
-        text = bundle(args.root, entry, directives=not args.no_directives)
+        text = bundle(args.root, entry, directives=not args.no_directives, backend=args.backend)
     except BundleError as exc:
         print(f"bundle.py: error: {exc}", file=sys.stderr)
         return 1

@@ -53,9 +53,19 @@ def _mx_step(acc, w, w_scale, a, a_scale):
 
 @triton.jit
 def moe_native_prep_kernel(
-    topk_ids_ptr, hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, chunk_counts_ptr,
-    n_tokens, n_slots, n_chunks, d_hidden,
-    EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr, QUANT_BLOCKS: tl.constexpr,
+    topk_ids_ptr,
+    hidden_ptr,
+    a1_ptr,
+    a1_scale_ptr,
+    out_ptr,
+    chunk_counts_ptr,
+    n_tokens,
+    n_slots,
+    n_chunks,
+    d_hidden,
+    EXPERT_BINS: tl.constexpr,
+    HIST_CHUNK: tl.constexpr,
+    QUANT_BLOCKS: tl.constexpr,
 ):
     """hidden_ptr: the hidden states' bf16 bits as int32 pairs. Programs below n_chunks count
     the experts of one chunk of topk_ids; the others quantize QUANT_BLOCKS 32-blocks of the
@@ -78,10 +88,21 @@ def moe_native_prep_kernel(
 
 @triton.jit
 def moe_native_stage1_kernel(
-    a1_ptr, a1_scale_ptr, w1_ptr, w1_scale_ptr, a2_ptr, a2_scale_ptr,
-    sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
-    n_tokens, d_hidden, d_inter,
-    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+    a1_ptr,
+    a1_scale_ptr,
+    w1_ptr,
+    w1_scale_ptr,
+    a2_ptr,
+    a2_scale_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    d_hidden,
+    d_inter,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
 ):
     if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
         return
@@ -111,19 +132,39 @@ def moe_native_stage1_kernel(
     fp4, scale = mx_encode_pairs(h_even, h_odd, 23)
     byte_cols = tl.program_id(1) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
     scale_cols = tl.program_id(1) * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)
-    tl.store(a2_ptr + (rows[:, None] * (d_inter // 2) + byte_cols[None, :]), tl.reshape(fp4, (BLOCK_M, BLOCK_N // 2)),
-             mask=(byte_cols < d_inter // 2)[None, :])
-    tl.store(a2_scale_ptr + (rows[:, None] * (d_inter // 32) + scale_cols[None, :]), scale,
-             mask=(scale_cols < d_inter // 32)[None, :])
+    tl.store(
+        a2_ptr + (rows[:, None] * (d_inter // 2) + byte_cols[None, :]),
+        tl.reshape(fp4, (BLOCK_M, BLOCK_N // 2)),
+        mask=(byte_cols < d_inter // 2)[None, :],
+    )
+    tl.store(
+        a2_scale_ptr + (rows[:, None] * (d_inter // 32) + scale_cols[None, :]),
+        scale,
+        mask=(scale_cols < d_inter // 32)[None, :],
+    )
 
 
 @triton.jit
 def moe_native_stage2_kernel(
-    a2_ptr, a2_scale_ptr, w2_ptr, w2_scale_ptr, out_ptr, topk_weights_ptr,
-    sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
-    n_tokens, d_hidden, d_inter,
-    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-    K_STEPS: tl.constexpr, N_TILES: tl.constexpr, EVEN_N: tl.constexpr,
+    a2_ptr,
+    a2_scale_ptr,
+    w2_ptr,
+    w2_scale_ptr,
+    out_ptr,
+    topk_weights_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    d_hidden,
+    d_inter,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    K_STEPS: tl.constexpr,
+    N_TILES: tl.constexpr,
+    EVEN_N: tl.constexpr,
 ):
     if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
         return

@@ -41,8 +41,9 @@ def _after_previous_launch(PDL: tl.constexpr):
     # importing that module fails on Triton builds without it (ROCm), and only PDL compiles it.
     if PDL:
         tl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
-        tl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32,
-                                  is_pure=False, pack=1)
+        tl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+        )
 
 
 @triton.jit
@@ -102,10 +103,20 @@ def _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS: tl.co
 
 @triton.jit
 def moe_prep_kernel(
-    topk_ids_ptr, hidden_ptr, a1_ptr, out_ptr, chunk_counts_ptr,
-    n_tokens, n_slots, n_chunks, d_hidden,
-    EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr,
-    QUANT_BLOCKS: tl.constexpr, FAST: tl.constexpr, PDL: tl.constexpr,
+    topk_ids_ptr,
+    hidden_ptr,
+    a1_ptr,
+    out_ptr,
+    chunk_counts_ptr,
+    n_tokens,
+    n_slots,
+    n_chunks,
+    d_hidden,
+    EXPERT_BINS: tl.constexpr,
+    HIST_CHUNK: tl.constexpr,
+    QUANT_BLOCKS: tl.constexpr,
+    FAST: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     _after_previous_launch(PDL)
     pid = tl.program_id(0)
@@ -127,10 +138,22 @@ def moe_prep_kernel(
 
 @triton.jit
 def moe_route_kernel(
-    topk_ids_ptr, chunk_counts_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
-    n_tokens, n_experts, n_slots, n_chunks,
-    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, EXPERT_BINS: tl.constexpr, MAX_CHUNKS: tl.constexpr,
-    SLOT_CHUNK: tl.constexpr, MAX_EXPERT_BLOCKS: tl.constexpr, PDL: tl.constexpr,
+    topk_ids_ptr,
+    chunk_counts_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    n_experts,
+    n_slots,
+    n_chunks,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+    MAX_EXPERT_BLOCKS: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Expert `pid`'s share of the routing: its slots, in slot order, after the padded groups of
     the lower experts, then its padding and its blocks' expert id."""
@@ -138,8 +161,9 @@ def moe_route_kernel(
     pid = tl.program_id(0)
     bins = tl.arange(0, EXPERT_BINS)
     chunks = tl.arange(0, MAX_CHUNKS)
-    table = tl.load(chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :],
-                    mask=(chunks < n_chunks)[:, None], other=0)
+    table = tl.load(
+        chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
+    )
     counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     offset = tl.sum(tl.where(bins < pid, padded, 0), axis=0)
@@ -160,17 +184,21 @@ def moe_route_kernel(
     pad = my_count + tl.arange(0, BLOCK_M)
     tl.store(sorted_ids_ptr + offset + pad, (TOPK << 24) | n_tokens, mask=pad < my_padded)
     blocks = tl.arange(0, MAX_EXPERT_BLOCKS)
-    tl.store(sorted_expert_ids_ptr + offset // BLOCK_M + blocks, pid + 0 * blocks,
-             mask=blocks < my_padded // BLOCK_M)
+    tl.store(sorted_expert_ids_ptr + offset // BLOCK_M + blocks, pid + 0 * blocks, mask=blocks < my_padded // BLOCK_M)
 
 
 @triton.jit
 def _scaled_pairs(pairs, scale):
     """NVIDIA PTX: int32 registers holding two bf16 bit patterns each (low half first), times the
     bf16x2 in `scale` -> bf16 [..., 2]; one mul.rn.bf16x2 per register."""
-    return tl.inline_asm_elementwise("mul.rn.bf16x2 $0, $1, $3;", "=r,r,r,r,r",
-                                     [tl.join(pairs, pairs), tl.join(scale, scale)], dtype=tl.bfloat16,
-                                     is_pure=True, pack=2)
+    return tl.inline_asm_elementwise(
+        "mul.rn.bf16x2 $0, $1, $3;",
+        "=r,r,r,r,r",
+        [tl.join(pairs, pairs), tl.join(scale, scale)],
+        dtype=tl.bfloat16,
+        is_pure=True,
+        pack=2,
+    )
 
 
 @triton.jit
@@ -231,8 +259,17 @@ def _act_tile(a_ptr, a_rows, a_row_mask, a_stride, k0, BLOCK_K: tl.constexpr):
 
 @triton.jit
 def _weight_step(
-    acc, a, w_ptr, w_scale_ptr, w_rows, k_dim, k0,
-    BLOCK_K: tl.constexpr, COLS: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
+    acc,
+    a,
+    w_ptr,
+    w_scale_ptr,
+    w_rows,
+    k_dim,
+    k0,
+    BLOCK_K: tl.constexpr,
+    COLS: tl.constexpr,
+    FAST: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ a^T, a being the matching activation
     tile [ROWS, BLOCK_K] (_act_tile, columns in _k_slot order) and W given as its [N, K/2] bytes
@@ -243,8 +280,11 @@ def _weight_step(
     # k_dim is a multiple of 256 (validation.py), so rows of scales start 8-byte aligned; saying
     # so lets the pipeliner copy the scales asynchronously like the weights.
     scale_stride = tl.multiple_of(k_dim // 32, 8)
-    words = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + w_rows[:, None] * (k_dim // 8)
-                    + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :])
+    words = tl.load(
+        w_ptr.to(tl.pointer_type(tl.int32))
+        + w_rows[:, None] * (k_dim // 8)
+        + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :]
+    )
     ws = tl.load(w_scale_ptr + w_rows[:, None] * scale_stride + (k0 // 32 + tl.arange(0, BLOCK_K // 32))[None, :])
     w = _fp4_to_bf16(words, ws, COLS, BLOCK_K, FAST)
     if INTERPRET:
@@ -253,8 +293,9 @@ def _weight_step(
 
 
 @triton.jit
-def _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens,
-                BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr):
+def _skip_block(
+    sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr
+):
     """Whether this program's routing block is not this launch's to compute: it lies past the
     valid rows, or the stage runs in two launches (TAIL_M > 0) and the block belongs to the
     other one. Blocks with at most TAIL_M real rows go to the tail launch (ROWS = TAIL_M), the
@@ -282,11 +323,23 @@ def _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.
 
 @triton.jit
 def moe_stage1_kernel(
-    a1_ptr, w1_ptr, w1_scale_ptr, a2_ptr,
-    sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
-    n_tokens, d_hidden, d_inter,
-    BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr, INTERPRET: tl.constexpr,
+    a1_ptr,
+    w1_ptr,
+    w1_scale_ptr,
+    a2_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    d_hidden,
+    d_inter,
+    BLOCK_M: tl.constexpr,
+    ROWS: tl.constexpr,
+    TAIL_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    FAST: tl.constexpr,
+    INTERPRET: tl.constexpr,
     PDL: tl.constexpr,
 ):
     _after_previous_launch(PDL)
@@ -314,12 +367,28 @@ def moe_stage1_kernel(
 
 @triton.jit
 def moe_stage2_kernel(
-    a2_ptr, w2_ptr, w2_scale_ptr, out_ptr, topk_weights_ptr,
-    sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr,
-    n_tokens, d_hidden, d_inter,
-    TOPK: tl.constexpr, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, K_STEPS: tl.constexpr, N_TILES: tl.constexpr,
-    FAST: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
+    a2_ptr,
+    w2_ptr,
+    w2_scale_ptr,
+    out_ptr,
+    topk_weights_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    d_hidden,
+    d_inter,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    ROWS: tl.constexpr,
+    TAIL_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    K_STEPS: tl.constexpr,
+    N_TILES: tl.constexpr,
+    FAST: tl.constexpr,
+    INTERPRET: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     _after_previous_launch(PDL)
     if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
@@ -347,6 +416,10 @@ def moe_stage2_kernel(
         if step % K_STEPS == K_STEPS - 1:
             y = tl.trans(acc) * weight[:, None]
             out_offs = tokens[:, None].to(tl.int64) * d_hidden + cols[None, :]
-            tl.atomic_add(out_ptr + out_offs, y.to(out_ptr.dtype.element_ty),
-                          mask=valid[:, None] & (cols < d_hidden)[None, :], sem="relaxed")
+            tl.atomic_add(
+                out_ptr + out_offs,
+                y.to(out_ptr.dtype.element_ty),
+                mask=valid[:, None] & (cols < d_hidden)[None, :],
+                sem="relaxed",
+            )
             acc = tl.zeros((BLOCK_N, ROWS), dtype=tl.float32)

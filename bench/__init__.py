@@ -2,6 +2,7 @@
 
 Modules: selection (cases, seeds, backend names), timing (statistics, stop rules, timers, cache
 flush), evaluate (the per-case loops of each mode), worker (one backend in one process),
-backends (loading submission files), roofline (floors and device ceilings), report (tables,
-JSON/CSV/Markdown, chart), cli (the command line).
+backends (loading submission files), preflight (checks before a run), estimate (the CPU
+interpreter's run time), roofline (floors and device ceilings), report (tables, JSON/CSV/Markdown,
+chart), cli (the command line). docs/runner.md describes it.
 """

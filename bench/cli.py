@@ -10,17 +10,28 @@ from __future__ import annotations
 import argparse
 import os
 import queue as queue_mod
+import signal
 import subprocess
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from bench import preflight
 from bench.backend_rows import backend_rows
 from bench.checks import CHECKS
-from bench.selection import MODES, NAMED_BACKENDS, SelectionError, parse_backends, read_cases_file, secret_seed
+from bench.selection import (
+    MODES,
+    NAMED_BACKENDS,
+    SelectionError,
+    apply_env_backend,
+    backend_from_env,
+    parse_backends,
+    read_cases_file,
+    secret_seed,
+)
 from bench.selection import select_cases as _select_cases
-from bench.timing import BENCHMARK_LIMITS, BENCHMARK_WARMUP, LEADERBOARD_LIMITS, LEADERBOARD_WARMUP
+from bench.timing import BENCHMARK_LIMITS, BENCHMARK_WARMUP, LEADERBOARD_LIMITS, LEADERBOARD_WARMUP, Limits
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -30,7 +41,10 @@ cases: tests | benchmarks | smoke | official | all | benchmarks:0,3 | bench:2-4 
        (default: tests in test mode, benchmarks otherwise; smoke on a machine without a GPU)
 backends: auto (the package's default), aiter, aiter-fused, triton, reference, or a submission
        file such as dist/submission.py (PATH@triton sets MOE_BACKEND for it); several at once are
-       run one after the other and reported side by side.
+       run one after the other and reported side by side. MOE_BACKEND, when set, stands for auto
+       and for files without @NAME.
+exit status: 0 every case passed, 1 a case failed or errored, 2 a usage error, 130 Ctrl-C (what
+       was measured until then is reported, and written to --out).
 examples:
   python -m bench                                   # test mode, default backend, official tests
   python -m bench --mode benchmark --backend triton reference --out out/
@@ -39,8 +53,15 @@ examples:
 """
 
 
+class _Parser(argparse.ArgumentParser):
+    """Usage errors as one line that names the option (the usage is one --help away)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="python -m bench",
         description="Evaluate and time custom_kernel the way the amd-moe-mxfp4 leaderboard does.",
         epilog=EPILOG,
@@ -84,9 +105,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="cache flush before each timed call: the runner's 64 GiB randn (official, default; falls "
         "back to a device-sized one), twice the L2 (l2), none, or a byte count",
     )
-    p.add_argument("--max-reps", type=int, help="repetitions per case (runner: 1000 benchmark, 100 leaderboard)")
-    p.add_argument("--max-time", type=float, metavar="S", help="measured seconds per case (runner: 50 / 30)")
-    p.add_argument("--max-wall", type=float, metavar="S", help="wall seconds of a case's timing loop (runner: 120)")
+    p.add_argument(
+        "--max-reps", type=preflight.positive_int, help="repetitions per case (runner: 1000 benchmark, 100 leaderboard)"
+    )
+    p.add_argument(
+        "--max-time", type=preflight.positive_float, metavar="S", help="measured seconds per case (runner: 50 / 30)"
+    )
+    p.add_argument(
+        "--max-wall",
+        type=preflight.positive_float,
+        metavar="S",
+        help="wall seconds of a case's timing loop (runner: 120)",
+    )
     p.add_argument(
         "--limit",
         action="append",
@@ -102,16 +132,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="leaderboard: go on after a failing case (the runner stops at the first)",
     )
     p.add_argument("--inline", action="store_true", help="run the backends in this process instead of spawning")
-    p.add_argument("--profile-rows", type=int, default=25, help="profile mode: rows of each table")
+    p.add_argument("--profile-rows", type=preflight.positive_int, default=25, help="profile mode: rows of each table")
     p.add_argument(
         "--profile-warmup",
-        type=int,
+        type=preflight.non_negative_int,
         default=0,
         help="profile mode: calls before the profiled one (runner: 0, so compilation shows)",
     )
     p.add_argument(
         "--deadline",
-        type=float,
+        type=preflight.non_negative_float,
         metavar="S",
         help="start no case later than S seconds after launch (later ones are reported skipped), so that a "
         "time-limited machine still writes its outputs",
@@ -123,16 +153,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="what outputs are compared with: a4w4 (reference.ref_kernel, default), leaderboard (aiter's "
         "fused_moe after the submission, as the leaderboard; needs aiter) or both (flags disagreements)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help=f"run cases that Triton's CPU interpreter takes over {preflight.REFUSE_S / 60:.0f} minutes for "
+        "(refused without it)",
+    )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     return p
-
-
-def _detect_device(choice: str) -> str:
-    if choice != "auto":
-        return choice
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _git_describe() -> str | None:
@@ -153,7 +181,7 @@ def _limits(args, mode: str) -> tuple[dict, dict]:
     warm = BENCHMARK_WARMUP if mode == "benchmark" else LEADERBOARD_WARMUP
     lim = asdict(base)
     if args.max_reps is not None:
-        lim["max_reps"] = max(1, args.max_reps)
+        lim["max_reps"] = args.max_reps
     if args.max_time is not None:
         lim["max_time_s"] = args.max_time
     if args.max_wall is not None:
@@ -167,20 +195,25 @@ _LIMIT_KEYS = {"reps": "max_reps", "time": "max_time_s", "wall": "max_wall_s"}
 def parse_limit_overrides(items: list[str], labels: list[str]) -> dict[str, dict]:
     """--limit values -> {backend label: {Limits field: value}}."""
     out: dict[str, dict] = {}
+    keys = "reps=N, time=S or wall=S"
     for item in items:
         label, sep, spec = item.rpartition(":")
-        if not sep or label not in labels:
-            raise SelectionError(f"--limit {item!r}: expected BACKEND:KEY=V with BACKEND one of {', '.join(labels)}")
+        if not sep or not label:
+            raise SelectionError(f"--limit {item!r}: expected BACKEND:KEY=V[,KEY=V], KEY one of {keys}")
+        if label not in labels:
+            raise SelectionError(
+                f"--limit {item!r}: {label!r} is not a backend of this run (--backend gives {', '.join(labels)})"
+            )
         for part in spec.split(","):
             key, eq, value = part.partition("=")
             field = _LIMIT_KEYS.get(key.strip())
             if not eq or field is None:
-                raise SelectionError(f"--limit {item!r}: {part!r} is not reps=N, time=S or wall=S")
+                raise SelectionError(f"--limit {item!r}: {part!r} is not {keys}")
+            parse = preflight.positive_int if field == "max_reps" else preflight.positive_float
             try:
-                num = float(value)
-            except ValueError:
-                raise SelectionError(f"--limit {item!r}: {value!r} is not a number") from None
-            out.setdefault(label, {})[field] = max(1, int(num)) if field == "max_reps" else num
+                out.setdefault(label, {})[field] = parse(value.strip())
+            except argparse.ArgumentTypeError as exc:
+                raise SelectionError(f"--limit {item!r}: {key.strip()} {exc}") from None
     return out
 
 
@@ -196,9 +229,32 @@ def _versions() -> dict:
     return out
 
 
-def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> dict[str, list[dict | None]]:
-    """Run each backend's job; results[label][case index] = CaseResult dict (None if never reported)."""
+def _status_line(label: str, case, res: dict) -> str:
+    """The live line of a finished case: status, time, and the failure's one-line message."""
+    from bench.report import first_line, time_text
+
+    st = res.get("stats")
+    parts = [f"{label}: {case.label} {case.shape} {res['status']}"]
+    if st:
+        parts.append(f"mean {time_text(st['mean'] / 1e3)} over {st['runs']} runs")
+    elif res.get("call_ns") is not None:
+        parts.append(f"call {time_text(res['call_ns'] / 1e3)}")
+    if res["status"] != "pass" and first_line(res.get("message")):
+        parts.append(f"- {first_line(res['message'])}")
+    return " ".join(parts)
+
+
+def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tuple[dict[str, list[dict]], bool]:
+    """Run each backend's job: (results[label][case index] = CaseResult dict, interrupted by Ctrl-C).
+    After a Ctrl-C the cases not measured are marked skipped and no further backend starts."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.text import Text
+
+    def log(text: str, style: str | None = None) -> None:
+        """One line per event, cut to the terminal's width after the time stamp (11 characters)."""
+        line = Text(text, style=style or "")
+        line.truncate(max(20, progress.console.width - 11), overflow="ellipsis")
+        progress.console.log(line)
 
     results: dict[str, list[dict | None]] = {j["label"]: [None] * len(cases) for j in jobs}
     progress = Progress(
@@ -211,15 +267,20 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> di
         disable=quiet,
         transient=False,
     )
+    interrupted = False
     with progress:
         for job in jobs:
             label = job["label"]
-            task = progress.add_task(f"{label}: starting", total=len(cases))
+            task = progress.add_task(f"{label}: starting (importing torch and the submission)", total=len(cases))
             state = {"case": None}
 
             def handle(msg: dict, label=label, task=task, state=state, job=job) -> None:
                 kind = msg.get("type")
-                if kind == "start":
+                if kind == "loaded":
+                    progress.update(task, description=f"{label}: loaded")
+                elif kind == "warmup-start":
+                    progress.update(task, description=f"{label}: warm-up on {cases[0].label} {cases[0].shape}")
+                elif kind == "start":
                     c = cases[msg["index"]]
                     state["case"] = c
                     progress.update(task, description=f"{label}: {c.label} {c.shape}")
@@ -227,39 +288,73 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> di
                     c = state["case"]
                     progress.update(task, description=f"{label}: {c.label} {c.shape} rep {msg['reps']}")
                 elif kind == "warmup":
-                    note = "" if msg["status"] == "pass" else f" ({msg['status']}: {msg['message'][:200]})"
-                    progress.console.log(f"{label}: warm-up on {cases[0].label} took {msg['seconds']:.1f} s{note}")
+                    note = "" if msg["status"] == "pass" else f" ({msg['status']}: {msg['message']})"
+                    log(f"{label}: warm-up on {cases[0].label} took {msg['seconds']:.1f} s{note}")
                 elif kind == "device":
                     job["device_info"] = msg["info"]
                 elif kind == "case":
                     i, res = msg["index"], msg["result"]
                     results[label][i] = res
                     progress.advance(task)
-                    c = cases[i]
-                    st = res.get("stats")
-                    t = f"mean {st['mean'] / 1e3:.1f} us over {st['runs']} runs" if st else ""
-                    if res.get("call_ns") is not None and not st:
-                        t = f"call {res['call_ns'] / 1e3:.1f} us"
-                    first = (res.get("message") or "").strip().splitlines()
-                    extra = f" - {first[0][:120]}" if res["status"] != "pass" and first else ""
-                    progress.console.log(f"{label}: {c.label} {c.shape} {res['status']} {t}{extra}")
+                    log(_status_line(label, cases[i], res), None if res["status"] == "pass" else "red")
+                elif kind == "interrupted":
+                    job["interrupted"] = True
                 elif kind == "fatal":
-                    progress.console.log(f"[red]{label}: worker failed:[/red]\n{msg['message']}")
+                    log(f"{label}: worker failed: {msg['message']}", "red")
+                    job["exit_message"] = f"the worker failed before this case: {msg['message']}"
+                    job["exit_traceback"] = msg.get("traceback", "")
 
-            if inline:
-                from bench.worker import run_backend
+            try:
+                if inline:
+                    from bench.worker import run_backend
 
-                run_backend(job, handle)
-            else:
-                _spawn(job, handle)
-            for i, res in enumerate(results[label]):
-                if res is None:
-                    results[label][i] = {
-                        "status": "error",
-                        "message": job.get("exit_message", "the worker stopped before this case"),
-                    }
-            progress.update(task, description=f"{label}: done", completed=len(cases))
-    return results
+                    run_backend(job, handle)
+                else:
+                    _spawn(job, handle)
+            except KeyboardInterrupt:
+                job["interrupted"] = True
+            interrupted = interrupted or bool(job.get("interrupted"))
+            progress.update(task, description=f"{label}: {'interrupted' if interrupted else 'done'}")
+            if interrupted:
+                break
+    for job in jobs:
+        for i, res in enumerate(results[job["label"]]):
+            if res is None:
+                why = "interrupted (Ctrl-C) before this case" if interrupted else job.get("exit_message")
+                results[job["label"]][i] = {
+                    "status": "skipped" if interrupted else "error",
+                    "message": why or "the worker stopped before this case",
+                    "traceback": "" if interrupted else job.get("exit_traceback", ""),
+                }
+    return results, interrupted
+
+
+INTERRUPT_GRACE_S = 10.0  # how long a worker gets to report the case it was timing after a Ctrl-C
+
+
+def _pump(q, proc, handle, grace_s: float | None = None) -> bool:
+    """Hand the worker's messages to handle until it reports done (or interrupted), exits, or
+    grace_s passes; True when it reported its end."""
+    end = None if grace_s is None else time.monotonic() + grace_s
+    while end is None or time.monotonic() < end:
+        try:
+            msg = q.get(timeout=0.2)
+        except queue_mod.Empty:
+            if proc.is_alive():
+                continue
+            # Drain what the worker managed to send before it went away.
+            try:
+                while True:
+                    msg = q.get(timeout=0.5)
+                    handle(msg)
+                    if msg.get("type") in ("done", "interrupted"):
+                        return True
+            except queue_mod.Empty:
+                return False
+        handle(msg)
+        if msg.get("type") in ("done", "interrupted"):
+            return True
+    return False
 
 
 def _spawn(job: dict, handle) -> None:
@@ -271,48 +366,56 @@ def _spawn(job: dict, handle) -> None:
     q = ctx.Queue()
     proc = ctx.Process(target=process_main, args=(job, q), name=f"bench-{job['label']}")
     proc.start()
-    done = False
     try:
-        while not done:
-            try:
-                msg = q.get(timeout=0.2)
-            except queue_mod.Empty:
-                if proc.is_alive():
-                    continue
-                # Drain what the worker managed to send before it went away.
-                try:
-                    while True:
-                        msg = q.get(timeout=0.5)
-                        handle(msg)
-                        done = done or msg.get("type") == "done"
-                except queue_mod.Empty:
-                    pass
-                break
-            handle(msg)
-            done = msg.get("type") == "done"
-        proc.join(timeout=60)
+        ended = _pump(q, proc, handle)
     except KeyboardInterrupt:
-        proc.terminate()
-        proc.join(timeout=10)
-        raise
+        # A terminal's Ctrl-C reaches the worker too; a signal sent to this process alone does not.
+        job["interrupted"] = True
+        if proc.is_alive():
+            os.kill(proc.pid, signal.SIGINT)
+        try:
+            ended = _pump(q, proc, handle, grace_s=INTERRUPT_GRACE_S)
+        except KeyboardInterrupt:
+            ended = False
+    proc.join(timeout=60 if ended and not job.get("interrupted") else 5)
     if proc.is_alive():
         proc.terminate()
         proc.join(timeout=10)
-    if not done:
+    if not ended and not job.get("interrupted"):
         job["exit_message"] = f"worker process exited with code {proc.exitcode} before this case"
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line; exit status 0 all passed, 1 a case did not, 2 usage, 130 Ctrl-C."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+
+
+def _backends(args) -> tuple[list, list[str]]:
+    """--backend, with MOE_BACKEND standing for the default backends: (specs, notes)."""
+    backends = parse_backends(args.backend, ROOT)
+    notes = apply_env_backend(backends, backend_from_env())
+    return backends, notes
+
+
+def _main(argv: list[str] | None) -> int:
     t_launch = time.time()
     parser = build_parser()
     args = parser.parse_args(argv)
     mode = args.mode
     try:
-        backends = parse_backends(args.backend, ROOT)
+        backends, notes = _backends(args)
         secret = secret_seed(args.seed)
         selectors = list(args.cases or [])
         if args.cases_file:
             selectors += read_cases_file(args.cases_file)
+        preflight.check_libraries()
+        preflight.check_out_dir(args.out)
+        device = preflight.check_device(args.device)
+        preflight.check_aiter(backends, device)
     except SelectionError as exc:
         parser.error(str(exc))
     if args.flush not in ("official", "l2", "none") and not args.flush.isdigit():
@@ -334,9 +437,10 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
 
     console = Console(log_path=False)
-    if not console.is_terminal:
-        console = Console(log_path=False, width=max(console.width, 200))
-    device = _detect_device(args.device)
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(log_path=False, width=max(console.width, 200))  # a file or pipe: whole lines
+    for note in notes:
+        console.print(note)
     child_env: dict[str, str] = {}
     if device == "cpu":
         # Must be in the environment before anything imports triton (the workers are fresh processes).
@@ -354,6 +458,16 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(str(exc))
     if not cases:
         parser.error("no cases selected")
+    limits, warm = _limits(args, mode)
+    try:
+        overrides = parse_limit_overrides(args.limit, [b.label for b in backends])
+        run_time = preflight.check_run_time(
+            backends, device, cases, mode, Limits(**limits), None if args.no_warmup else Limits(**warm), args.force
+        )
+    except SelectionError as exc:
+        parser.error(str(exc))
+    if run_time:
+        console.print(run_time)
 
     from bench import report, roofline
 
@@ -369,11 +483,6 @@ def main(argv: list[str] | None = None) -> int:
             f"bf16 ({ceilings.source})"
         )
 
-    limits, warm = _limits(args, mode)
-    try:
-        overrides = parse_limit_overrides(args.limit, [b.label for b in backends])
-    except SelectionError as exc:
-        parser.error(str(exc))
     jobs = []
     for b in backends:
         jobs.append(
@@ -401,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     t_start = time.time()
-    results = _run_jobs(jobs, cases, args.inline, console, args.quiet)
+    results, interrupted = _run_jobs(jobs, cases, args.inline, console, args.quiet)
 
     aiter = report.aiter_times()
     rows = []
@@ -436,15 +545,21 @@ def main(argv: list[str] | None = None) -> int:
             f"{ceilings.bandwidth / 1e12:.3g} TB/s, {ceilings.matmul / 1e12:.3g} TFLOP/s bf16" if ceilings else None
         ),
         "argv": sys.argv[1:] if argv is None else list(argv),
+        "interrupted": interrupted,
     }
     if mode == "profile" and not args.out:
         for k, v in profiles.items():
             console.print(f"== {k}\n{v}")
     report.print_tables(console, rows, summary, mode, title=f"{mode} on {device_name}")
+    written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles) if args.out else []
+    if written:
+        console.print("wrote " + ", ".join(str(p) for p in written))
     table_rows = backend_rows(rows) if mode in report.TIMED_MODES else []
     if table_rows:
         console.print("rows for backend_table.MI355X_BACKENDS (measured here):\n" + "\n".join(table_rows), markup=False)
-    if args.out:
-        written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles)
-        console.print("wrote " + ", ".join(str(p) for p in written))
+    if interrupted:
+        measured = sum(r["status"] not in ("skipped", "interrupted") or r["runs"] is not None for r in rows)
+        where = f"; written to {args.out}" if written else ""
+        print(f"interrupted (Ctrl-C): {measured} of {len(rows)} results measured{where}", file=sys.stderr)
+        return 130
     return 0 if all(r["status"] == "pass" for r in rows) else 1

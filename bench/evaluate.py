@@ -9,6 +9,7 @@ tested with stand-ins:
                by 13 and the inputs are regenerated, and every output is checked.
   profile      generate, one call under torch.profiler (then, outside the profile, the check).
 The check always runs after the submission, on the very same tensors (nothing is cloned).
+A Ctrl-C inside a timed case raises Interrupted, which carries the repetitions measured so far.
 """
 
 from __future__ import annotations
@@ -23,19 +24,28 @@ from bench.timing import Limits, Stats, calculate_stats, should_stop
 
 @dataclass
 class CaseResult:
-    status: str  # pass | fail | error | skipped
-    message: str = ""
+    status: str  # pass | fail | error | skipped | interrupted
+    message: str = ""  # one line for the tables: the check's verdict or the exception's own message
     stats: Stats | None = None
     seeds: list[int] = field(default_factory=list)  # seeds of the data used, in order (first: the checked call)
     checked: int = 0  # outputs compared with the reference
     traffic: dict | None = None  # bench.roofline.traffic averaged over the timed data
     call_ns: float | None = None  # test mode: the one call (first call: compilation included)
     profile: str | None = None
+    traceback: str = ""  # status error: where the exception came from
 
     def as_dict(self) -> dict:
         d = asdict(self)
         d["stats"] = self.stats.as_dict() if self.stats else None
         return d
+
+
+class Interrupted(Exception):
+    """Ctrl-C during a timed case; `result` holds the repetitions measured until then."""
+
+    def __init__(self, result: CaseResult):
+        super().__init__("interrupted")
+        self.result = result
 
 
 def _mean_traffic(items: list[dict]) -> dict | None:
@@ -103,39 +113,41 @@ def run_timed(
             status="fail", message=f"first call, seed {params['seed']}: {message}", seeds=seeds, checked=1
         )
     del out
-    checked = 1
     traffic = [] if recheck or not traffic_fn else [traffic_fn(data)]
+    checked = 1
     durations: list[float] = []
+
+    def so_far(status: str, message: str = "") -> CaseResult:
+        """The result of the repetitions run until now."""
+        stats = calculate_stats(durations) if durations else None
+        return CaseResult(status, message, stats, seeds, checked, _mean_traffic(traffic))
+
     t0 = time.perf_counter()
-    for rep in range(limits.max_reps):
-        if recheck:
-            params["seed"] += LEADERBOARD_SEED_STEP
-            seeds.append(params["seed"])
-            data = generate(**params)
-            if traffic_fn:
-                traffic.append(traffic_fn(data))
-        out, elapsed_ns = _timed_call(kernel, data, device, flush=True)
-        if recheck:
-            ok, message = check(data, out)
-            checked += 1
-            if not ok:
-                return CaseResult(
-                    status="fail",
-                    message=f"repetition {rep}, seed {params['seed']}: {message}",
-                    stats=calculate_stats(durations) if durations else None,
-                    seeds=seeds,
-                    checked=checked,
-                    traffic=_mean_traffic(traffic),
-                )
-        del out
-        durations.append(elapsed_ns)
-        if progress is not None:
-            progress(len(durations))
-        if should_stop(durations, time.perf_counter() - t0, limits):
-            break
-    return CaseResult(
-        status="pass", stats=calculate_stats(durations), seeds=seeds, checked=checked, traffic=_mean_traffic(traffic)
-    )
+    try:
+        for rep in range(limits.max_reps):
+            if recheck:
+                params["seed"] += LEADERBOARD_SEED_STEP
+                seeds.append(params["seed"])
+                data = generate(**params)
+                if traffic_fn:
+                    traffic.append(traffic_fn(data))
+            out, elapsed_ns = _timed_call(kernel, data, device, flush=True)
+            if recheck:
+                ok, message = check(data, out)
+                checked += 1
+                if not ok:
+                    return so_far("fail", f"repetition {rep}, seed {params['seed']}: {message}")
+            del out
+            durations.append(elapsed_ns)
+            if progress is not None:
+                progress(len(durations))
+            if should_stop(durations, time.perf_counter() - t0, limits):
+                break
+    except KeyboardInterrupt:
+        raise Interrupted(
+            so_far("interrupted", f"interrupted (Ctrl-C) after {len(durations)} timed repetitions")
+        ) from None
+    return so_far("pass")
 
 
 def run_profile(

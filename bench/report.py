@@ -46,6 +46,7 @@ def build_row(
         "seed": case.params["seed"],
         "status": result.get("status", "error"),
         "message": result.get("message", ""),
+        "traceback": result.get("traceback", ""),
         "checked": result.get("checked", 0),
         "runs": st.get("runs"),
         "mean_us": _us(st.get("mean")),
@@ -107,9 +108,30 @@ def summarize(rows: Sequence[dict], backends: Sequence[str]) -> list[dict]:
 
 # ---------------------------------------------------------------- formatting
 
+TIME_KEYS = ("mean_us", "std_us", "best_us", "floor_us", "aiter_us", "call_us")
+TEXT_KEYS = ("case", "shape", "backend", "status", "message")
+# Left out in this order when a table does not fit the terminal (the files keep every column).
+DROP_ORDER = ("aiter_us", "std_us", "floor_us", "experts_hit", "runs", "best_us", "shape", "x_aiter")
+SUMMARY_DROP_ORDER = ("geomean_aiter_us", "geomean_floor_us", "geomean_x_aiter")
+MIN_MESSAGE_WIDTH = 16
+
 
 def _f(v, fmt="{:.1f}", none="-"):
     return none if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+
+def time_text(us) -> str:
+    """A time in microseconds with a unit that keeps it short: '850 ns', '305.4 us', '12.30 ms', '9.41 s'."""
+    if us is None or (isinstance(us, float) and math.isnan(us)):
+        return "-"
+    us = float(us)
+    if us < 1:
+        return f"{us * 1e3:.0f} ns"
+    if us < 1e3:
+        return f"{us:.1f} us"
+    if us < 1e6:
+        return f"{us / 1e3:.2f} ms"
+    return f"{us / 1e6:.2f} s"
 
 
 def _status_cell(r: dict) -> str:
@@ -124,13 +146,13 @@ def table_columns(mode: str) -> list[tuple[str, str]]:
             ("shape", "shape"),
             ("backend", "backend"),
             ("status", "status"),
-            ("mean us", "mean_us"),
-            ("std us", "std_us"),
-            ("best us", "best_us"),
+            ("mean", "mean_us"),
+            ("std", "std_us"),
+            ("best", "best_us"),
             ("runs", "runs"),
-            ("floor us", "floor_us"),
+            ("floor", "floor_us"),
             ("x floor", "x_floor"),
-            ("aiter MI355X us", "aiter_us"),
+            ("aiter MI355X", "aiter_us"),
             ("x aiter", "x_aiter"),
         ]
     return [
@@ -138,24 +160,30 @@ def table_columns(mode: str) -> list[tuple[str, str]]:
         ("shape", "shape"),
         ("backend", "backend"),
         ("status", "status"),
-        ("call us", "call_us"),
+        ("call", "call_us"),
         ("experts hit", "experts_hit"),
-        ("floor us", "floor_us"),
+        ("floor", "floor_us"),
         ("message", "message"),
     ]
+
+
+def first_line(text) -> str:
+    lines = (text or "").strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def _cell(r: dict, key: str) -> str:
     v = r.get(key)
     if key == "status":
         return _status_cell(r)
+    if key in TIME_KEYS:
+        return time_text(v)
     if key in ("x_floor", "x_aiter"):
         return _f(v, "{:.2f}x")
     if key in ("runs", "experts_hit"):
         return _f(v, "{:.0f}")
     if key == "message":
-        text = (v or "").strip().splitlines()
-        return text[0][:80] if text else ""
+        return first_line(v)
     if isinstance(v, float):
         return _f(v)
     return "-" if v is None else str(v)
@@ -165,11 +193,11 @@ def summary_columns() -> list[tuple[str, str]]:
     return [
         ("backend", "backend"),
         ("passed", "passed"),
-        ("geomean us", "geomean_us"),
-        ("geomean floor us", "geomean_floor_us"),
-        ("geomean x floor", "geomean_x_floor"),
-        ("geomean aiter MI355X us", "geomean_aiter_us"),
-        ("geomean x aiter", "geomean_x_aiter"),
+        ("geomean", "geomean_us"),
+        ("floor", "geomean_floor_us"),
+        ("x floor", "geomean_x_floor"),
+        ("aiter MI355X", "geomean_aiter_us"),
+        ("x aiter", "geomean_x_aiter"),
     ]
 
 
@@ -180,38 +208,101 @@ def _summary_cell(s: dict, key: str) -> str:
         return _f(s[key], "{:.2f}x")
     if key == "backend":
         return s[key]
-    return _f(s[key])
+    return time_text(s[key])
 
 
-def print_tables(console, rows: Sequence[dict], summary: Sequence[dict], mode: str, title: str = "") -> None:
+def _case_table(rows: Sequence[dict], cols: list[tuple[str, str]], title: str, message_width: int | None = None):
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=title or f"{mode} results", show_lines=False)
-    cols = table_columns(mode)
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
     for head, key in cols:
         t.add_column(
             head,
-            justify="left" if key in ("case", "shape", "backend", "status", "message") else "right",
-            overflow="fold",
+            justify="left" if key in TEXT_KEYS else "right",
+            no_wrap=True,
+            overflow="ellipsis",
+            max_width=message_width if key == "message" else None,
         )
     prev_case = None
+    grouped = len({r["backend"] for r in rows}) > 1
     for r in rows:
-        if prev_case is not None and r["case"] != prev_case:
+        if grouped and prev_case is not None and r["case"] != prev_case:
             t.add_section()
         prev_case = r["case"]
-        style = None if r["status"] == "pass" else "red"
-        t.add_row(*[_cell(r, k) for _, k in cols], style=style)
-    console.print(t)
+        t.add_row(*[_cell(r, k) for _, k in cols], style=None if r["status"] == "pass" else "red")
+    return t
+
+
+def _fit(console, cols: list[tuple[str, str]], build, drop_order: Sequence[str]):
+    """Leave columns out in drop_order until build(columns) fits the console: (columns, headers left out)."""
+    from rich.measure import Measurement
+
+    unbounded = console.options.update(max_width=10_000)
+    dropped: list[str] = []
+    for key in drop_order:
+        if Measurement.get(console, unbounded, build(cols)).maximum <= console.width:
+            break
+        dropped += [h for h, k in cols if k == key]
+        cols = [c for c in cols if c[1] != key]
+    return cols, dropped
+
+
+def fit_case_table(console, rows: Sequence[dict], mode: str, title: str):
+    """The per-case table at the console's width: one backend goes into the title, then columns
+    are left out in DROP_ORDER until it fits, and the message column takes what is left (cut
+    with an ellipsis; the full message is printed below). Returns (table, headers left out)."""
+    from rich.measure import Measurement
+
+    cols = table_columns(mode)
+    backends = list(dict.fromkeys(r["backend"] for r in rows))
+    if len(backends) == 1:
+        cols = [c for c in cols if c[1] != "backend"]
+        title = f"{title}, {backends[0]}"
+    has_message = any(k == "message" for _, k in cols)
+    cols, dropped = _fit(
+        console, [c for c in cols if c[1] != "message"], lambda c: _case_table(rows, c, title), DROP_ORDER
+    )
+    if has_message and any(first_line(r.get("message")) for r in rows):
+        used = Measurement.get(console, console.options.update(max_width=10_000), _case_table(rows, cols, title))
+        room = console.width - used.maximum - 3  # a column's padding and separator
+        if room >= MIN_MESSAGE_WIDTH:
+            return _case_table(rows, cols + [("message", "message")], title, room), dropped
+        dropped.append("message")
+    return _case_table(rows, cols, title), dropped
+
+
+def _summary_table(summary: Sequence[dict], cols: list[tuple[str, str]]):
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title="geomean over passed cases", box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
+    for head, key in cols:
+        t.add_column(head, justify="left" if key == "backend" else "right", no_wrap=True)
+    for row in summary:
+        t.add_row(*[_summary_cell(row, k) for _, k in cols])
+    return t
+
+
+def print_tables(console, rows: Sequence[dict], summary: Sequence[dict], mode: str, title: str = "") -> None:
+    from rich.text import Text
+
+    table, dropped = fit_case_table(console, rows, mode, title or f"{mode} results")
+    if dropped:
+        table.caption = f"not shown at {console.width} columns: {', '.join(dropped)} (see --out's .md and .csv)"
+    console.print(table)
     if mode in TIMED_MODES:
-        s = Table(title="geomean over passed cases")
-        for head, key in summary_columns():
-            s.add_column(head, justify="left" if key == "backend" else "right")
-        for row in summary:
-            s.add_row(*[_summary_cell(row, k) for _, k in summary_columns()])
-        console.print(s)
+        cols, dropped = _fit(console, summary_columns(), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER)
+        table = _summary_table(summary, cols)
+        if dropped:
+            table.caption = f"not shown: {', '.join(dropped)}"
+        console.print(table)
     for r in rows:
-        if r["status"] != "pass" and r["message"]:
-            console.print(f"[red]{r['backend']} {r['case']} ({r['shape']}) {r['status']}:[/red]\n{r['message']}")
+        if r["status"] in ("fail", "error") and r["message"]:
+            head = f"{r['backend']} {r['case']} ({r['shape']}) {_status_cell(r)}: "
+            console.print(Text(head, style="red") + Text(r["message"].strip()))
+            if r.get("traceback"):
+                console.print(Text(r["traceback"], style="dim"))
 
 
 def markdown(rows: Sequence[dict], summary: Sequence[dict], mode: str, meta: dict) -> str:
@@ -221,11 +312,7 @@ def markdown(rows: Sequence[dict], summary: Sequence[dict], mode: str, meta: dic
     if info:
         lines += ["; ".join(info), ""]
     lines.append("| " + " | ".join(h for h, _ in cols) + " |")
-    lines.append(
-        "|"
-        + "|".join("---" if k in ("case", "shape", "backend", "status", "message") else "---:" for _, k in cols)
-        + "|"
-    )
+    lines.append("|" + "|".join("---" if k in TEXT_KEYS else "---:" for _, k in cols) + "|")
     for r in rows:
         lines.append("| " + " | ".join(_cell(r, k).replace("|", "/") for _, k in cols) + " |")
     if mode in TIMED_MODES:
@@ -239,9 +326,13 @@ def markdown(rows: Sequence[dict], summary: Sequence[dict], mode: str, meta: dic
     return "\n".join(lines) + "\n"
 
 
-def chart(rows: Sequence[dict], mode: str, path: Path, title: str) -> Path | None:
+LABEL_ROOM = 0.2  # share of the log-scale axis height above the tallest bar, for its value label
+
+
+def chart_figure(rows: Sequence[dict], mode: str, title: str):
     """Grouped bars (one per backend) of the time per case, log scale, with the floor (black)
-    and the aiter MI355X time (red, dashed) marked over each group."""
+    and the aiter MI355X time (red, dashed) marked over each group; the legend sits below the
+    axes, so the bars take the figure's width. None when nothing was timed."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -255,7 +346,7 @@ def chart(rows: Sequence[dict], mode: str, path: Path, title: str) -> Path | Non
     by = {(r["case"], r["backend"]): r for r in rows}
     shapes = {r["case"]: r["shape"] for r in rows}
     width = 0.8 / max(1, len(backends))
-    fig, ax = plt.subplots(figsize=(max(9.0, 1.3 * len(cases) + 5), 5.0))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * len(cases) + 3), 5.0), layout="constrained")
     for j, b in enumerate(backends):
         xs, ys = [], []
         for i, c in enumerate(cases):
@@ -267,11 +358,11 @@ def chart(rows: Sequence[dict], mode: str, path: Path, title: str) -> Path | Non
         g_t, g_x = geomean(r.get(key) for r in mine), geomean(r.get("floor_us") for r in mine)
         label = b
         if g_t and len(mine) == len(cases):
-            label += f" (geomean {g_t:.0f} us" + (f", {g_t / g_x:.1f}x floor)" if g_x else ")")
+            label += f" (geomean {time_text(g_t)}" + (f", {g_t / g_x:.1f}x floor)" if g_x else ")")
         bars = ax.bar(xs, ys, width=width * 0.95, label=label)
         for x, y in zip(xs, ys, strict=True):
             ax.annotate(
-                f"{y:.0f}",
+                time_text(y),
                 (x, y),
                 ha="center",
                 va="bottom",
@@ -308,14 +399,27 @@ def chart(rows: Sequence[dict], mode: str, path: Path, title: str) -> Path | Non
             aiter_label = False
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels([f"{c}\n{shapes[c]}" for c in cases], fontsize=7, rotation=20, ha="right")
+    ax.set_xlim(-0.6, len(cases) - 0.4)
     ax.set_yscale("log")
-    tops = [r[key] for r in rows if r.get(key)] + [r["floor_us"] for r in rows if r.get("floor_us")]
-    ax.set_ylim(top=max(tops) * 4)  # room for the value labels
+    values = [r[key] for r in rows if r.get(key)] + [r["floor_us"] for r in rows if r.get("floor_us")]
+    values += [r["aiter_us"] for r in rows if r.get("aiter_us") and mode in TIMED_MODES]
+    low, high = math.log10(min(values) / 2), math.log10(max(values))
+    ax.set_ylim(10**low, 10 ** (high + (high - low) * LABEL_ROOM / (1 - LABEL_ROOM)))
     ax.set_ylabel("time per call (us)" if mode in TIMED_MODES else "first call (us)")
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
-    fig.tight_layout()
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(2, len(labels)), fontsize=8, frameon=False)
+    return fig
+
+
+def chart(rows: Sequence[dict], mode: str, path: Path, title: str) -> Path | None:
+    """chart_figure saved as a PNG at `path`."""
+    import matplotlib.pyplot as plt
+
+    fig = chart_figure(rows, mode, title)
+    if fig is None:
+        return None
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -108,8 +108,12 @@ def _parse_indices(text: str, size: int, selector: str) -> list[int]:
     return out
 
 
-def parse_case_spec(text: str) -> dict:
-    """'k=v,k=v' or the runner's 'k: v; k: v' into generate_input arguments (seed optional)."""
+CLI_CASE_EXAMPLE = "dhidden=7168,dexpert=256,nroutedexperts=256,nexpertspertoken=8,nsharedexperts=1,bs=16,seed=1"
+FILE_CASE_EXAMPLE = "dhidden: 7168; dexpert: 256; nroutedexperts: 256; nexpertspertoken: 8; nsharedexperts: 1; bs: 16"
+
+
+def _case_params(text: str, form: str) -> dict:
+    """generate_input arguments of one case; SelectionError says what is wrong (`form`: the syntax hint)."""
     params: dict = {}
     for part in re.split(r"[;,]", text):
         part = part.strip()
@@ -117,19 +121,27 @@ def parse_case_spec(text: str) -> dict:
             continue
         m = re.fullmatch(r"([A-Za-z_]\w*)\s*[=:]\s*([+-]?\d+)", part)
         if not m:
-            raise SelectionError(f"case {text!r}: cannot read {part!r}; expected key=integer")
+            raise SelectionError(f"cannot read {part!r}; expected {form}")
         key = m[1].lower()
         if key not in CASE_KEYS:
-            raise SelectionError(f"case {text!r}: unknown key {m[1]!r}; keys are {', '.join(CASE_KEYS)}")
+            raise SelectionError(f"unknown key {m[1]!r}; keys are {', '.join(CASE_KEYS)}")
         params[key] = int(m[2])
     params.setdefault("seed", DEFAULT_CUSTOM_SEED)
     missing = [k for k in CASE_KEYS if k not in params]
     if missing:
-        raise SelectionError(f"case {text!r}: missing {', '.join(missing)}")
+        raise SelectionError(f"missing {', '.join(missing)}")
     for key in SHAPE_KEYS:
         if params[key] <= 0 and not (key == "nsharedexperts" and params[key] == 0):
-            raise SelectionError(f"case {text!r}: {key} must be positive")
+            raise SelectionError(f"{key} must be positive")
     return {k: params[k] for k in CASE_KEYS}
+
+
+def parse_case_spec(text: str) -> dict:
+    """'k=v,k=v' or the runner's 'k: v; k: v' into generate_input arguments (seed optional)."""
+    try:
+        return _case_params(text, "key=integer")
+    except SelectionError as exc:
+        raise SelectionError(f"case {text!r}: {exc}") from None
 
 
 def _looks_like_spec(text: str) -> bool:
@@ -164,8 +176,7 @@ def select_cases(selectors: Iterable[str], secret: int | None = None, lists: Map
             continue
         raise SelectionError(
             f"unknown case {raw!r}: use tests, benchmarks, smoke, official, all, a list with indices "
-            f"(e.g. benchmarks:0,3 or bench:2-4), or a case like "
-            f"dhidden=7168,dexpert=256,nroutedexperts=256,nexpertspertoken=8,nsharedexperts=1,bs=16,seed=1"
+            f"(e.g. benchmarks:0,3 or bench:2-4), or a case like {CLI_CASE_EXAMPLE}"
         )
     out = []
     for group, index, params in picked:
@@ -176,12 +187,32 @@ def select_cases(selectors: Iterable[str], secret: int | None = None, lists: Map
 
 
 def read_cases_file(path: str | Path) -> list[str]:
-    """Case specs from a file in the runner's format: one 'key: value; key: value' case per line."""
+    """Case specs from a file in the runner's format, one 'key: value; key: value' case per line
+    (blank lines and # comments skipped); errors name the file and line."""
+    fmt = f"one case per line, e.g. {FILE_CASE_EXAMPLE!r}"
     try:
-        lines = Path(path).read_text().splitlines()
+        raw = Path(path).read_bytes()
     except OSError as exc:
-        raise SelectionError(f"cannot read cases file {path}: {exc}") from None
-    return [ln.strip() for ln in lines if ln.strip() and not ln.lstrip().startswith("#")]
+        raise SelectionError(f"--cases-file {path}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SelectionError(f"--cases-file {path}: not a text file (byte {exc.start} is not UTF-8); {fmt}") from None
+    if "\x00" in text:
+        raise SelectionError(f"--cases-file {path}: not a text file (it holds NUL bytes); {fmt}")
+    specs = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        spec = line.strip()
+        if not spec or spec.startswith("#"):
+            continue
+        try:
+            _case_params(spec, "key: integer")
+        except SelectionError as exc:
+            raise SelectionError(f"--cases-file {path}:{number}: {exc}; {fmt}") from None
+        specs.append(spec)
+    if not specs:
+        raise SelectionError(f"--cases-file {path}: no cases in it (only blank or # lines); {fmt}")
+    return specs
 
 
 @dataclass
@@ -230,3 +261,35 @@ def parse_backends(items: Iterable[str], root: str | Path) -> list[BackendSpec]:
     if dupes:
         raise SelectionError(f"backend given twice: {', '.join(dupes)}")
     return specs
+
+
+def backend_from_env(environ: Mapping[str, str] | None = None) -> str | None:
+    """MOE_BACKEND (what submission.py reads), checked: None when unset or empty."""
+    value = (os.environ if environ is None else environ).get("MOE_BACKEND", "").strip()
+    if not value:
+        return None
+    if value not in NAMED_BACKENDS[1:]:
+        raise SelectionError(
+            f"MOE_BACKEND={value!r} is not a backend: expected one of {', '.join(NAMED_BACKENDS[1:])} "
+            f"(or unset it and pass --backend)"
+        )
+    return value
+
+
+def apply_env_backend(specs: list[BackendSpec], env_backend: str | None) -> list[str]:
+    """MOE_BACKEND stands for every backend left to its default (auto, or a file without @NAME),
+    as submission.py would read it; a backend named on the command line wins. Returns notes."""
+    if env_backend is None:
+        return []
+    notes = []
+    for spec in specs:
+        if spec.moe_backend is None:
+            spec.label = env_backend if spec.label == "auto" else f"{spec.label}@{env_backend}"
+            spec.moe_backend = env_backend
+        elif spec.moe_backend != env_backend:
+            notes.append(f"MOE_BACKEND={env_backend} ignored for --backend {spec.label}")
+    labels = [s.label for s in specs]
+    dupes = sorted({x for x in labels if labels.count(x) > 1})
+    if dupes:
+        raise SelectionError(f"backend given twice once MOE_BACKEND={env_backend} is applied: {', '.join(dupes)}")
+    return notes

@@ -36,14 +36,16 @@ STAGE1_OPTIONS = [
         *itertools.product((32,), (256,), (4,), (2, 3, 4), (0, 128)),
         *itertools.product((32,), (128,), (4,), (2, 3), (0,)),
         *itertools.product((64,), (128, 256), (4,), (2, 3), (0,)),
-        (64, 256, 8, 3, 0), (64, 128, 8, 3, 0),
+        (64, 256, 8, 3, 0),
+        (64, 128, 8, 3, 0),
     )
 ]
 STAGE2_OPTIONS = [
     dict(block_n2=n, block_k2=k, warps2=w, stages2=2, n_tiles2=t, max_regs2=r)
     for n, k, w, t, r in (
         *itertools.product((64, 128), (128, 256), (4,), (1, 4, 8), (0,)),
-        (128, 128, 8, 1, 0), (128, 128, 8, 4, 0),
+        (128, 128, 8, 1, 0),
+        (128, 128, 8, 4, 0),
         # Register caps that fit a fifth to seventh program per SM (bench/NOTES.md, sixth version).
         *itertools.product((64,), (256,), (4,), (4, 8), (72,)),
         *itertools.product((128,), (256,), (4,), (1, 4), (88,)),
@@ -141,9 +143,7 @@ def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, 
         )
         if s1_best[1] is not None and s2_best[1] is not None and total < best_total:
             best_total = total
-            best = base._replace(
-                block_m=block_m, **STAGE1_OPTIONS[s1_best[1]], **STAGE2_OPTIONS[s2_best[1]]
-            )
+            best = base._replace(block_m=block_m, **STAGE1_OPTIONS[s1_best[1]], **STAGE2_OPTIONS[s2_best[1]])
     return best, log
 
 

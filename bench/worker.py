@@ -1,14 +1,20 @@
 """One backend over a list of cases, in one process (as the runner uses one process for all
 cases, so module-level caches persist from case to case and from the warm-up on).
 
-`run_backend(job, emit)` reports through emit(dict): {"type": "device"}, {"type": "start"},
-{"type": "progress"}, {"type": "case"}, {"type": "warmup"} and finally {"type": "done"}.
+`run_backend(job, emit)` reports through emit(dict): {"type": "device"}, {"type": "loaded"},
+{"type": "warmup-start"}, {"type": "warmup"}, {"type": "start"}, {"type": "progress"},
+{"type": "case"} and finally {"type": "done"}, or {"type": "interrupted"} after a Ctrl-C (the
+case in progress is first reported with what it measured).
 `process_main(job, queue)` is the entry point of a spawned worker process.
+
+A failure is reported by the exception's own one-line message (`error_summary`), with the
+traceback beside it for whoever wants the detail.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
@@ -17,11 +23,21 @@ from collections.abc import Callable
 PROGRESS_EVERY_S = 0.25
 
 
-def _error_text(exc: BaseException, limit: int = 12) -> str:
+def error_summary(exc: BaseException) -> str:
+    """'ValueError: config: ...': the exception's type and its message's first line."""
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
+
+
+def _traceback_text(exc: BaseException, limit: int = 12) -> str:
     lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
-    text = "".join(lines).rstrip()
-    tail = text.splitlines()[-limit:]
-    return "\n".join(tail)
+    return "\n".join("".join(lines).rstrip().splitlines()[-limit:])
+
+
+def _error_result(exc: BaseException, context: str = ""):
+    from bench.evaluate import CaseResult
+
+    return CaseResult(status="error", message=context + error_summary(exc), traceback=_traceback_text(exc))
 
 
 def _set_seed(seed: int) -> None:
@@ -64,27 +80,30 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
     try:
         kernel = load_custom_kernel(job["path"], job["root"], job["label"])
         check_implementation = make_check(job.get("check", "a4w4"))
-    except BaseException as exc:  # noqa: BLE001 - reported, and every case is marked
-        if isinstance(exc, KeyboardInterrupt):
-            raise
-        msg = f"loading {job['path']} failed:\n{_error_text(exc)}"
+    except Exception as exc:  # noqa: BLE001 - reported, and every case is marked
+        result = _error_result(exc, f"loading {job['path']} failed: ").as_dict()
         for i in range(len(cases)):
-            emit({"type": "case", "index": i, "result": evaluate.CaseResult(status="error", message=msg).as_dict()})
+            emit({"type": "case", "index": i, "result": result})
         emit({"type": "done"})
         return
+    emit({"type": "loaded"})
 
     limits = Limits(**job["limits"]) if job.get("limits") else None
 
     if mode in ("benchmark", "leaderboard") and job.get("warmup") and cases:
         warm = Limits(**job["warmup_limits"])
+        emit({"type": "warmup-start"})
         t0 = time.perf_counter()
         try:
             res = evaluate.run_timed(
                 cases[0]["params"], kernel, generate_input, check_implementation, device, warm, recheck=False
             )
             status, message = res.status, res.message
+        except evaluate.Interrupted:
+            emit({"type": "interrupted"})
+            return
         except Exception as exc:  # noqa: BLE001
-            status, message = "error", _error_text(exc)
+            status, message = "error", error_summary(exc)
         emit({"type": "warmup", "status": status, "message": message, "seconds": time.perf_counter() - t0})
 
     stop_rest = False
@@ -132,8 +151,12 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
                     progress=progress,
                     traffic_fn=traffic_fn,
                 )
+        except evaluate.Interrupted as stop:
+            emit({"type": "case", "index": i, "result": stop.result.as_dict()})
+            emit({"type": "interrupted"})
+            return
         except Exception as exc:  # noqa: BLE001 - a crashing kernel is a result, not the end of the run
-            res = evaluate.CaseResult(status="error", message=_error_text(exc))
+            res = _error_result(exc)
         emit({"type": "case", "index": i, "result": res.as_dict()})
         # The runner stops a leaderboard run at the first case that does not pass.
         if mode == "leaderboard" and res.status != "pass" and not job.get("keep_going"):
@@ -141,12 +164,23 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
     emit({"type": "done"})
 
 
+def _interrupt_once(signum, frame) -> None:
+    """The first Ctrl-C stops the case in progress; later ones (the parent forwards its own) are
+    ignored while the worker reports it."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def process_main(job: dict, queue) -> None:
-    """Entry point of a spawned worker: environment first (TRITON_INTERPRET must precede triton)."""
+    """Entry point of a spawned worker: environment first (TRITON_INTERPRET must precede triton).
+    A Ctrl-C outside a case ends the worker quietly: the parent reports the run as interrupted."""
     for k, v in (job.get("env") or {}).items():
         os.environ[k] = str(v)
+    signal.signal(signal.SIGINT, _interrupt_once)
     try:
         run_backend(job, queue.put)
+    except KeyboardInterrupt:
+        queue.put({"type": "interrupted"})
     except BaseException as exc:  # noqa: BLE001 - the parent turns this into per-case errors
-        queue.put({"type": "fatal", "message": _error_text(exc)})
+        queue.put({"type": "fatal", "message": error_summary(exc), "traceback": _traceback_text(exc)})
         raise

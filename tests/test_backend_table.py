@@ -39,13 +39,28 @@ def test_every_row_names_a_backend():
 
 
 def _row(backend, bs, mean_us, status="pass"):
-    return dict(backend=backend, status=status, mean_us=mean_us, dhidden=7168, dexpert=256,
-                nroutedexperts=256, nsharedexperts=1, nexpertspertoken=8, bs=bs)
+    return dict(
+        backend=backend,
+        status=status,
+        mean_us=mean_us,
+        dhidden=7168,
+        dexpert=256,
+        nroutedexperts=256,
+        nsharedexperts=1,
+        nexpertspertoken=8,
+        bs=bs,
+    )
 
 
 def test_rows_name_the_faster_passing_backend_per_shape():
-    rows = [_row("aiter", 16, 90.0), _row("triton", 16, 80.0), _row("aiter", 128, 100.0), _row("triton", 128, 120.0),
-            _row("aiter", 512, 200.0), _row("triton", 512, 150.0, status="fail")]
+    rows = [
+        _row("aiter", 16, 90.0),
+        _row("triton", 16, 80.0),
+        _row("aiter", 128, 100.0),
+        _row("triton", 128, 120.0),
+        _row("aiter", 512, 200.0),
+        _row("triton", 512, 150.0, status="fail"),
+    ]
     lines = backend_rows(rows)
     assert lines == [
         "    (7168, 256, 257, 9, 16): 'triton',  # aiter 90.0 us, triton 80.0 us",

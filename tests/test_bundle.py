@@ -95,6 +95,25 @@ def test_bundle_runs_as_a_script_in_an_empty_folder(tmp_path, bundled):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_a_pinned_backend_is_the_default_and_the_environment_still_wins(tmp_path):
+    (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
+    script = tmp_path / "submission.py"
+    script.write_text(bundler.bundle(ROOT, backend="reference"))
+    for env, expected in (({}, "reference"), ({"MOE_BACKEND": "triton"}, "triton")):
+        proc = subprocess.run(
+            [sys.executable, str(script)],
+            cwd=tmp_path,
+            env=_clean_env(TRITON_INTERPRET="1", **env),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"moe-mxfp4 submission: backend {expected}" in proc.stdout
+    with pytest.raises(BundleError, match="--backend: unknown backend 'cuda'"):
+        bundler.bundle(ROOT, backend="cuda")
+
+
 WITHOUT_CUDA_EXTRA = """
 import runpy, sys
 import triton

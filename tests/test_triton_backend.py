@@ -90,17 +90,39 @@ def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1, max_regs2):
     # d_hidden 768 is 1.5 tiles of 512: with 3 tiles per stage-2 program, the third lies past
     # the end and must add nothing. The register caps only reach the compiler on NVIDIA GPUs.
     data = generate_input(**small_case(dhidden=768, dexpert=768, bs=5))
-    tiles = TileConfig(block_m=16, block_n1=512, block_k1=256, warps1=4, stages1=2,
-                       block_n2=512, block_k2=256, warps2=4, stages2=2, n_tiles2=n_tiles2,
-                       max_regs1=max_regs1, max_regs2=max_regs2)
+    tiles = TileConfig(
+        block_m=16,
+        block_n1=512,
+        block_k1=256,
+        warps1=4,
+        stages1=2,
+        block_n2=512,
+        block_k2=256,
+        warps2=4,
+        stages2=2,
+        n_tiles2=n_tiles2,
+        max_regs1=max_regs1,
+        max_regs2=max_regs2,
+    )
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
     out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles)
     assert_matches_reference(data, out)
 
 
 def tail_tiles(tail_m):
-    return TileConfig(block_m=32, block_n1=64, block_k1=256, warps1=4, stages1=2,
-                      block_n2=128, block_k2=256, warps2=4, stages2=2, n_tiles2=1, tail_m=tail_m)
+    return TileConfig(
+        block_m=32,
+        block_n1=64,
+        block_k1=256,
+        warps1=4,
+        stages1=2,
+        block_n2=128,
+        block_k2=256,
+        warps2=4,
+        stages2=2,
+        n_tiles2=1,
+        tail_m=tail_m,
+    )
 
 
 def test_tail_blocks_on_their_own_tiles():

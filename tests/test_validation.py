@@ -84,3 +84,14 @@ def test_unknown_backend_is_named(monkeypatch, data):
         custom_kernel(data)
     monkeypatch.setenv("MOE_BACKEND", "reference")
     assert selected_backend() == "reference"
+
+
+@pytest.mark.parametrize("index", [0, 2, 10], ids=[ARG_NAMES[i] for i in (0, 2, 10)])
+def test_device_mismatch_names_the_tensor_that_moved(data, index):
+    """The meta device stands for a second device: the checks read metadata only."""
+    moved = replace(data, index, data[index].to("meta"))
+    others = data[1].device
+    with pytest.raises(ValueError, match=rf"^{ARG_NAMES[index]}: on meta, while the other inputs are on {others}$"):
+        validate_inputs(moved)
+    everything_moved = tuple(t.to("meta") for t in data[:-1]) + (data[-1],)
+    validate_inputs(everything_moved)

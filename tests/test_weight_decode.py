@@ -18,8 +18,9 @@ from mxfp4 import dequantize
 @triton.jit
 def _decode_kernel(w_ptr, s_ptr, out_ptr, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr):
     rows = tl.arange(0, ROWS)
-    words = tl.load(w_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None] * (BLOCK_K // 8)
-                    + tl.arange(0, BLOCK_K // 8)[None, :])
+    words = tl.load(
+        w_ptr.to(tl.pointer_type(tl.int32)) + rows[:, None] * (BLOCK_K // 8) + tl.arange(0, BLOCK_K // 8)[None, :]
+    )
     scales = tl.load(s_ptr + rows[:, None] * (BLOCK_K // 32) + tl.arange(0, BLOCK_K // 32)[None, :])
     values = _fp4_to_bf16(words, scales, ROWS, BLOCK_K, FAST).to(tl.float32)
     tl.store(out_ptr + rows[:, None] * BLOCK_K + tl.arange(0, BLOCK_K)[None, :], values)

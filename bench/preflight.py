@@ -1,0 +1,128 @@
+"""Checks made before any case runs, so that a run that cannot work, or would take hours, stops
+at once with one line that names the option: numeric options, the runner's libraries, --out,
+the device, aiter's availability and the Triton interpreter's run time."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from bench import estimate
+from bench.selection import Case, SelectionError
+
+AITER_BACKENDS = ("aiter", "aiter-fused")
+ANNOUNCE_S = 60.0  # say how long an interpreted run takes from this estimate on
+REFUSE_S = 600.0  # and refuse it without --force from this one
+
+
+def _number(kind: type, low: float, inclusive: bool):
+    """An argparse type: a `kind` number at least (or above) `low`."""
+    word = "at least" if inclusive else "above"
+
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            kind_name = "an integer" if kind is int else "a number"
+            raise argparse.ArgumentTypeError(f"expected {kind_name}, got {text!r}") from None
+        if value != value or value < low or (value == low and not inclusive):
+            raise argparse.ArgumentTypeError(f"must be {word} {low:g}, got {text}")
+        return value
+
+    return parse
+
+
+positive_int = _number(int, 1, inclusive=True)
+non_negative_int = _number(int, 0, inclusive=True)
+positive_float = _number(float, 0, inclusive=False)
+non_negative_float = _number(float, 0, inclusive=True)
+
+
+def check_libraries() -> None:
+    """The runner's own dependencies (the `bench` extra), before any case runs."""
+    missing = [name for name in ("rich", "matplotlib", "pandas") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise SelectionError(f"the runner needs {', '.join(missing)}: pip install '.[bench]'")
+
+
+def check_out_dir(out: str | None) -> None:
+    """--out must be a folder the run can write, so that no result is lost at the end."""
+    if out is None:
+        return
+    path = Path(out)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SelectionError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
+    if not os.access(path, os.W_OK):
+        raise SelectionError(f"--out {out}: not writable")
+
+
+def check_device(choice: str) -> str:
+    """The device to run on: --device as given (cuda only where torch sees a GPU), or detected."""
+    import torch
+
+    if choice == "cuda" and not torch.cuda.is_available():
+        raise SelectionError(
+            f"--device cuda: torch {torch.__version__} sees no GPU here (no CUDA or ROCm device); "
+            "use --device cpu (Triton's interpreter) or leave --device auto"
+        )
+    if choice != "auto":
+        return choice
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _aiter_missing(device: str) -> str | None:
+    """Why aiter cannot run here, or None."""
+    import torch
+
+    if "aiter" not in sys.modules and importlib.util.find_spec("aiter") is None:
+        return "aiter is not installed here"
+    if device != "cuda" or torch.version.hip is None:
+        return "this machine has no ROCm GPU"
+    return None
+
+
+def check_aiter(backends: Sequence, device: str) -> None:
+    """Refuse aiter backends where aiter cannot run, naming what can."""
+    wanted = [b.label for b in backends if b.moe_backend in AITER_BACKENDS]
+    if not wanted:
+        return
+    why = _aiter_missing(device)
+    if why:
+        raise SelectionError(
+            f"--backend {' '.join(wanted)}: {why}; aiter runs only with ROCm on an MI355X (gfx950). "
+            "Here use --backend triton (the same layer in Triton; the CPU interpreter without a GPU) or reference"
+        )
+
+
+def interpreted(backends: Sequence, device: str) -> list:
+    """The backends that run the Triton kernels under the interpreter (auto and files run triton on a CPU)."""
+    if device != "cpu":
+        return []
+    return [b for b in backends if b.moe_backend in (None, "triton")]
+
+
+def check_run_time(
+    backends: Sequence, device: str, cases: Sequence[Case], mode: str, limits, warmup, force: bool
+) -> str | None:
+    """The estimate's line for an interpreted run long enough to mention; SelectionError past REFUSE_S
+    without --force."""
+    slow = interpreted(backends, device)
+    if not slow:
+        return None
+    per_case = estimate.run_seconds(cases, mode, limits, warmup)
+    total = sum(per_case) * len(slow)
+    if total < ANNOUNCE_S:
+        return None
+    worst = max(range(len(cases)), key=per_case.__getitem__)
+    text = f"this run takes about {estimate.duration_text(total)} under Triton's CPU interpreter"
+    if len(cases) * len(slow) > 1:
+        text += f" (the longest case, {cases[worst].label}, about {estimate.duration_text(per_case[worst])})"
+    if total >= REFUSE_S and not force:
+        raise SelectionError(f"{text}: pass --force to run it anyway, or choose smaller cases (--cases smoke)")
+    return text

@@ -1,0 +1,378 @@
+"""What a user of `python -m bench` sees: one-line errors naming the option (exit 2), failures
+summarised by the exception's own message, MOE_BACKEND, Ctrl-C, the interpreter's estimate,
+80-column tables and the chart's layout."""
+
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from rich.console import Console
+
+from bench import cli, estimate, evaluate, preflight, report, roofline
+from bench.selection import (
+    BackendSpec,
+    SelectionError,
+    apply_env_backend,
+    backend_from_env,
+    read_cases_file,
+    select_cases,
+)
+from bench.timing import BENCHMARK_LIMITS, Limits
+
+ROOT = Path(__file__).resolve().parents[1]
+PADDED_CASE = "dhidden=500,dexpert=256,nroutedexperts=8,nexpertspertoken=4,nsharedexperts=1,bs=8"
+ON_CPU = not torch.cuda.is_available()
+
+
+def usage_error(argv, capsys) -> str:
+    """stderr of a run that must stop with exit status 2 before any case; exactly one line."""
+    with pytest.raises(SystemExit) as exc:
+        cli.main(argv + ["--roofline", "off", "-q"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+# ---------------------------------------------------------------- options (item 9)
+
+
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--max-reps", "-5"], "argument --max-reps: must be at least 1, got -5"),
+        (["--max-reps", "2.5"], "argument --max-reps: expected an integer, got '2.5'"),
+        (["--max-time", "0"], "argument --max-time: must be above 0, got 0"),
+        (["--max-wall", "nan"], "argument --max-wall: must be above 0, got nan"),
+        (["--deadline", "-1"], "argument --deadline: must be at least 0, got -1"),
+        (["--profile-rows", "0"], "argument --profile-rows: must be at least 1"),
+        (["--limit", "reference:foo=3"], "'reference' is not a backend of this run (--backend gives auto)"),
+        (["--backend", "reference", "--limit", "reference:foo=3"], "'foo=3' is not reps=N, time=S or wall=S"),
+        (["--backend", "reference", "--limit", "reference:reps=0"], "reps must be at least 1, got 0"),
+        (["--backend", "reference", "--limit", "reference:wall=-2"], "wall must be above 0, got -2"),
+    ],
+)
+def test_numeric_options_are_checked(argv, needle, capsys):
+    assert needle in usage_error(argv, capsys)
+
+
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_run(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    err = usage_error(["--out", str(blocker / "out")], capsys)
+    assert f"--out {blocker / 'out'}: cannot create it" in err
+
+
+@pytest.mark.skipif(not ON_CPU, reason="a GPU is present")
+def test_device_cuda_without_a_gpu_is_a_usage_error(capsys):
+    err = usage_error(["--device", "cuda"], capsys)
+    assert "--device cuda: torch" in err and "sees no GPU" in err and "--device cpu" in err
+
+
+def test_aiter_backends_without_rocm_say_what_to_run_instead(capsys):
+    for backend in ("aiter", "aiter-fused"):
+        err = usage_error(["--backend", backend, "triton"], capsys)
+        assert f"--backend {backend}:" in err
+        assert "ROCm on an MI355X (gfx950)" in err and "--backend triton" in err
+
+
+# ---------------------------------------------------------------- --cases-file (item 6)
+
+
+FILE_CASE = "dhidden: 256; dexpert: 512; nroutedexperts: 4; nexpertspertoken: 2; nsharedexperts: 1; bs: 5; seed: 2"
+
+
+@pytest.mark.parametrize(
+    "content, needle",
+    [
+        (b"\x89PNG\r\n\x1a\n\x00\x00\xff\xfe", "not a text file (byte 0 is not UTF-8)"),
+        (b"dhidden: 1\x00\n", "not a text file (it holds NUL bytes)"),
+        (b"", "no cases in it"),
+        (b"# only a comment\n\n   \n", "no cases in it"),
+        (FILE_CASE.encode() + b"\n# fine\ndhidden: 512; dexpert 256\n", "cases.txt:3: cannot read 'dexpert 256'"),
+        (b"dhidden: 512; colour: 3\n", "cases.txt:1: unknown key 'colour'"),
+        (b"dhidden: 512\n", "cases.txt:1: missing dexpert"),
+    ],
+)
+def test_cases_file_errors_name_the_file_line_and_format(tmp_path, content, needle, capsys):
+    path = tmp_path / "cases.txt"
+    path.write_bytes(content)
+    err = usage_error(["--cases-file", str(path)], capsys)
+    assert needle in err and "--cases-file" in err
+    assert "one case per line, e.g. 'dhidden: 7168; dexpert: 256;" in err
+
+
+def test_cases_file_missing_and_valid(tmp_path, capsys):
+    err = usage_error(["--cases-file", str(tmp_path / "none.txt")], capsys)
+    assert "none.txt: cannot read it" in err
+    path = tmp_path / "cases.txt"
+    path.write_text(f"# the runner's format\n{FILE_CASE}\n\n{FILE_CASE.replace('bs: 5', 'bs: 7')}\n")
+    cases = select_cases(read_cases_file(path))
+    assert [(c.label, c.params["bs"], c.params["seed"]) for c in cases] == [("custom0", 5, 2), ("custom1", 7, 2)]
+
+
+# ---------------------------------------------------------------- MOE_BACKEND (item 2)
+
+
+def test_moe_backend_stands_for_the_default_backends(tmp_path):
+    sub = tmp_path / "sub.py"
+    sub.write_text("def custom_kernel(data):\n    return data\n")
+    specs = [BackendSpec("auto", ROOT / "submission.py"), BackendSpec(str(sub), sub)]
+    assert apply_env_backend(specs, "reference") == []
+    assert [(s.label, s.moe_backend) for s in specs] == [("reference", "reference"), (f"{sub}@reference", "reference")]
+    named = [BackendSpec("triton", ROOT / "submission.py", "triton")]
+    assert apply_env_backend(named, "reference") == ["MOE_BACKEND=reference ignored for --backend triton"]
+    assert named[0].moe_backend == "triton"
+    with pytest.raises(SelectionError, match="given twice"):
+        apply_env_backend([BackendSpec("auto", sub), BackendSpec("triton", sub, "triton")], "triton")
+    assert backend_from_env({"MOE_BACKEND": ""}) is None and backend_from_env({}) is None
+
+
+def test_unknown_moe_backend_is_a_usage_error(monkeypatch, capsys):
+    monkeypatch.setenv("MOE_BACKEND", "bogus")
+    err = usage_error([], capsys)
+    assert "MOE_BACKEND='bogus' is not a backend" in err and "--backend" in err
+
+
+def test_moe_backend_is_honoured_and_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("MOE_BACKEND", "reference")
+    argv = ["--cases", "smoke:1", "--inline", "--roofline", "off", "--out", str(tmp_path), "-q"]
+    assert cli.main(argv) == 0
+    doc = json.loads((tmp_path / "test.json").read_text())
+    assert doc["meta"]["backends"][0]["moe_backend"] == "reference"
+    assert [(r["backend"], r["status"]) for r in doc["rows"]] == [("reference", "pass")]
+    # the reference takes milliseconds; the Triton interpreter seconds on this case
+    assert doc["rows"][0]["call_us"] < 1e6
+    assert os.environ["MOE_BACKEND"] == "reference"
+
+
+# ---------------------------------------------------------------- failures (item 1)
+
+
+def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys):
+    argv = ["--backend", "reference", "--cases", PADDED_CASE, "--inline", "--roofline", "off", "--out", str(tmp_path)]
+    assert cli.main(argv + ["-q"]) == 1
+    row = json.loads((tmp_path / "test.json").read_text())["rows"][0]
+    message = "ValueError: config: d_hidden_pad (512) != d_hidden (500); padded shapes are not supported"
+    assert row["status"] == "error" and row["message"] == message
+    assert "validation.py" in row["traceback"] and "raise ValueError" in row["traceback"]
+    out = capsys.readouterr().out
+    table_row = next(line for line in out.splitlines() if line.lstrip().startswith("custom0"))
+    assert "ERROR" in table_row and message in table_row and "_timed_call" not in table_row
+    assert f"reference custom0 (H500-I256-E9-k5-bs8) ERROR: {message}" in out
+
+
+def test_leaderboard_mode_stops_after_an_erroring_case(tmp_path):
+    argv = ["--mode", "leaderboard", "--backend", "reference", "--cases", PADDED_CASE, "smoke:1", "--no-warmup"]
+    assert cli.main(argv + ["--max-reps", "2", "--inline", "--roofline", "off", "--out", str(tmp_path), "-q"]) == 1
+    rows = json.loads((tmp_path / "leaderboard.json").read_text())["rows"]
+    assert [(r["status"], r["message"][:10]) for r in rows] == [("error", "ValueError"), ("skipped", "after a fa")]
+
+
+def test_a_run_in_80_columns_prints_whole_lines_of_at_most_80(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    argv = ["--backend", "reference", "--cases", PADDED_CASE, "smoke:1", "--inline", "--roofline", "off"]
+    assert cli.main(argv) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    error_line = next(line for line in lines if "custom0 H500-I256-E9-k5-bs8 error" in line)
+    assert error_line.endswith("\u2026") and "error - ValueError: config: d" in error_line
+    assert any(line.split()[:3] == ["smoke1", "H256-I512-E5-k3-bs5", "pass"] for line in lines)
+
+
+def test_the_live_line_carries_the_message():
+    case = select_cases(["smoke:0"])[0]
+    res = {"status": "error", "message": "ValueError: config: bad\nmore", "traceback": "File x\n  raise"}
+    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E9-k5-bs8 error - ValueError: config: bad"
+    res = {"status": "pass", "message": "max abs error 0", "call_ns": 7.25e9}
+    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E9-k5-bs8 pass call 7.25 s"
+
+
+# ---------------------------------------------------------------- Ctrl-C (item 7)
+
+
+def test_ctrl_c_in_a_timed_case_keeps_the_repetitions_measured():
+    calls = []
+
+    def kernel(data):
+        calls.append(data)
+        if len(calls) == 5:  # the checked call, then three timed ones, then the Ctrl-C
+            raise KeyboardInterrupt
+        return data
+
+    class Device:
+        kind = "cpu"
+
+        def synchronize(self):
+            pass
+
+        def flush(self):
+            pass
+
+        def timer(self):
+            from bench.timing import CpuTimer
+
+            return CpuTimer()
+
+    limits = Limits(max_reps=100, max_time_s=1e9, max_wall_s=1e9, rel_err=0.0)
+    with pytest.raises(evaluate.Interrupted) as stop:
+        evaluate.run_timed(
+            {"seed": 1}, kernel, lambda seed: seed, lambda data, out: (True, ""), Device(), limits, recheck=False
+        )
+    res = stop.value.result
+    assert res.status == "interrupted" and res.stats.runs == 3 and "after 3 timed repetitions" in res.message
+
+
+@pytest.mark.skipif(not ON_CPU, reason="times the CPU interpreter")
+def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
+    """A real run in its own process group, interrupted as a terminal does once the first case is done."""
+    out_dir = tmp_path / "out"
+    cmd = [sys.executable, "-m", "bench", "--backend", "triton", "--cases", "smoke:1", "smoke:2", "--roofline", "off"]
+    proc = subprocess.Popen(
+        cmd + ["--out", str(out_dir)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    try:
+        for line in proc.stdout:
+            if "smoke1" in line and " pass " in line:
+                break
+        time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr + stdout
+    assert stderr.strip().splitlines() == [f"interrupted (Ctrl-C): 1 of 2 results measured; written to {out_dir}"]
+    rows = json.loads((out_dir / "test.json").read_text())["rows"]
+    assert [r["status"] for r in rows] == ["pass", "skipped"] and "interrupted" in rows[1]["message"]
+
+
+# ---------------------------------------------------------------- the interpreter's estimate (item 8)
+
+
+def test_expected_blocks_match_random_routing():
+    gen = torch.Generator().manual_seed(0)
+    for tokens, routed, per_token, block_m in ((16, 256, 8, 16), (33, 16, 6, 16), (512, 32, 8, 64), (8, 4, 4, 16)):
+        trials = []
+        for _ in range(200):
+            ids = torch.rand(tokens, routed, generator=gen).argsort(dim=1)[:, :per_token]
+            counts = torch.bincount(ids.flatten(), minlength=routed)
+            trials.append(int(((counts + block_m - 1) // block_m).sum()))
+        want = sum(trials) / len(trials) + -(-tokens // block_m)
+        got = estimate.expected_blocks(tokens, routed, per_token, 1, block_m)
+        assert abs(got - want) <= 0.03 * want, (tokens, routed, got, want)
+
+
+def test_smoke_is_run_and_official_shapes_are_refused_without_force(capsys):
+    smoke = select_cases(["smoke"])
+    triton = [BackendSpec("triton", ROOT / "submission.py", "triton")]
+    reference = [BackendSpec("reference", ROOT / "submission.py", "reference")]
+    assert preflight.check_run_time(triton, "cpu", smoke, "test", None, None, force=False) is None
+    note = preflight.check_run_time(triton, "cpu", smoke, "benchmark", BENCHMARK_LIMITS, None, force=False)
+    assert note.startswith("this run takes about") and "min under Triton's CPU interpreter" in note
+    official = select_cases(["tests:0"])
+    assert preflight.check_run_time(reference, "cpu", official, "test", None, None, force=False) is None
+    assert preflight.check_run_time(triton, "cuda", official, "test", None, None, force=False) is None
+    assert "min" in preflight.check_run_time(triton, "cpu", official, "test", None, None, force=True)
+    if ON_CPU:
+        err = usage_error(["--cases", "tests:0"], capsys)
+        assert "this run takes about" in err and "pass --force" in err and "--cases smoke" in err
+
+
+# ---------------------------------------------------------------- tables (item 4)
+
+
+def _rows(mode, backends):
+    cases = select_cases(["smoke", "bench:0"])
+    rows = []
+    for i, c in enumerate(cases):
+        for b in backends:
+            st = {"runs": 7, "mean": 9409110.2e3 / (i + 1), "std": 1.2e6, "err": 1e5, "best": 9.1e9, "worst": 9.9e9}
+            res = {
+                "status": "fail" if i == 1 else "pass",
+                "message": "first call, seed 2: 12 of 32 elements mismatch" if i == 1 else "max abs error 0",
+                "stats": st if mode == "benchmark" else None,
+                "call_ns": 7.2e9,
+                "traffic": {"experts_hit": 9, "bytes": 3e6, "flops": 1e9},
+                "seeds": [1],
+                "checked": 1,
+            }
+            ceil = roofline.Ceilings(bandwidth=1e11, matmul=1e12, device="cpu", source="given")
+            rows.append(report.build_row(mode, b, c, res, ceil, report.aiter_times()))
+    return rows
+
+
+@pytest.mark.parametrize("mode", ["benchmark", "test"])
+@pytest.mark.parametrize("backends", [["triton"], ["triton", "reference", "dist/submission.py@triton"]])
+def test_tables_fit_80_columns_without_broken_cells(mode, backends):
+    rows = _rows(mode, backends)
+    console = Console(width=80, file=io.StringIO(), color_system=None)
+    report.print_tables(console, rows, report.summarize(rows, backends), mode, "benchmark on cpu AMD EPYC (2 threads)")
+    text = console.file.getvalue()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    words = " ".join(text.split())
+    assert "not shown at 80 columns:" in words and "(see --out's .md and .csv)" in words
+    _, dropped = report.fit_case_table(console, rows, mode, "t")
+    shown = words.split("not shown at 80 columns:")[0]
+    # A cell is whole or its column is left out, never folded; only the message may end in an ellipsis.
+    for r in rows:
+        assert r["case"] in shown and r["backend"] in shown and ("shape" in dropped or r["shape"] in shown)
+    if mode == "benchmark":
+        assert "\u2026" not in text
+    assert ("9.41 s" if mode == "benchmark" else "7.20 s") in text and "9409110" not in text
+
+
+def test_files_keep_every_column(tmp_path):
+    rows = _rows("benchmark", ["triton"])
+    report.write_outputs(tmp_path, "benchmark", rows, report.summarize(rows, ["triton"]), {"device": "cpu"})
+    header = (tmp_path / "benchmark.md").read_text().splitlines()[2]
+    assert all(f" {head} " in header for head, _ in report.table_columns("benchmark"))
+    assert "9.41 s" in (tmp_path / "benchmark.md").read_text()
+    csv = (tmp_path / "benchmark.csv").read_text().splitlines()
+    assert "mean_us" in csv[0] and "9409110.2" in csv[1]
+
+
+def test_time_units_scale():
+    assert [report.time_text(v) for v in (0.25, 305.44, 12_300.0, 9_409_110.2, None)] == [
+        "250 ns",
+        "305.4 us",
+        "12.30 ms",
+        "9.41 s",
+        "-",
+    ]
+
+
+# ---------------------------------------------------------------- the chart (item 11)
+
+
+def test_chart_uses_the_width_and_keeps_labels_inside_the_frame():
+    rows = _rows("benchmark", ["triton", "reference"])
+    for r in rows:
+        r["status"] = "pass"
+    fig = report.chart_figure(rows, "benchmark", "benchmark on cpu")
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    frame = ax.get_window_extent(renderer)
+    assert frame.width >= 0.8 * fig.bbox.width
+    labels = [t for t in ax.texts if t.get_text()]
+    assert len(labels) == len(rows)
+    for t in labels:
+        box = t.get_window_extent(renderer)
+        assert box.y1 < frame.y1 - 2 and box.x0 >= frame.x0 and box.x1 <= frame.x1, t.get_text()
+    legend = fig.legends[0].get_window_extent(renderer)
+    assert legend.y1 <= frame.y0 and legend.x0 >= 0 and legend.x1 <= fig.bbox.width
