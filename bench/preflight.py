@@ -80,7 +80,9 @@ def _aiter_missing(device: str) -> str | None:
     """Why aiter cannot run here, or None."""
     import torch
 
-    if "aiter" not in sys.modules and importlib.util.find_spec("aiter") is None:
+    if "aiter" in sys.modules:
+        return None  # imported in this process already: real aiter (which imports only on ROCm) or a test double
+    if importlib.util.find_spec("aiter") is None:
         return "aiter is not installed here"
     if device != "cuda" or torch.version.hip is None:
         return "this machine has no ROCm GPU"

@@ -19,7 +19,7 @@ import queue as queue_mod
 import sys
 import time
 
-from bench.worker import _error_text, _set_seed
+from bench.worker import error_summary, set_seed
 
 POLL_S = 0.2
 
@@ -56,7 +56,7 @@ class _Evaluator:
             sys.path.insert(0, root)
         os.environ["MOE_BACKEND"] = "aiter"
         _call_setup(job.get("setup"), job.get("setup_kwargs"))
-        _set_seed(42)
+        set_seed(42)
         from bench.backends import load_custom_kernel
         from bench.timing import Device, Limits
 
@@ -104,14 +104,14 @@ def worker_main(job: dict, tasks, results) -> None:
     try:
         evaluator = _Evaluator(job)
     except BaseException as exc:  # noqa: BLE001 - reported as the candidate's error
-        results.put({"status": "error", "message": f"worker setup failed:\n{_error_text(exc)}"})
+        results.put({"status": "error", "message": f"worker setup failed: {error_summary(exc)}"})
         return
     while (task := tasks.get()) is not None:
         t0 = time.perf_counter()
         try:
             res = evaluator.evaluate(task)
         except Exception as exc:  # noqa: BLE001 - a failing candidate is a result
-            res = {"status": "error", "message": _error_text(exc), "versions": evaluator.versions}
+            res = {"status": "error", "message": error_summary(exc), "versions": evaluator.versions}
         res["seconds"] = round(time.perf_counter() - t0, 2)
         results.put(res)
 

@@ -40,7 +40,7 @@ def _error_result(exc: BaseException, context: str = ""):
     return CaseResult(status="error", message=context + error_summary(exc), traceback=_traceback_text(exc))
 
 
-def _set_seed(seed: int) -> None:
+def set_seed(seed: int) -> None:
     import random
 
     import numpy as np
@@ -68,7 +68,7 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.roofline import traffic
     from bench.timing import Device, Limits
 
-    _set_seed(job.get("global_seed", 42))
+    set_seed(job.get("global_seed", 42))
     from reference import generate_input
 
     device = Device(job["device"], job["flush"])
