@@ -9,15 +9,15 @@ leaderboard's tolerance.
 
 import pytest
 import torch
+from layer_checks import ON_GPU, assert_matches_reference, small_case
 
 import buffers
 from cases import SMOKE
 from moe_triton import fused_moe_triton, native_default, route_and_quantize
 from mxfp4 import quantize_activation
-from reference import check_implementation, generate_input, ref_kernel
+from reference import generate_input
 from tile_configs import NATIVE_TUNED, NativeTileConfig, TileConfig, native_default_config, native_tile_config
 
-ON_GPU = torch.cuda.is_available()
 try:
     from triton.runtime.interpreter import InterpreterBuilder
 
@@ -27,24 +27,9 @@ except ImportError:
 needs_dot_scaled = pytest.mark.skipif(not HAS_DOT_SCALED, reason="this Triton's interpreter has no dot_scaled")
 
 
-def small_case(**overrides):
-    case = dict(dhidden=256, dexpert=256, nroutedexperts=6, nexpertspertoken=3, nsharedexperts=1, bs=7, seed=31)
-    return {**case, **overrides}
-
-
 def run_native(data, tiles=None):
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
     return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles, native=True)
-
-
-def assert_matches_reference(data, out):
-    ref = ref_kernel(data)
-    assert out.dtype == torch.bfloat16 and out.shape == ref.shape
-    if ON_GPU:
-        ok, msg = check_implementation(data, out)
-        assert ok, msg
-    else:
-        assert torch.equal(out, ref), (out.float() - ref.float()).abs().max()
 
 
 @needs_dot_scaled

@@ -6,29 +6,13 @@ atomically, so the comparison is the leaderboard's tolerance there.
 
 import pytest
 import torch
+from layer_checks import ON_GPU, assert_matches_reference, small_case
 
 from cases import SMOKE
 from moe_triton import fused_moe_triton, routing_capacity
-from reference import check_implementation, generate_input, ref_kernel
+from reference import generate_input, ref_kernel
 from submission import custom_kernel
 from tile_configs import TileConfig, default_config
-
-ON_GPU = torch.cuda.is_available()
-
-
-def small_case(**overrides):
-    case = dict(dhidden=256, dexpert=256, nroutedexperts=6, nexpertspertoken=3, nsharedexperts=1, bs=7, seed=11)
-    return {**case, **overrides}
-
-
-def assert_matches_reference(data, out):
-    ref = ref_kernel(data)
-    assert out.dtype == torch.bfloat16 and out.shape == ref.shape
-    if ON_GPU:
-        ok, msg = check_implementation(data, out)
-        assert ok, msg
-    else:
-        assert torch.equal(out, ref), (out.float() - ref.float()).abs().max()
 
 
 def with_routing(data, topk_ids, topk_weights=None):

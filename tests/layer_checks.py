@@ -1,0 +1,24 @@
+"""Shared by the Triton backend's tests: a small layer to run and the comparison with
+reference.ref_kernel (bit for bit under the CPU interpreter, where both accumulate in fp32; the
+leaderboard's tolerance on a GPU, where stage 2 adds bf16 atomically)."""
+
+import torch
+
+from reference import check_implementation, ref_kernel
+
+ON_GPU = torch.cuda.is_available()
+
+
+def small_case(**overrides):
+    case = dict(dhidden=256, dexpert=256, nroutedexperts=6, nexpertspertoken=3, nsharedexperts=1, bs=7, seed=11)
+    return {**case, **overrides}
+
+
+def assert_matches_reference(data, out):
+    ref = ref_kernel(data)
+    assert out.dtype == torch.bfloat16 and out.shape == ref.shape
+    if ON_GPU:
+        ok, msg = check_implementation(data, out)
+        assert ok, msg
+    else:
+        assert torch.equal(out, ref), (out.float() - ref.float()).abs().max()
