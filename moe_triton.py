@@ -6,8 +6,9 @@ MMAs; the NVIDIA one) and the native path (moe_native_kernels: tl.dot_scaled on 
 operands, gfx950's scaled MFMAs), chosen automatically on a gfx950 device and selectable
 anywhere (`native=True`, or MOE_TRITON_NATIVE=1 / 0), where Triton emulates dot_scaled.
 
-Scratch (routing arrays, the bf16 activations of both GEMMs) comes from the buffers pool; the
-output is a new tensor every call. Under Triton's CPU interpreter, which has no bf16 atomics,
+Scratch (routing arrays; the activations of both GEMMs, bf16 on the decode path, fp4 bytes and
+e8m0 scales on the native path) comes from the buffers pool; the output is a new tensor every
+call. Under Triton's CPU interpreter, which has no bf16 atomics,
 stage 2 accumulates into an fp32 tensor that is rounded to bf16 at the end; on a GPU it adds
 bf16 atomically into the output, as the runner's aiter kernel does.
 """
@@ -57,10 +58,17 @@ def native_default(device: torch.device) -> bool:
     return is_rocm and _is_gfx950(device.index if device.index is not None else torch.cuda.current_device())
 
 
+@functools.cache
+def _targets_amd(driver) -> bool:
+    """Whether a Triton driver compiles for AMD GPUs; asked once per driver object, since the
+    query reads the device's properties (a HIP call) and this runs on every layer call."""
+    return driver.get_current_target().backend == "hip"
+
+
 def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
-    """The AMD backend's launch options, where the active Triton target is AMD (a ROCm GPU, or the
-    compile-only gfx950 target of bench/gfx950.py); none elsewhere."""
-    if interpreting() or triton.runtime.driver.active.get_current_target().backend != "hip":
+    """The AMD backend's launch options, where the active Triton driver is AMD's (a ROCm GPU, or
+    the compile-only gfx950 driver of bench/gfx950.py); none elsewhere."""
+    if interpreting() or not _targets_amd(triton.runtime.driver.active):
         return {}
     return {"matrix_instr_nonkdim": nonkdim, "waves_per_eu": waves_per_eu}
 
@@ -297,6 +305,10 @@ def _fused_moe_native(
         raise ValueError(f"tiles: the native path takes a NativeTileConfig, got {type(cfg).__name__}")
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_tokens * topk, n_experts, block_m)
+    # The native kernels address within an expert, a1, a2 and the output with 32-bit offsets.
+    largest = max(n_tokens * d_hidden, n_blocks * block_m * d_inter // 2, 2 * d_inter * d_hidden // 2)
+    if largest >= 2**31:
+        raise ValueError(f"hidden_states: {n_tokens} tokens of this shape exceed the native path's 32-bit offsets")
     device = hidden_states.device
     a2 = get_buffer("a2_fp4", (n_blocks * block_m, d_inter // 2), torch.uint8, device)
     a2_scale = get_buffer("a2_scale", (n_blocks * block_m, d_inter // 32), torch.uint8, device)

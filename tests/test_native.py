@@ -100,6 +100,17 @@ def test_the_environment_chooses_and_bad_values_are_refused(monkeypatch):
         native_default(cpu)
 
 
+def test_shapes_past_32_bit_offsets_are_refused():
+    # Metadata only: the check comes before any buffer or launch, so empty tensors do.
+    n_tokens, d_hidden, d_inter, n_experts, topk = 300_000, 7168, 256, 9, 2
+    hidden = torch.empty((n_tokens, d_hidden), dtype=torch.bfloat16, device="meta")
+    w1 = torch.empty((n_experts, 2 * d_inter, d_hidden // 2), dtype=torch.uint8, device="meta")
+    w2 = torch.empty((n_experts, d_hidden, d_inter // 2), dtype=torch.uint8, device="meta")
+    ids = torch.empty((n_tokens, topk), dtype=torch.int32, device="meta")
+    with pytest.raises(ValueError, match="hidden_states: 300000 tokens of this shape exceed"):
+        fused_moe_triton(hidden, w1, w2, None, None, None, ids, native=True)
+
+
 def test_the_native_path_refuses_decode_tiles():
     data = generate_input(**small_case())
     tiles = TileConfig(16, 32, 256, 4, 2, 64, 256, 4, 2, 1)
