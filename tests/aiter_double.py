@@ -265,27 +265,28 @@ def write_tuned_csv(path, rows: list) -> str:
     return str(path)
 
 
+# The fields that every official shape's 2-stage config row shares (cu_num 256 for the MI355X).
+OFFICIAL_ROW_FIELDS = dict(
+    cu_num=256,
+    model_dim=7168,
+    topk=9,
+    act_type="ActivationType.Silu",
+    dtype="torch.bfloat16",
+    q_dtype_a="torch.float4_e2m1fn_x2",
+    q_dtype_w="torch.float4_e2m1fn_x2",
+    q_type="QuantType.per_1x32",
+    use_g1u1=1,
+    doweight_stage1=0,
+    ksplit=0,
+    run_1stage=0,
+)
+
+
 def packaged_rows() -> list:
     """Stand-ins for aiter's packaged table: a dsv3-style row for an official key (which the
     overrides must replace), an unrelated row (which must survive) and a flydsl_fallback row
     (which aiter drops on load)."""
-    common = dict(
-        cu_num=256,
-        model_dim=7168,
-        inter_dim=256,
-        expert=257,
-        topk=9,
-        act_type="ActivationType.Silu",
-        dtype="torch.bfloat16",
-        q_dtype_a="torch.float4_e2m1fn_x2",
-        q_dtype_w="torch.float4_e2m1fn_x2",
-        q_type="QuantType.per_1x32",
-        use_g1u1=1,
-        doweight_stage1=0,
-        ksplit=0,
-        us=1.0,
-        run_1stage=0,
-    )
+    common = dict(OFFICIAL_ROW_FIELDS, inter_dim=256, expert=257, us=1.0)
     k1 = next(n for n in _dbl_ck_names(1) if "_64x32x32x128_" in n)
     k2 = next(n for n in _dbl_ck_names(2) if "_64x32x32x128_" in n)
     return [

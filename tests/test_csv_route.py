@@ -7,20 +7,7 @@ import pytest
 
 import shape_overrides as so
 
-COMMON = dict(
-    cu_num=256,
-    model_dim=7168,
-    topk=9,
-    act_type="ActivationType.Silu",
-    dtype="torch.bfloat16",
-    q_dtype_a="torch.float4_e2m1fn_x2",
-    q_dtype_w="torch.float4_e2m1fn_x2",
-    q_type="QuantType.per_1x32",
-    use_g1u1=1,
-    doweight_stage1=0,
-    ksplit=0,
-    run_1stage=0,
-)
+COMMON = aiter_double.OFFICIAL_ROW_FIELDS
 UNTUNED_COLUMNS = aiter_double.DOUBLE_CSV_COLUMNS[1:13]  # untuned_fmoe.csv: the key without cu_num
 
 
