@@ -76,7 +76,9 @@ def _mx_round_trip(x, ROWS: tl.constexpr, COLS: tl.constexpr, EXP: tl.constexpr)
     v = tl.where(mag >= 2.5, 3.0, v)
     v = tl.where(mag >= 3.5, 4.0, v)
     v = tl.where(mag >= 5.0, 6.0, v)
-    v = tl.where(xb < 0, -v, v) * scale[:, :, None]
+    # A NaN element saturates to code 7 with its sign bit, as aiter's quantizer encodes it (SPEC 3.3).
+    v = tl.where(mag != mag, 6.0, v)
+    v = tl.where(xb.to(tl.int32, bitcast=True) < 0, -v, v) * scale[:, :, None]
     return tl.reshape(v, (ROWS, COLS))
 
 

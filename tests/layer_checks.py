@@ -7,6 +7,13 @@ import torch
 from reference import check_implementation, ref_kernel
 
 ON_GPU = torch.cuda.is_available()
+try:
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    # The native path's tl.dot_scaled: compiled on a GPU; under the interpreter from triton 3.9 (not 3.6).
+    HAS_DOT_SCALED = ON_GPU or hasattr(InterpreterBuilder, "create_dot_scaled")
+except ImportError:
+    HAS_DOT_SCALED = ON_GPU
 
 
 def small_case(**overrides):

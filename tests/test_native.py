@@ -9,7 +9,7 @@ leaderboard's tolerance.
 
 import pytest
 import torch
-from layer_checks import ON_GPU, assert_matches_reference, small_case
+from layer_checks import HAS_DOT_SCALED, assert_matches_reference, small_case
 
 import buffers
 from cases import SMOKE
@@ -18,12 +18,6 @@ from mxfp4 import quantize_activation
 from reference import generate_input
 from tile_configs import NATIVE_TUNED, NativeTileConfig, TileConfig, native_default_config, native_tile_config
 
-try:
-    from triton.runtime.interpreter import InterpreterBuilder
-
-    HAS_DOT_SCALED = ON_GPU or hasattr(InterpreterBuilder, "create_dot_scaled")
-except ImportError:
-    HAS_DOT_SCALED = ON_GPU
 needs_dot_scaled = pytest.mark.skipif(not HAS_DOT_SCALED, reason="this Triton's interpreter has no dot_scaled")
 
 

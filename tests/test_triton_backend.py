@@ -6,11 +6,11 @@ atomically, so the comparison is the leaderboard's tolerance there.
 
 import pytest
 import torch
-from layer_checks import ON_GPU, assert_matches_reference, small_case
+from layer_checks import HAS_DOT_SCALED, ON_GPU, assert_matches_reference, small_case
 
 from cases import SMOKE
 from moe_triton import fused_moe_triton, routing_capacity
-from reference import generate_input, ref_kernel
+from reference import check_implementation, generate_input, ref_kernel
 from submission import custom_kernel
 from tile_configs import TileConfig, default_config
 
@@ -67,6 +67,30 @@ def test_hidden_states_far_from_one(exponent):
         torch.testing.assert_close(out.float(), ref.float(), rtol=5e-2, atol=5e-2 * scale)
     else:
         assert torch.equal(out, ref), (out.float() - ref.float()).abs().max()
+
+
+@pytest.mark.parametrize("native", [False, True], ids=["decode", "native"])
+def test_nan_inputs_follow_the_reference_rule(native):
+    # SPEC 3.3's NaN rule (aiter's): a NaN element keeps its block's scale and saturates to code
+    # 7 with its sign; a block of NaNs gets byte 254, so its codes decode to +-Inf.
+    if native and not HAS_DOT_SCALED:
+        pytest.skip("this Triton's interpreter has no dot_scaled")
+    data = list(generate_input(**small_case(seed=17)))
+    hidden = data[0].clone()
+    hidden[1, 5] = float("nan")
+    hidden[2, 64] = -float("nan")
+    hidden[3, 32:64] = float("nan")
+    data[0] = hidden
+    data = tuple(data)
+    h, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
+    out = fused_moe_triton(h, w1, w2, w1s, w2s, topk_weights, topk_ids, config, native=native)
+    ref = ref_kernel(data)
+    assert ref[1].isfinite().all() and not ref[3].isfinite().all()
+    if ON_GPU:
+        ok, msg = check_implementation(data, out)
+        assert ok, msg
+    else:
+        torch.testing.assert_close(out, ref, rtol=0, atol=0, equal_nan=True)
 
 
 @pytest.mark.parametrize(("n_tiles2", "max_regs1", "max_regs2"), [(1, 0, 0), (3, 128, 88)])
