@@ -33,6 +33,21 @@ def _quantize_experts(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return torch.stack(packed), torch.cat(scales)
 
 
+def make_config(dhidden: int, dexpert: int, nroutedexperts: int, nexpertspertoken: int, nsharedexperts: int, bs: int):
+    """The config dict of the input tuple (SPEC 2), as generate_input makes it."""
+    return {
+        "d_hidden": dhidden,
+        "d_expert": dexpert,
+        "d_hidden_pad": _pad_to(dhidden, PAD_ALIGN),
+        "d_expert_pad": _pad_to(dexpert, PAD_ALIGN),
+        "n_routed_experts": nroutedexperts,
+        "n_shared_experts": nsharedexperts,
+        "n_experts_per_token": nexpertspertoken,
+        "total_top_k": nexpertspertoken + nsharedexperts,
+        "bs": bs,
+    }
+
+
 def generate_input(
     dhidden: int,
     dexpert: int,
@@ -44,20 +59,9 @@ def generate_input(
 ) -> input_t:
     """The runner's generate_input (SPEC 2): same draws, same order, on CUDA if present else CPU."""
     device = default_device()
-    d_hidden_pad, d_expert_pad = _pad_to(dhidden, PAD_ALIGN), _pad_to(dexpert, PAD_ALIGN)
+    config = make_config(dhidden, dexpert, nroutedexperts, nexpertspertoken, nsharedexperts, bs)
+    d_hidden_pad, d_expert_pad = config["d_hidden_pad"], config["d_expert_pad"]
     n_experts = nroutedexperts + nsharedexperts
-    total_top_k = nexpertspertoken + nsharedexperts
-    config = {
-        "d_hidden": dhidden,
-        "d_expert": dexpert,
-        "d_hidden_pad": d_hidden_pad,
-        "d_expert_pad": d_expert_pad,
-        "n_routed_experts": nroutedexperts,
-        "n_shared_experts": nsharedexperts,
-        "n_experts_per_token": nexpertspertoken,
-        "total_top_k": total_top_k,
-        "bs": bs,
-    }
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
 

@@ -55,30 +55,14 @@ def _pad(x: int, align: int) -> int:
     return -(-x // align) * align
 
 
-def validate_inputs(data) -> None:
-    """Raise ValueError, naming the argument, unless data is a consistent, unpadded input tuple.
-    The config is taken as the truth; each tensor is checked against the shape it implies."""
-    if not isinstance(data, (tuple, list)) or len(data) != len(ARG_NAMES):
-        raise ValueError(f"data: expected a tuple of {len(ARG_NAMES)} items ({', '.join(ARG_NAMES)})")
-    config = data[-1]
-    if not isinstance(config, dict):
-        raise ValueError(f"config: expected a dict, got {type(config).__name__}")
-    missing = [k for k in CONFIG_KEYS if k not in config]
-    if missing:
-        raise ValueError(f"config: missing keys {missing}")
-    require_unpadded(config)
+def expected_layout(config: dict) -> tuple:
+    """(accepted dtypes, shape) of each tensor of the tuple, in ARG_NAMES order, as a valid config
+    implies them (SPEC 2); the first dtype is the one the runner's generate_input gives."""
     n_tokens, d_hidden, d_inter = config["bs"], config["d_hidden"], config["d_expert"]
     n_experts = config["n_routed_experts"] + config["n_shared_experts"]
     topk = config["total_top_k"]
-    if config["n_experts_per_token"] + config["n_shared_experts"] != topk:
-        raise ValueError(
-            f"config: total_top_k ({topk}) != n_experts_per_token + n_shared_experts "
-            f"({config['n_experts_per_token']} + {config['n_shared_experts']})"
-        )
-    if d_hidden % 256 or d_inter % 256:
-        raise ValueError(f"config: d_hidden ({d_hidden}) and d_expert ({d_inter}) must be multiples of 256")
     w1s_shape, w2s_shape = (n_experts * 2 * d_inter, d_hidden // MX_BLOCK), (n_experts * d_hidden, d_inter // MX_BLOCK)
-    expected = (
+    return (
         ((torch.bfloat16,), (n_tokens, d_hidden)),
         (_PACKED, (n_experts, 2 * d_inter, d_hidden // 2)),
         (_PACKED, (n_experts, d_hidden, d_inter // 2)),
@@ -91,6 +75,29 @@ def validate_inputs(data) -> None:
         ((torch.float32,), (n_tokens, topk)),
         ((torch.int32,), (n_tokens, topk)),
     )
+
+
+def validate_inputs(data) -> None:
+    """Raise ValueError, naming the argument, unless data is a consistent, unpadded input tuple.
+    The config is taken as the truth; each tensor is checked against the shape it implies."""
+    if not isinstance(data, (tuple, list)) or len(data) != len(ARG_NAMES):
+        raise ValueError(f"data: expected a tuple of {len(ARG_NAMES)} items ({', '.join(ARG_NAMES)})")
+    config = data[-1]
+    if not isinstance(config, dict):
+        raise ValueError(f"config: expected a dict, got {type(config).__name__}")
+    missing = [k for k in CONFIG_KEYS if k not in config]
+    if missing:
+        raise ValueError(f"config: missing keys {missing}")
+    require_unpadded(config)
+    d_hidden, d_inter, topk = config["d_hidden"], config["d_expert"], config["total_top_k"]
+    if config["n_experts_per_token"] + config["n_shared_experts"] != topk:
+        raise ValueError(
+            f"config: total_top_k ({topk}) != n_experts_per_token + n_shared_experts "
+            f"({config['n_experts_per_token']} + {config['n_shared_experts']})"
+        )
+    if d_hidden % 256 or d_inter % 256:
+        raise ValueError(f"config: d_hidden ({d_hidden}) and d_expert ({d_inter}) must be multiples of 256")
+    expected = expected_layout(config)
     for name, t, (dtypes, shape) in zip(ARG_NAMES[:-1], data[:-1], expected, strict=True):
         _check(name, t, dtypes, shape)
     _check_devices(data[:-1])

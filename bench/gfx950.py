@@ -22,45 +22,16 @@ ROOT = Path(__file__).resolve().parents[1]  # the package's modules sit at the r
 
 
 def compile_inputs(params: dict) -> tuple:
-    """The 12-item input tuple (SPEC 2) of a case as empty CPU tensors: shapes and dtypes only."""
+    """The 12-item input tuple (SPEC 2) of a case as empty CPU tensors: the config generate_input
+    makes and the shapes and dtypes validation expects of it, no values."""
     import torch
 
-    from mxfp4 import E8M0_DTYPE, FP4_DTYPE
+    from reference import make_config
+    from validation import expected_layout
 
-    m, h, i = params["bs"], params["dhidden"], params["dexpert"]
-    n_routed, n_shared = params["nroutedexperts"], params["nsharedexperts"]
-    experts, topk = n_routed + n_shared, params["nexpertspertoken"] + n_shared
-
-    def pad(x: int, align: int) -> int:
-        return -(-x // align) * align
-
-    w1, w2 = (experts, 2 * i, h // 2), (experts, h, i // 2)
-    s1, s2 = (experts * 2 * i, h // 32), (experts * h, i // 32)
-    config = dict(
-        d_hidden=h,
-        d_expert=i,
-        d_hidden_pad=h,
-        d_expert_pad=i,
-        n_routed_experts=n_routed,
-        n_shared_experts=n_shared,
-        n_experts_per_token=params["nexpertspertoken"],
-        total_top_k=topk,
-        bs=m,
-    )
-    return (
-        torch.empty(m, h, dtype=torch.bfloat16),
-        torch.empty(w1, dtype=FP4_DTYPE),
-        torch.empty(w2, dtype=FP4_DTYPE),
-        torch.empty(s1, dtype=E8M0_DTYPE),
-        torch.empty(s2, dtype=E8M0_DTYPE),
-        torch.empty(w1, dtype=FP4_DTYPE),
-        torch.empty(w2, dtype=FP4_DTYPE),
-        torch.empty(pad(s1[0], 256), pad(s1[1], 8), dtype=E8M0_DTYPE),
-        torch.empty(pad(s2[0], 256), pad(s2[1], 8), dtype=E8M0_DTYPE),
-        torch.empty(m, topk, dtype=torch.float32),
-        torch.empty(m, topk, dtype=torch.int32),
-        config,
-    )
+    keys = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs")
+    config = make_config(*(params[k] for k in keys))
+    return (*(torch.empty(shape, dtype=dtypes[0]) for dtypes, shape in expected_layout(config)), config)
 
 
 def _launcher():
