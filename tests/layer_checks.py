@@ -16,6 +16,15 @@ except ImportError:
     HAS_DOT_SCALED = ON_GPU
 
 
+# Overrides of small_case that reach the launchers' edge cases: one token, top-1 with no shared
+# expert, two shared experts.
+ODD_SHAPES = {
+    "bs1": dict(bs=1),
+    "top1-no-shared": dict(nexpertspertoken=1, nsharedexperts=0),
+    "two-shared": dict(nsharedexperts=2, nexpertspertoken=2),
+}
+
+
 def small_case(**overrides):
     case = dict(dhidden=256, dexpert=256, nroutedexperts=6, nexpertspertoken=3, nsharedexperts=1, bs=7, seed=11)
     return {**case, **overrides}

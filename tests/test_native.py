@@ -9,7 +9,7 @@ leaderboard's tolerance.
 
 import pytest
 import torch
-from layer_checks import HAS_DOT_SCALED, assert_matches_reference, small_case
+from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, small_case
 
 import buffers
 from cases import SMOKE
@@ -34,11 +34,7 @@ def test_smoke_cases_match_reference(case):
 
 
 @needs_dot_scaled
-@pytest.mark.parametrize(
-    "overrides",
-    [dict(bs=1), dict(nexpertspertoken=1, nsharedexperts=0), dict(nsharedexperts=2, nexpertspertoken=2)],
-    ids=["bs1", "top1-no-shared", "two-shared"],
-)
+@pytest.mark.parametrize("overrides", ODD_SHAPES.values(), ids=ODD_SHAPES.keys())
 def test_odd_shapes(overrides):
     data = generate_input(**small_case(**overrides))
     assert_matches_reference(data, run_native(data))

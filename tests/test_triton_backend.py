@@ -6,7 +6,7 @@ atomically, so the comparison is the leaderboard's tolerance there.
 
 import pytest
 import torch
-from layer_checks import HAS_DOT_SCALED, ON_GPU, assert_matches_reference, small_case
+from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_reference, small_case
 
 from cases import SMOKE
 from moe_triton import fused_moe_triton, routing_capacity
@@ -30,11 +30,7 @@ def test_smoke_cases_match_reference(case):
     assert_matches_reference(data, custom_kernel(data))
 
 
-@pytest.mark.parametrize(
-    "overrides",
-    [dict(bs=1), dict(nexpertspertoken=1, nsharedexperts=0), dict(nsharedexperts=2, nexpertspertoken=2)],
-    ids=["bs1", "top1-no-shared", "two-shared"],
-)
+@pytest.mark.parametrize("overrides", ODD_SHAPES.values(), ids=ODD_SHAPES.keys())
 def test_odd_shapes(overrides):
     data = generate_input(**small_case(**overrides))
     assert_matches_reference(data, custom_kernel(data))
