@@ -1,6 +1,6 @@
 """The kernels aiter f3be04a builds for this problem (fp4 x fp4 -> bf16, per_1x32, Silu, preshuffled
 weights, routed weight in stage 2): data only, read by shape_overrides.py (names, validation) and
-by bench/tune_aiter.py (the candidate rows).
+by bench/tune/aiter_rows.py (the candidate rows).
 
 CK 2-stage instances (csrc/ck_gemm_moe_2stages_codegen at f3be04a): gen_instances.py's build-all
 loop (:1124-1161, the one module_moe_ck2stages runs) generates fp4x2 x fp4x2 with b16 out, silu,

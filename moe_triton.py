@@ -67,13 +67,13 @@ def _targets_amd(driver) -> bool:
 
 def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
     """The AMD backend's launch options, where the active Triton driver is AMD's (a ROCm GPU, or
-    the compile-only gfx950 driver of bench/gfx950.py); none elsewhere."""
+    the compile-only gfx950 driver of bench/gfx950/run.py); none elsewhere."""
     if interpreting() or not _targets_amd(triton.runtime.driver.active):
         return {}
     return {"matrix_instr_nonkdim": nonkdim, "waves_per_eu": waves_per_eu}
 
 
-# Programmatic dependent launch on the NVIDIA path. bench/tune_triton.py turns it off while it
+# Programmatic dependent launch on the NVIDIA path. bench/tune/tiles.py turns it off while it
 # times kernels one by one: with it, a kernel's time includes its wait for the previous one.
 PDL = True
 
@@ -198,7 +198,7 @@ def fused_moe_triton(
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
     2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the inputs against
     config (validation.validate_inputs); the shapes are read from the tensors. native picks the
-    path (None: native_default); tiles overrides that path's tile table (bench/tune_triton.py)."""
+    path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py)."""
     if native is None:
         native = native_default(hidden_states.device)
     if native:

@@ -1,12 +1,12 @@
-"""The aiter override table's rows: data read by shape_overrides.py (written by bench/override_rows.py).
+"""The aiter override table's rows: data read by shape_overrides.py (written by bench/tune/override_rows.py).
 
 Hand-derived rows (shape_overrides.py's docstring says how), never timed on an MI355X;
-`python -m bench.tune_aiter` on an MI355X replaces them with measured winners.
+`python -m bench.tune.aiter_rows` on an MI355X replaces them with measured winners.
 
 Each row: aiter's key fields of the shape (padded tokens, model_dim, inter_dim, experts, topk; the
 others are fixed by shape_overrides.aiter_key), aiter's row fields, the CK stage 2 used
 when FlyDSL is unavailable, and its provenance: `us` is the mean time measured by
-`python -m bench.tune_aiter` (None: never timed), with `date`, `versions` and `source`.
+`python -m bench.tune.aiter_rows` (None: never timed), with `date`, `versions` and `source`.
 """
 
 # ruff: noqa: E501

@@ -78,7 +78,7 @@ csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages_common.py:202-208 -- and the
 FlyDSL stage 2 with tile_m = block_m (t32x128x256 / t64x128x256, atomic), with the CK stage 2 of
 the same MPerBlock as fallback.
 `validate` rejects any row that breaks these rules. Those rows have not been timed on an
-MI355X (none was available); they are correct by construction, not tuned (`python -m bench.tune_aiter`
+MI355X (none was available); they are correct by construction, not tuned (`python -m bench.tune.aiter_rows`
 re-derives them by timing every valid row there).
 """
 

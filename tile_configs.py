@@ -9,7 +9,7 @@ per thread on NVIDIA GPUs (ptxas .maxnreg; 0 leaves it to the compiler), to fit 
 per SM.
 tail_m > 0 runs each stage in two launches: routing blocks with at most tail_m real rows (an
 expert's last, partly filled block) on tiles of tail_m rows, so that the MMA skips their padding.
-TUNED holds the H200 sweep's winners (bench/tune_triton.py --sweep, bench/NOTES.md); other shapes
+TUNED holds the H200 sweep's winners (bench/tune/tiles.py --sweep, bench/NOTES.md); other shapes
 get default_config.
 
 NATIVE_TUNED and native_default_config are the native gfx950 path's (moe_native_kernels): the
@@ -36,7 +36,7 @@ class TileConfig(NamedTuple):
     max_regs2: int = 0
 
 
-# bench/tune_triton.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode of
+# bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode of
 # bench/NOTES.md's fifth version; block_n1 counts h columns. tail_m from bench/NOTES.md (fifth
 # version): a win only where the MMA dominates (I-2048); elsewhere the second launches cost more.
 # max_regs2 from the sixth version's A/B: 4-7% off stage 2 at E-257 bs-512 and E-33 bs-16 only.
@@ -91,7 +91,7 @@ class NativeTileConfig(NamedTuple):
     waves_per_eu: int = 0
 
 
-# Chosen from offline gfx950 compiles (bench/gfx950.py, triton 3.6 and 3.9), never timed on an
+# Chosen from offline gfx950 compiles (bench/gfx950/run.py, triton 3.6 and 3.9), never timed on an
 # MI355X; docs/gfx950.md gives the compiled figures. Shared reasons: the routing block follows the
 # rows per expert (16 below ~24, 32 below ~96, 64 above: the scaled MFMA is 16 wide, so block_m 16
 # wastes nothing on one-token experts); stage 1 decodes nothing, so a program takes as many weight
@@ -134,3 +134,11 @@ def native_default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts:
 def native_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> NativeTileConfig:
     tuned = NATIVE_TUNED.get((d_hidden, d_inter, n_experts, topk, n_tokens))
     return tuned or native_default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+
+
+# The selection's alternates (submission: candidates.py measures them at the first call per shape
+# against the table's tile, which is always the first candidate): named tiles per shape key.
+# ALTERNATES are the decode path's (runners-up of the H200 sweep), NATIVE_ALTERNATES the native
+# path's (tiles and kernel variants that pass python -m bench.gfx950).
+ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {}
+NATIVE_ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, NativeTileConfig]] = {}

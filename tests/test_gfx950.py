@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench import gfx950_asm as asm
-from bench import gfx950_model as model
-from bench.gfx950_check import k_steps
+from bench.gfx950 import asm, model
+from bench.gfx950.check import k_steps
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -212,8 +211,8 @@ TOY_DRIVER = """
 import json, sys
 import torch
 from triton.runtime.driver import driver as config
-from bench.gfx950_check import analyse
-from bench.gfx950_driver import compile_only_gfx950
+from bench.gfx950.check import analyse
+from bench.gfx950.driver import compile_only_gfx950
 sys.path.insert(0, sys.argv[1])
 from toy import toy_stage1_kernel
 
@@ -258,7 +257,7 @@ def test_bad_case_selector_is_a_one_line_error():
 
 
 def test_the_check_refuses_kernels_built_for_the_interpreter():
-    from bench.gfx950 import launch_case
+    from bench.gfx950.run import launch_case
     from cases import SMOKE
     from moe_triton import interpreting
 

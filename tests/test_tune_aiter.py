@@ -1,4 +1,4 @@
-"""The aiter tuner (bench/tune_aiter.py) against the aiter test double: enumeration, the worker
+"""The aiter tuner (bench/tune/aiter_rows.py) against the aiter test double: enumeration, the worker
 process (a failing candidate, a crashing one), resuming, and the written table."""
 
 import importlib.util
@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 import shape_overrides as so
-from bench import tune_aiter as ta
 from bench.selection import select_cases
+from bench.tune import aiter_rows as ta
 from tests import aiter_double
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,7 +53,7 @@ def test_dry_run_lists_the_candidates_and_a_plain_run_explains_why_not(capsys):
         pytest.skip("this machine can run the tuner")
     assert ta.main(["--cases", "bench:0"]) == ta.EXIT_CANNOT_RUN
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("tune_aiter cannot run here: ")
+    assert len(err) == 1 and err[0].startswith("bench.tune.aiter_rows cannot run here: ")
 
 
 def _pick(cands, block_m, name2_part, name1_part=""):

@@ -1,10 +1,10 @@
-"""Tune the aiter override table on an MI355X: `python -m bench.tune_aiter --help`.
+"""Tune the aiter override table on an MI355X: `python -m bench.tune.aiter_rows --help`.
 
 For each chosen case, every valid row (aiter_kernels.py: block_m 32/64/128; the CK stage-1
 instances of that MPerBlock; as stage 2 the FlyDSL kernels of that tile_m and the CK stage-2
 instances of that MPerBlock; ksplit 0) is injected in turn into aiter's table, checked against
 reference.ref_kernel on two leaderboard-style seeds and timed the runner's way
-(bench/tune_worker.py, one worker process, restarted after a crash or timeout). Every result is
+(bench/tune/worker.py, one worker process, restarted after a crash or timeout). Every result is
 appended to a JSON-lines file, which a later run reads back and skips (so a run can be resumed).
 The fastest passing row per shape is written into shape_override_rows.py (the table's data,
 bundled with the submission) with its measured time, date and versions; shapes not tuned, or
@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
@@ -34,8 +34,8 @@ from aiter_kernels import (  # noqa: E402
     FLYDSL_STAGE2_TILE_N,
     TUNE_BLOCK_M,
 )
-from bench import override_rows  # noqa: E402
 from bench.selection import SelectionError, select_cases  # noqa: E402
+from bench.tune import override_rows  # noqa: E402
 from shape_overrides import ck_moe_kernel_name, flydsl_moe_kernel_name  # noqa: E402
 
 DEFAULT_RESULTS = ROOT / "bench" / "out" / "tune_aiter.jsonl"
@@ -180,7 +180,7 @@ def winners(records: dict[str, dict]) -> tuple[list[dict], list[str]]:
 
 
 def read_table(path: Path) -> list[dict]:
-    """The rows of a data module written by bench/override_rows.py (read without importing it)."""
+    """The rows of a data module written by bench/tune/override_rows.py (read without importing it)."""
     import ast
 
     tree = ast.parse(path.read_text())
@@ -208,7 +208,7 @@ def write_table(path: Path, rows: list[dict]) -> Path:
     validate(overrides, fallbacks=fallbacks)
     tuned = sorted({r["date"] for r in rows if r["us"] is not None})
     how = (
-        f"Rows with `us` were tuned by `python -m bench.tune_aiter` ({', '.join(tuned)}); rows whose `us` is\n"
+        f"Rows with `us` were tuned by `python -m bench.tune.aiter_rows` ({', '.join(tuned)}); rows whose `us` is\n"
         "None were derived by hand (shape_overrides.py's docstring says how) and never timed."
     )
     return override_rows.write(path, rows, how)
@@ -241,7 +241,7 @@ def tune(
     """Run every candidate not yet in results_path, appending each result; returns all records."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from bench.tune_worker import CandidateWorker
+    from bench.tune.worker import CandidateWorker
 
     records = read_results(results_path)
     todo = [c for c in cands if c.id not in records]
@@ -292,7 +292,7 @@ def _short(c: Candidate) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m bench.tune_aiter",
+        prog="python -m bench.tune.aiter_rows",
         description="Re-derive the aiter override table (shape_override_rows.py) by timing every valid row "
         "on an MI355X.",
     )
@@ -362,7 +362,7 @@ def main(argv: list[str] | None = None, setup: tuple[str, dict] | None = None, d
     if device is None:
         why = why_cannot_run()
         if why:
-            print(f"tune_aiter cannot run here: {why}", file=sys.stderr)
+            print(f"bench.tune.aiter_rows cannot run here: {why}", file=sys.stderr)
             return EXIT_CANNOT_RUN
         device = "cuda"
     records = tune(cands, make_job(args, device, setup), args.results, args.timeout, console, args.quiet)

@@ -1,4 +1,4 @@
-"""The tuner's worker: candidates of bench/tune_aiter.py evaluated one by one in a spawned process.
+"""The tuner's worker: candidates of bench/tune/aiter_rows.py evaluated one by one in a spawned process.
 
 `CandidateWorker.run(task, timeout_s)` sends one candidate to the worker and waits for its
 result. A candidate that crashes the process (a GPU fault takes the whole process down) or

@@ -1,14 +1,14 @@
 """Tune and check the Triton backend's tile configurations on the official shapes (needs a GPU).
 
-python bench/tune_triton.py --cases bench --sweep --json sweep.json
+python -m bench.tune.tiles --cases bench --sweep --json sweep.json
     per case and routing block: time stage-1 and stage-2 tile options in one pass (per-kernel
     GPU time from torch.profiler), keep each stage's best, then check the winner against
     reference.ref_kernel and time it the runner's way; prints TUNED entries for tile_configs.py.
-python bench/tune_triton.py --cases bench --sweep --keep-block-m --names E33-k9-bs16
+python -m bench.tune.tiles --cases bench --sweep --keep-block-m --names E33-k9-bs16
     the same for the named cases only, at their configured routing block.
-python bench/tune_triton.py --cases all --seeds 20
+python -m bench.tune.tiles --cases all --seeds 20
     check the configured tiles on leaderboard-style seeds (seed + 13 i).
-python bench/tune_triton.py --variants block_n1=64,128 warps1=4,8
+python -m bench.tune.tiles --variants block_n1=64,128 warps1=4,8
     time a grid of overrides of the configured tiles, the runner's way.
 """
 
@@ -16,19 +16,16 @@ import argparse
 import itertools
 import json
 import math
-import sys
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import moe_triton  # noqa: E402
-from cases import BENCHMARKS, TESTS, case_name  # noqa: E402
-from moe_triton import fused_moe_triton  # noqa: E402
-from reference import check_implementation, generate_input  # noqa: E402
-from tile_configs import TileConfig, tile_config  # noqa: E402
+import moe_triton
+from cases import BENCHMARKS, TESTS, case_name
+from moe_triton import fused_moe_triton
+from reference import check_implementation, generate_input
+from tile_configs import TileConfig, tile_config
 
 STAGE1_OPTIONS = [
     dict(block_n1=n, block_k1=k, warps1=w, stages1=s, max_regs1=r)
@@ -148,7 +145,9 @@ def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.tune.tiles", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--cases", choices=["tests", "bench", "all"], default="bench")
     parser.add_argument("--sweep", action="store_true", help="search tiles per case (see above)")
     parser.add_argument("--keep-block-m", action="store_true", help="sweep only the configured routing block")

@@ -1,8 +1,8 @@
-"""Per launched kernel: what gfx950 code it compiled to (bench.gfx950_asm), and which of issue 14's
+"""Per launched kernel: what gfx950 code it compiled to (bench.gfx950.asm), and which of issue 14's
 limits it breaks. A kernel specialised the same way is analysed once per process (by its hash).
 
 Limits (every kernel): no scratch and no spilled registers; at most 160 KiB of LDS per workgroup; at
-least 2 waves per SIMD (bench.gfx950_model); no replicated MFMA work. GEMM kernels (names with
+least 2 waves per SIMD (bench.gfx950.model); no replicated MFMA work. GEMM kernels (names with
 "stage1" or "stage2") must use native scaled MFMAs (v_mfma_scale_f32_*_f8f6f4) and no others.
 
 Replication is read from the layouts, not guessed from counts: the TTGIR gives each K-loop dot's
@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from bench import gfx950_asm as asm
-from bench.gfx950_model import FLOPS_PER_SIMD_CYCLE, LDS_PER_CU, mfma_cycles, waves_per_simd
+from bench.gfx950 import asm
+from bench.gfx950.model import FLOPS_PER_SIMD_CYCLE, LDS_PER_CU, mfma_cycles, waves_per_simd
 
 MIN_WAVES_PER_SIMD = 2
 GEMM_MARKERS = ("stage1", "stage2")

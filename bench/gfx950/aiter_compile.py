@@ -1,4 +1,4 @@
-"""`python -m bench.gfx950_aiter --aiter-git DIR`: aiter's own Triton MXFP4 MoE GEMMs compiled for
+"""`python -m bench.gfx950.aiter_compile --aiter-git DIR`: aiter's own Triton MXFP4 MoE GEMMs compiled for
 gfx950 the way bench.gfx950 compiles ours, for issue 14's comparison (instructions per K-loop
 iteration at a comparable tile). CPU only; nothing runs.
 
@@ -113,7 +113,7 @@ def load_modules(root: Path):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.gfx950_aiter", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m bench.gfx950.aiter_compile", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--aiter-git", type=Path, required=True, help="git directory of ROCm/aiter (a clone's .git or a mirror)"
     )
@@ -123,9 +123,9 @@ def main(argv=None) -> int:
     os.environ["TRITON_INTERPRET"] = "0"
     import triton
 
-    from bench import gfx950_report as report
-    from bench.gfx950_check import analyse
-    from bench.gfx950_driver import compile_only_gfx950
+    from bench.gfx950 import report
+    from bench.gfx950.check import analyse
+    from bench.gfx950.driver import compile_only_gfx950
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -30,14 +30,14 @@ ROW_FIELDS = (
 )
 
 _HEADER = '''\
-"""The aiter override table's rows: data read by shape_overrides.py (written by bench/override_rows.py).
+"""The aiter override table's rows: data read by shape_overrides.py (written by bench/tune/override_rows.py).
 
 {how}
 
 Each row: aiter's key fields of the shape (padded tokens, model_dim, inter_dim, experts, topk; the
 others are fixed by shape_overrides.aiter_key), aiter's row fields, the CK stage 2 used
 when FlyDSL is unavailable, and its provenance: `us` is the mean time measured by
-`python -m bench.tune_aiter` (None: never timed), with `date`, `versions` and `source`.
+`python -m bench.tune.aiter_rows` (None: never timed), with `date`, `versions` and `source`.
 """
 
 # ruff: noqa: E501

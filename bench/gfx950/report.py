@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from bench.gfx950_model import LEADERBOARD_BEST_US
+from bench.gfx950.model import LEADERBOARD_BEST_US
 
 KERNEL_COLUMNS = (
     ("case", "case"),

@@ -4,7 +4,7 @@ bytes floor   (expected experts hit under uniform routing x expert_bytes + activ
               the activations are hidden_states in, the bf16 output out, topk ids and weights.
 MFMA time     matrix-core cycles of every GEMM launch spread over 256 CUs x 4 SIMDs at 2.4 GHz.
 compute time  the same launches at their compiled occupancy: each wave's K-loop iteration costs
-              bench.gfx950_model.iteration_cycles (MFMA and VALU pipes overlap across the waves
+              bench.gfx950.model.iteration_cycles (MFMA and VALU pipes overlap across the waves
               on a SIMD, not within one), spread over all SIMDs; no less than one program's own
               chain of iterations (few programs cannot fill the GPU).
 estimate      max(bytes floor, compute time); the launch count is printed beside it (each launch
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench import gfx950_model as model
-from bench.gfx950_check import KernelReport, is_gemm
+from bench.gfx950 import model
+from bench.gfx950.check import KernelReport, is_gemm
 from bench.roofline import expert_bytes
 
 

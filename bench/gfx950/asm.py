@@ -10,7 +10,7 @@ loop as compiled: the static body, forward branches inside included (a condition
 the loop counts as if taken). LLVM may unroll: a loop body can hold several K steps (a runtime
 unroll, with a remainder copy after it), and a loop of a constant, short trip count can become
 straight code. Counts are then given per K step: the loop's over its K steps, or the whole
-kernel's over the kernel's K steps (an upper bound: set-up and epilogue included); bench.gfx950_check
+kernel's over the kernel's K steps (an upper bound: set-up and epilogue included); bench.gfx950.check
 finds the K steps from the MFMAs the dots need.
 """
 

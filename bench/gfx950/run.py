@@ -1,10 +1,10 @@
 """`python -m bench.gfx950`: the offline gfx950 (MI355X) compile check of the Triton backend, CPU only.
 
 It calls the package's own launcher (moe_triton.fused_moe_triton) on empty CPU tensors of each
-case's shapes while a compile-only gfx950 driver is active (bench.gfx950_driver), so every kernel
+case's shapes while a compile-only gfx950 driver is active (bench.gfx950.driver), so every kernel
 compiles as the launcher would launch it on an MI355X, and nothing runs. Per launch it prints what
-the kernel compiled to (bench.gfx950_asm) and the limits it breaks (bench.gfx950_check); per case
-a static time ESTIMATE (bench.gfx950_estimate) beside aiter's MI355X time. Exit status 1 on any
+the kernel compiled to (bench.gfx950.asm) and the limits it breaks (bench.gfx950.check); per case
+a static time ESTIMATE (bench.gfx950.estimate) beside aiter's MI355X time. Exit status 1 on any
 broken limit or failed compile, 2 on bad options. docs/gfx950.md, "The offline check", explains
 how to read it.
 """
@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 PATHS = ("native", "decode")
-ROOT = Path(__file__).resolve().parents[1]  # the package's modules sit at the repository root
+ROOT = Path(__file__).resolve().parents[2]  # the package's modules sit at the repository root
 
 
 def compile_inputs(params: dict) -> tuple:
@@ -53,7 +53,7 @@ def _launcher():
 
 def launch_case(params: dict, path: str):
     """Compile (never run) every launch of one case; returns (launches, note on the path taken)."""
-    from bench.gfx950_driver import compile_only_gfx950
+    from bench.gfx950.driver import compile_only_gfx950
     from validation import validate_inputs
 
     fused = _launcher()
@@ -110,9 +110,9 @@ def main(argv=None) -> int:
     os.environ["TRITON_INTERPRET"] = "0"  # before the kernels' modules are imported: they decorate at import
     import triton
 
-    from bench import gfx950_report as report
-    from bench.gfx950_check import analyse
-    from bench.gfx950_estimate import estimate
+    from bench.gfx950 import report
+    from bench.gfx950.check import analyse
+    from bench.gfx950.estimate import estimate
     from bench.report import aiter_times
     from bench.selection import SelectionError, select_cases
 

@@ -1,0 +1,2 @@
+"""The tuners: `python -m bench.tune.tiles` (the Triton tiles, GPU) and `python -m bench.tune.aiter_rows`
+(aiter's override rows, MI355X)."""
