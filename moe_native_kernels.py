@@ -187,15 +187,16 @@ def moe_native_route_kernel(
     EXPERT_BINS: tl.constexpr,
     SLOT_CHUNK: tl.constexpr,
     MAX_EXPERT_BLOCKS: tl.constexpr,
+    COUNT_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
 ):
     """The prep and route launches in one: programs below n_experts each count the whole
-    histogram and place their expert's slots (moe_triton_kernels._place_expert); the others zero
-    the output and, with QUANT, write a1."""
+    histogram (COUNT_CHUNK slots per step) and place their expert's slots
+    (moe_triton_kernels._place_expert); the others zero the output and, with QUANT, write a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
-        counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
+        counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
         _place_expert(
             pid,
             counts,
