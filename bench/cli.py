@@ -160,6 +160,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(refused without it)",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="print the traceback of every failing case (by default inputs refused by design, a ValueError "
+        "of the package's own checks, print their one-line message only)",
+    )
     return p
 
 
@@ -416,6 +423,7 @@ def _main(argv: list[str] | None) -> int:
         preflight.check_out_dir(args.out)
         device = preflight.check_device(args.device)
         preflight.check_aiter(backends, device)
+        preflight.check_leaderboard_check(args.check, device)
     except SelectionError as exc:
         parser.error(str(exc))
     if args.flush not in ("official", "l2", "none") and not args.flush.isdigit():
@@ -550,7 +558,7 @@ def _main(argv: list[str] | None) -> int:
     if mode == "profile" and not args.out:
         for k, v in profiles.items():
             console.print(f"== {k}\n{v}")
-    report.print_tables(console, rows, summary, mode, title=f"{mode} on {device_name}")
+    report.print_tables(console, rows, summary, mode, title=f"{mode} on {device_name}", verbose=args.verbose)
     written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles) if args.out else []
     if written:
         console.print("wrote " + ", ".join(str(p) for p in written))

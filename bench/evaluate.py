@@ -33,6 +33,7 @@ class CaseResult:
     call_ns: float | None = None  # test mode: the one call (first call: compilation included)
     profile: str | None = None
     traceback: str = ""  # status error: where the exception came from
+    refused: bool = False  # status error: an input the package refuses by design (its message says why)
 
     def as_dict(self) -> dict:
         d = asdict(self)

@@ -47,6 +47,7 @@ def build_row(
         "status": result.get("status", "error"),
         "message": result.get("message", ""),
         "traceback": result.get("traceback", ""),
+        "refused": result.get("refused", False),
         "checked": result.get("checked", 0),
         "runs": st.get("runs"),
         "mean_us": _us(st.get("mean")),
@@ -284,7 +285,11 @@ def _summary_table(summary: Sequence[dict], cols: list[tuple[str, str]]):
     return t
 
 
-def print_tables(console, rows: Sequence[dict], summary: Sequence[dict], mode: str, title: str = "") -> None:
+def print_tables(
+    console, rows: Sequence[dict], summary: Sequence[dict], mode: str, title: str = "", verbose: bool = False
+) -> None:
+    """The case table, the summary (timed modes) and each failure's message; the traceback too,
+    except for inputs refused by design, whose message says it all (verbose: every traceback)."""
     from rich.text import Text
 
     table, dropped = fit_case_table(console, rows, mode, title or f"{mode} results")
@@ -301,7 +306,7 @@ def print_tables(console, rows: Sequence[dict], summary: Sequence[dict], mode: s
         if r["status"] in ("fail", "error") and r["message"]:
             head = f"{r['backend']} {r['case']} ({r['shape']}) {_status_cell(r)}: "
             console.print(Text(head, style="red") + Text(r["message"].strip()))
-            if r.get("traceback"):
+            if r.get("traceback") and (verbose or not r.get("refused")):
                 console.print(Text(r["traceback"], style="dim"))
 
 

@@ -55,17 +55,12 @@ class Case:
 
     @property
     def shape(self) -> str:
-        return shape_label(self.params)
+        from cases import case_name
+
+        return case_name(self.params)
 
     def shape_key(self) -> tuple:
         return tuple(int(self.params[k]) for k in SHAPE_KEYS)
-
-
-def shape_label(params: Mapping) -> str:
-    """e.g. 'H7168-I256-E257-k9-bs16' (E and k count the shared experts)."""
-    experts = params["nroutedexperts"] + params["nsharedexperts"]
-    topk = params["nexpertspertoken"] + params["nsharedexperts"]
-    return f"H{params['dhidden']}-I{params['dexpert']}-E{experts}-k{topk}-bs{params['bs']}"
 
 
 def combine_seed(a: int, b: int) -> int:

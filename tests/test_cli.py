@@ -76,6 +76,24 @@ def test_device_cuda_without_a_gpu_is_a_usage_error(capsys):
     assert "--device cuda: torch" in err and "sees no GPU" in err and "--device cpu" in err
 
 
+@pytest.mark.parametrize("check", ["leaderboard", "both"])
+def test_the_leaderboards_check_without_aiter_is_refused_up_front(check, capsys):
+    if "aiter" in sys.modules or preflight._aiter_missing("cuda" if not ON_CPU else "cpu") is None:
+        pytest.skip("aiter can run here")
+    err = usage_error(["--check", check, "--cases", "smoke:0"], capsys)
+    assert err.startswith(f"python -m bench: error: --check {check}: ") and "--check a4w4" in err
+
+
+def test_the_tile_tuner_without_a_gpu_says_why_and_exits_2(capsys):
+    from bench.tune import tiles
+
+    if tiles.why_cannot_run() is None:
+        pytest.skip("this machine can run the tuner")
+    assert tiles.main(["--cases", "bench", "--sweep"]) == tiles.EXIT_CANNOT_RUN
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bench.tune.tiles cannot run here: ")
+
+
 def test_aiter_backends_without_rocm_say_what_to_run_instead(capsys):
     for backend in ("aiter", "aiter-fused"):
         err = usage_error(["--backend", backend, "triton"], capsys)
@@ -163,10 +181,26 @@ def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys
     message = "ValueError: config: d_hidden_pad (512) != d_hidden (500); padded shapes are not supported"
     assert row["status"] == "error" and row["message"] == message
     assert "validation.py" in row["traceback"] and "raise ValueError" in row["traceback"]
+    assert row["refused"] is True
     out = capsys.readouterr().out
     table_row = next(line for line in out.splitlines() if line.lstrip().startswith("custom0"))
     assert "ERROR" in table_row and message in table_row and "_timed_call" not in table_row
-    assert f"reference custom0 (H500-I256-E9-k5-bs8) ERROR: {message}" in out
+    assert f"reference custom0 (H500-I256-E8+1-k4+1-bs8) ERROR: {message}" in out
+    # refused by design: the line says it all; the traceback is in the JSON and behind --verbose
+    assert "raise ValueError" not in out and "validation.py" not in out
+    assert cli.main(argv + ["-q", "--verbose"]) == 1
+    assert "raise ValueError" in capsys.readouterr().out
+
+
+def test_a_failure_inside_a_library_keeps_its_traceback(tmp_path, capsys):
+    sub = tmp_path / "sub.py"
+    sub.write_text("import fractions\n\n\ndef custom_kernel(data):\n    return fractions.Fraction('x')\n")
+    argv = ["--backend", str(sub), "--cases", "smoke:1", "--inline", "--roofline", "off", "--out", str(tmp_path)]
+    assert cli.main(argv + ["-q"]) == 1
+    row = json.loads((tmp_path / "test.json").read_text())["rows"][0]
+    assert row["status"] == "error" and row["refused"] is False
+    assert row["message"] == "ValueError: Invalid literal for Fraction: 'x'"
+    assert "fractions.py" in capsys.readouterr().out
 
 
 def test_leaderboard_mode_stops_after_an_erroring_case(tmp_path):
@@ -182,17 +216,17 @@ def test_a_run_in_80_columns_prints_whole_lines_of_at_most_80(tmp_path, monkeypa
     assert cli.main(argv) == 1
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80
-    error_line = next(line for line in lines if "custom0 H500-I256-E9-k5-bs8 error" in line)
-    assert error_line.endswith("\u2026") and "error - ValueError: config: d" in error_line
-    assert any(line.split()[:3] == ["smoke1", "H256-I512-E5-k3-bs5", "pass"] for line in lines)
+    error_line = next(line for line in lines if "custom0 H500-I256-E8+1-k4+1-bs8 error" in line)
+    assert error_line.endswith("\u2026") and "error - ValueError: con" in error_line
+    assert any(line.split()[:3] == ["smoke1", "H256-I512-E4+1-k2+1-bs5", "pass"] for line in lines)
 
 
 def test_the_live_line_carries_the_message():
     case = select_cases(["smoke:0"])[0]
     res = {"status": "error", "message": "ValueError: config: bad\nmore", "traceback": "File x\n  raise"}
-    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E9-k5-bs8 error - ValueError: config: bad"
+    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E8+1-k4+1-bs8 error - ValueError: config: bad"
     res = {"status": "pass", "message": "max abs error 0", "call_ns": 7.25e9}
-    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E9-k5-bs8 pass call 7.25 s"
+    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E8+1-k4+1-bs8 pass call 7.25 s"
 
 
 # ---------------------------------------------------------------- Ctrl-C (item 7)
