@@ -290,6 +290,7 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
                 elif kind == "start":
                     c = cases[msg["index"]]
                     state["case"] = c
+                    job["in_progress"] = msg["index"]
                     progress.update(task, description=f"{label}: {c.label} {c.shape}")
                 elif kind == "progress" and state["case"] is not None:
                     c = state["case"]
@@ -326,13 +327,16 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
                 break
     for job in jobs:
         for i, res in enumerate(results[job["label"]]):
-            if res is None:
-                why = "interrupted (Ctrl-C) before this case" if interrupted else job.get("exit_message")
-                results[job["label"]][i] = {
-                    "status": "skipped" if interrupted else "error",
-                    "message": why or "the worker stopped before this case",
-                    "traceback": "" if interrupted else job.get("exit_traceback", ""),
-                }
+            if res is not None:
+                continue
+            if not interrupted:
+                message = job.get("exit_message") or "the worker stopped before this case"
+                res = {"status": "error", "message": message, "traceback": job.get("exit_traceback", "")}
+            elif i == job.get("in_progress"):  # a worker that did not report the case it was running
+                res = {"status": "interrupted", "message": "interrupted (Ctrl-C) during this case"}
+            else:
+                res = {"status": "skipped", "message": "interrupted (Ctrl-C) before this case"}
+            results[job["label"]][i] = res
     return results, interrupted
 
 

@@ -174,6 +174,12 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"type": "case", "index": i, "result": stop.result.as_dict()})
             emit({"type": "interrupted"})
             return
+        except KeyboardInterrupt:
+            # Ctrl-C in the checked call (or the generation, the check): the case in progress.
+            result = evaluate.CaseResult(status="interrupted", message="interrupted (Ctrl-C) during this case")
+            emit({"type": "case", "index": i, "result": result.as_dict()})
+            emit({"type": "interrupted"})
+            return
         except Exception as exc:  # noqa: BLE001 - a crashing kernel is a result, not the end of the run
             res = _error_result(exc, roots=roots)
         emit({"type": "case", "index": i, "result": res.as_dict()})

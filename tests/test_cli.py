@@ -292,7 +292,23 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
     assert "Traceback" not in stderr + stdout
     assert stderr.strip().splitlines() == [f"interrupted (Ctrl-C): 1 of 2 results measured; written to {out_dir}"]
     rows = json.loads((out_dir / "test.json").read_text())["rows"]
-    assert [r["status"] for r in rows] == ["pass", "skipped"] and "interrupted" in rows[1]["message"]
+    # the Ctrl-C came half a second into smoke2's checked call
+    assert [r["status"] for r in rows] == ["pass", "interrupted"] and "during this case" in rows[1]["message"]
+
+
+def test_ctrl_c_in_a_checked_call_marks_that_case_interrupted(tmp_path, capsys):
+    sub = tmp_path / "sub.py"
+    sub.write_text("def custom_kernel(data):\n    raise KeyboardInterrupt\n")
+    argv = ["--backend", str(sub), "--cases", "smoke:1", "smoke:2", "--inline", "--roofline", "off", "-q"]
+    assert cli.main(argv + ["--out", str(tmp_path)]) == 130
+    rows = json.loads((tmp_path / "test.json").read_text())["rows"]
+    assert [(r["status"], r["message"]) for r in rows] == [
+        ("interrupted", "interrupted (Ctrl-C) during this case"),
+        ("skipped", "interrupted (Ctrl-C) before this case"),
+    ]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"interrupted (Ctrl-C): 0 of 2 results measured; written to {tmp_path}"
+    ]
 
 
 # ---------------------------------------------------------------- the interpreter's estimate (item 8)
