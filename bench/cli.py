@@ -8,6 +8,7 @@ process instead (module-level caches are then shared between backends).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue as queue_mod
 import signal
@@ -396,10 +397,26 @@ def _spawn(job: dict, handle) -> None:
         job["exit_message"] = f"worker process exited with code {proc.exitcode} before this case"
 
 
+@contextlib.contextmanager
+def _environment_restored():
+    """The run's changes to os.environ (TRITON_INTERPRET, CUDA_VISIBLE_DEVICES, POPCORN_SEED) end
+    with it, so that a caller in the same process (the tests) keeps its own."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; exit status 0 all passed, 1 a case did not, 2 usage, 130 Ctrl-C."""
     try:
-        return _main(argv)
+        with _environment_restored():
+            return _main(argv)
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C)", file=sys.stderr)
         return 130

@@ -171,6 +171,18 @@ def test_moe_backend_is_honoured_and_recorded(tmp_path, monkeypatch):
     assert os.environ["MOE_BACKEND"] == "reference"
 
 
+def test_a_run_on_the_cpu_leaves_the_callers_environment_as_it_was(monkeypatch):
+    """--device cpu sets TRITON_INTERPRET and CUDA_VISIBLE_DEVICES for the run only: left in the
+    caller's environment, later tests on a GPU machine would take themselves for interpreted."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("POPCORN_SEED", "5")
+    argv = ["--backend", "reference", "--cases", "smoke:1", "--device", "cpu", "--inline", "--roofline", "off", "-q"]
+    assert cli.main(argv) == 0
+    assert "TRITON_INTERPRET" not in os.environ and "CUDA_VISIBLE_DEVICES" not in os.environ
+    assert os.environ["POPCORN_SEED"] == "5"
+
+
 # ---------------------------------------------------------------- failures (item 1)
 
 
