@@ -259,10 +259,11 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
     from rich.text import Text
 
     def log(text: str, style: str | None = None) -> None:
-        """One line per event, cut to the terminal's width after the time stamp (11 characters)."""
+        """One line per event after a time stamp (11 characters), cut to the console's width; printed,
+        not console.log'ed, which pads every line to the width (200 characters in a log file)."""
         line = Text(text, style=style or "")
         line.truncate(max(20, progress.console.width - 11), overflow="ellipsis")
-        progress.console.log(line)
+        progress.console.print(Text(time.strftime("[%H:%M:%S] "), style="log.time") + line, soft_wrap=True)
 
     results: dict[str, list[dict | None]] = {j["label"]: [None] * len(cases) for j in jobs}
     progress = Progress(
@@ -272,7 +273,7 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console,
-        disable=quiet,
+        disable=quiet or not console.is_terminal,  # a log file gets the event lines, not the bar's redraws
         transient=False,
     )
     interrupted = False

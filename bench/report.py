@@ -235,7 +235,7 @@ def _case_table(rows: Sequence[dict], cols: list[tuple[str, str]], title: str, m
     return t
 
 
-def _fit(console, cols: list[tuple[str, str]], build, drop_order: Sequence[str]):
+def fit_columns(console, cols: list[tuple[str, str]], build, drop_order: Sequence[str]):
     """Leave columns out in drop_order until build(columns) fits the console: (columns, headers left out)."""
     from rich.measure import Measurement
 
@@ -261,7 +261,7 @@ def fit_case_table(console, rows: Sequence[dict], mode: str, title: str):
         cols = [c for c in cols if c[1] != "backend"]
         title = f"{title}, {backends[0]}"
     has_message = any(k == "message" for _, k in cols)
-    cols, dropped = _fit(
+    cols, dropped = fit_columns(
         console, [c for c in cols if c[1] != "message"], lambda c: _case_table(rows, c, title), DROP_ORDER
     )
     if has_message and any(first_line(r.get("message")) for r in rows):
@@ -297,7 +297,9 @@ def print_tables(
         table.caption = f"not shown at {console.width} columns: {', '.join(dropped)} (see --out's .md and .csv)"
     console.print(table)
     if mode in TIMED_MODES:
-        cols, dropped = _fit(console, summary_columns(), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER)
+        cols, dropped = fit_columns(
+            console, summary_columns(), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER
+        )
         table = _summary_table(summary, cols)
         if dropped:
             table.caption = f"not shown: {', '.join(dropped)}"

@@ -198,6 +198,8 @@ def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys
     table_row = next(line for line in out.splitlines() if line.lstrip().startswith("custom0"))
     assert "ERROR" in table_row and message in table_row and "_timed_call" not in table_row
     assert f"reference custom0 (H500-I256-E8+1-k4+1-bs8) ERROR: {message}" in out
+    # the event line, whole and not padded to the 200 columns a pipe gets
+    assert f"] reference: custom0 H500-I256-E8+1-k4+1-bs8 error - {message}\n" in out
     # refused by design: the line says it all; the traceback is in the JSON and behind --verbose
     assert "raise ValueError" not in out and "validation.py" not in out
     assert cli.main(argv + ["-q", "--verbose"]) == 1
