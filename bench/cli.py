@@ -559,6 +559,7 @@ def _main(argv: list[str] | None) -> int:
     meta = {
         "mode": mode,
         "device": device_name,
+        "device_kind": device,
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(t_start)),
         "seconds": round(time.time() - t_start, 1),
         "git": _git_describe(),
@@ -580,7 +581,9 @@ def _main(argv: list[str] | None) -> int:
     if mode == "profile" and not args.out:
         for k, v in profiles.items():
             console.print(f"== {k}\n{v}")
-    report.print_tables(console, rows, summary, mode, title=f"{mode} on {device_name}", verbose=args.verbose)
+    report.print_tables(
+        console, rows, summary, mode, title=f"{mode} on {device_name}", verbose=args.verbose, cpu=device == "cpu"
+    )
     written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles) if args.out else []
     if written:
         console.print("wrote " + ", ".join(str(p) for p in written))

@@ -139,8 +139,18 @@ def _status_cell(r: dict) -> str:
     return {"pass": "pass", "fail": "FAIL", "error": "ERROR", "skipped": "skipped"}.get(r["status"], r["status"])
 
 
-def table_columns(mode: str) -> list[tuple[str, str]]:
-    """(header, key) of the per-case table."""
+def _floor_heads(cols: list[tuple[str, str]], cpu: bool) -> list[tuple[str, str]]:
+    """On a CPU the floors are the CPU's roofline (the interpreter runs ~10^4 times above it): the
+    headers say so."""
+    return [(f"{h.removesuffix('floor')}CPU floor" if cpu and h.endswith("floor") else h, k) for h, k in cols]
+
+
+def table_columns(mode: str, cpu: bool = False) -> list[tuple[str, str]]:
+    """(header, key) of the per-case table; cpu: the floors are a CPU's."""
+    return _floor_heads(_table_columns(mode), cpu)
+
+
+def _table_columns(mode: str) -> list[tuple[str, str]]:
     if mode in TIMED_MODES:
         return [
             ("case", "case"),
@@ -190,7 +200,11 @@ def _cell(r: dict, key: str) -> str:
     return "-" if v is None else str(v)
 
 
-def summary_columns() -> list[tuple[str, str]]:
+def summary_columns(cpu: bool = False) -> list[tuple[str, str]]:
+    return _floor_heads(_summary_columns(), cpu)
+
+
+def _summary_columns() -> list[tuple[str, str]]:
     return [
         ("backend", "backend"),
         ("passed", "passed"),
@@ -249,13 +263,13 @@ def fit_columns(console, cols: list[tuple[str, str]], build, drop_order: Sequenc
     return cols, dropped
 
 
-def fit_case_table(console, rows: Sequence[dict], mode: str, title: str):
+def fit_case_table(console, rows: Sequence[dict], mode: str, title: str, cpu: bool = False):
     """The per-case table at the console's width: one backend goes into the title, then columns
     are left out in DROP_ORDER until it fits, and the message column takes what is left (cut
     with an ellipsis; the full message is printed below). Returns (table, headers left out)."""
     from rich.measure import Measurement
 
-    cols = table_columns(mode)
+    cols = table_columns(mode, cpu)
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     if len(backends) == 1:
         cols = [c for c in cols if c[1] != "backend"]
@@ -286,19 +300,26 @@ def _summary_table(summary: Sequence[dict], cols: list[tuple[str, str]]):
 
 
 def print_tables(
-    console, rows: Sequence[dict], summary: Sequence[dict], mode: str, title: str = "", verbose: bool = False
+    console,
+    rows: Sequence[dict],
+    summary: Sequence[dict],
+    mode: str,
+    title: str = "",
+    verbose: bool = False,
+    cpu: bool = False,
 ) -> None:
     """The case table, the summary (timed modes) and each failure's message; the traceback too,
-    except for inputs refused by design, whose message says it all (verbose: every traceback)."""
+    except for inputs refused by design, whose message says it all (verbose: every traceback).
+    cpu: the floors are the CPU's roofline."""
     from rich.text import Text
 
-    table, dropped = fit_case_table(console, rows, mode, title or f"{mode} results")
+    table, dropped = fit_case_table(console, rows, mode, title or f"{mode} results", cpu)
     if dropped:
         table.caption = f"not shown at {console.width} columns: {', '.join(dropped)} (see --out's .md and .csv)"
     console.print(table)
     if mode in TIMED_MODES:
         cols, dropped = fit_columns(
-            console, summary_columns(), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER
+            console, summary_columns(cpu), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER
         )
         table = _summary_table(summary, cols)
         if dropped:
@@ -313,7 +334,8 @@ def print_tables(
 
 
 def markdown(rows: Sequence[dict], summary: Sequence[dict], mode: str, meta: dict) -> str:
-    cols = table_columns(mode)
+    cpu = meta.get("device_kind") == "cpu"
+    cols = table_columns(mode, cpu)
     lines = [f"### {mode}: {meta.get('device', '')}", ""]
     info = [f"{k}: {meta[k]}" for k in ("date", "git", "flush", "ceilings_text", "seed") if meta.get(k)]
     if info:
@@ -325,11 +347,11 @@ def markdown(rows: Sequence[dict], summary: Sequence[dict], mode: str, meta: dic
     if mode in TIMED_MODES:
         lines += [
             "",
-            "| " + " | ".join(h for h, _ in summary_columns()) + " |",
-            "|---|" + "---:|" * (len(summary_columns()) - 1),
+            "| " + " | ".join(h for h, _ in summary_columns(cpu)) + " |",
+            "|---|" + "---:|" * (len(summary_columns(cpu)) - 1),
         ]
         for s in summary:
-            lines.append("| " + " | ".join(_summary_cell(s, k) for _, k in summary_columns()) + " |")
+            lines.append("| " + " | ".join(_summary_cell(s, k) for _, k in summary_columns(cpu)) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -400,6 +400,17 @@ def test_tables_fit_80_columns_without_broken_cells(mode, backends):
     assert ("9.41 s" if mode == "benchmark" else "7.20 s") in text and "9409110" not in text
 
 
+def test_on_a_cpu_the_floors_are_labelled_as_the_cpus(tmp_path):
+    rows = _rows("benchmark", ["triton"])
+    console = Console(width=200, file=io.StringIO(), color_system=None)
+    report.print_tables(console, rows, report.summarize(rows, ["triton"]), "benchmark", "t", cpu=True)
+    heads = console.file.getvalue()
+    assert heads.count("x CPU floor") == 2 and heads.count("CPU floor") == 4
+    meta = {"device": "cpu AMD EPYC", "device_kind": "cpu"}
+    report.write_outputs(tmp_path, "benchmark", rows, report.summarize(rows, ["triton"]), meta)
+    assert "| CPU floor | x CPU floor |" in (tmp_path / "benchmark.md").read_text()
+
+
 def test_files_keep_every_column(tmp_path):
     rows = _rows("benchmark", ["triton"])
     report.write_outputs(tmp_path, "benchmark", rows, report.summarize(rows, ["triton"]), {"device": "cpu"})
