@@ -51,6 +51,7 @@ examples:
   python -m bench --mode benchmark --backend triton reference --out out/
   python -m bench --mode leaderboard --backend dist/submission.py triton
   python -m bench --mode test --cases smoke --backend triton   # CPU: Triton interpreter
+  python -m bench --mode host --backend triton                 # GPU: host time per call
 """
 
 
@@ -68,7 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--mode", "-m", choices=MODES, default="test", help="runner mode (default: test)")
+    p.add_argument(
+        "--mode",
+        "-m",
+        choices=MODES,
+        default="test",
+        help="runner mode (default: test); host: custom_kernel's host time per call on a GPU (the median of "
+        "--max-reps calls, default 100, queued behind a GPU sleep and never synchronised)",
+    )
     p.add_argument(
         "--backend",
         "-b",
@@ -446,6 +454,7 @@ def _main(argv: list[str] | None) -> int:
         device = preflight.check_device(args.device)
         preflight.check_aiter(backends, device)
         preflight.check_leaderboard_check(args.check, device)
+        preflight.check_mode(mode, device)
     except SelectionError as exc:
         parser.error(str(exc))
     if args.flush not in ("official", "l2", "none") and not args.flush.isdigit():
@@ -536,6 +545,7 @@ def _main(argv: list[str] | None) -> int:
                 "profile_warmup": args.profile_warmup,
                 "deadline": None if args.deadline is None else t_launch + args.deadline,
                 "check": args.check,
+                "host_calls": args.max_reps if mode == "host" else None,
             }
         )
 

@@ -102,6 +102,15 @@ def check_aiter(backends: Sequence, device: str) -> None:
         )
 
 
+def check_mode(mode: str, device: str) -> None:
+    """--mode host times the host side of calls queued on a GPU; the interpreter has no queue."""
+    if mode == "host" and device != "cuda":
+        raise SelectionError(
+            "--mode host: measures custom_kernel's enqueue time on a GPU, and this run has none "
+            "(under Triton's CPU interpreter a call runs to its end); use --mode test or benchmark here"
+        )
+
+
 def check_leaderboard_check(check: str, device: str) -> None:
     """--check leaderboard and both compare with aiter's fused_moe: refused where aiter cannot run."""
     if check == "a4w4":

@@ -15,6 +15,7 @@ from bench.roofline import Ceilings, floor_ns
 from bench.selection import Case
 
 TIMED_MODES = ("benchmark", "leaderboard")
+SUMMARY_MODES = (*TIMED_MODES, "host")  # the modes with a geomean table
 
 
 def aiter_times() -> dict[tuple, float]:
@@ -56,6 +57,7 @@ def build_row(
         "best_us": _us(st.get("best")),
         "worst_us": _us(st.get("worst")),
         "call_us": _us(result.get("call_ns")),
+        "host_us": _us(result.get("host_ns")),
         "experts_hit": tr.get("experts_hit"),
         "mbytes": tr["bytes"] / 1e6 if tr else None,
         "gflop": tr["flops"] / 1e9 if tr else None,
@@ -102,6 +104,7 @@ def summarize(rows: Sequence[dict], backends: Sequence[str]) -> list[dict]:
                 "geomean_aiter_us": geomean(r["aiter_us"] for r in ok if r["x_aiter"] is not None),
                 "geomean_x_aiter": geomean(r["x_aiter"] for r in ok),
                 "geomean_call_us": geomean(r["call_us"] for r in ok),
+                "geomean_host_us": geomean(r["host_us"] for r in ok),
             }
         )
     return out
@@ -109,7 +112,7 @@ def summarize(rows: Sequence[dict], backends: Sequence[str]) -> list[dict]:
 
 # ---------------------------------------------------------------- formatting
 
-TIME_KEYS = ("mean_us", "std_us", "best_us", "floor_us", "aiter_us", "call_us")
+TIME_KEYS = ("mean_us", "std_us", "best_us", "floor_us", "aiter_us", "call_us", "host_us", "worst_us")
 TEXT_KEYS = ("case", "shape", "backend", "status", "message")
 # Left out in this order when a table does not fit the terminal (the files keep every column).
 DROP_ORDER = ("aiter_us", "std_us", "floor_us", "experts_hit", "runs", "best_us", "shape", "x_aiter")
@@ -151,6 +154,19 @@ def table_columns(mode: str, cpu: bool = False) -> list[tuple[str, str]]:
 
 
 def _table_columns(mode: str) -> list[tuple[str, str]]:
+    if mode == "host":
+        return [
+            ("case", "case"),
+            ("shape", "shape"),
+            ("backend", "backend"),
+            ("status", "status"),
+            ("host/call", "host_us"),
+            ("mean", "mean_us"),
+            ("best", "best_us"),
+            ("worst", "worst_us"),
+            ("runs", "runs"),
+            ("message", "message"),
+        ]
     if mode in TIMED_MODES:
         return [
             ("case", "case"),
@@ -200,7 +216,9 @@ def _cell(r: dict, key: str) -> str:
     return "-" if v is None else str(v)
 
 
-def summary_columns(cpu: bool = False) -> list[tuple[str, str]]:
+def summary_columns(cpu: bool = False, mode: str = "benchmark") -> list[tuple[str, str]]:
+    if mode == "host":
+        return [("backend", "backend"), ("passed", "passed"), ("geomean host/call", "geomean_host_us")]
     return _floor_heads(_summary_columns(), cpu)
 
 
@@ -317,9 +335,9 @@ def print_tables(
     if dropped:
         table.caption = f"not shown at {console.width} columns: {', '.join(dropped)} (see --out's .md and .csv)"
     console.print(table)
-    if mode in TIMED_MODES:
+    if mode in SUMMARY_MODES:
         cols, dropped = fit_columns(
-            console, summary_columns(cpu), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER
+            console, summary_columns(cpu, mode), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER
         )
         table = _summary_table(summary, cols)
         if dropped:
@@ -344,14 +362,11 @@ def markdown(rows: Sequence[dict], summary: Sequence[dict], mode: str, meta: dic
     lines.append("|" + "|".join("---" if k in TEXT_KEYS else "---:" for _, k in cols) + "|")
     for r in rows:
         lines.append("| " + " | ".join(_cell(r, k).replace("|", "/") for _, k in cols) + " |")
-    if mode in TIMED_MODES:
-        lines += [
-            "",
-            "| " + " | ".join(h for h, _ in summary_columns(cpu)) + " |",
-            "|---|" + "---:|" * (len(summary_columns(cpu)) - 1),
-        ]
+    if mode in SUMMARY_MODES:
+        heads = summary_columns(cpu, mode)
+        lines += ["", "| " + " | ".join(h for h, _ in heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
         for s in summary:
-            lines.append("| " + " | ".join(_summary_cell(s, k) for _, k in summary_columns(cpu)) + " |")
+            lines.append("| " + " | ".join(_summary_cell(s, k) for _, k in heads) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -367,7 +382,7 @@ def chart_figure(rows: Sequence[dict], mode: str, title: str):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    key = "mean_us" if mode in TIMED_MODES else "call_us"
+    key = "mean_us" if mode in TIMED_MODES else "host_us" if mode == "host" else "call_us"
     cases = list(dict.fromkeys(r["case"] for r in rows))
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     if not cases or not any(r.get(key) for r in rows):
@@ -434,7 +449,13 @@ def chart_figure(rows: Sequence[dict], mode: str, title: str):
     values += [r["aiter_us"] for r in rows if r.get("aiter_us") and mode in TIMED_MODES]
     low, high = math.log10(min(values) / 2), math.log10(max(values))
     ax.set_ylim(10**low, 10 ** (high + (high - low) * LABEL_ROOM / (1 - LABEL_ROOM)))
-    ax.set_ylabel("time per call (us)" if mode in TIMED_MODES else "first call (us)")
+    ax.set_ylabel(
+        "time per call (us)"
+        if mode in TIMED_MODES
+        else "host time per call (us)"
+        if mode == "host"
+        else "first call (us)"
+    )
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", which="both", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()

@@ -25,7 +25,7 @@ SHAPE_KEYS = CASE_KEYS[:-1]
 DEFAULT_CUSTOM_SEED = 42
 LEADERBOARD_SEED_STEP = 13
 
-MODES = ("test", "benchmark", "leaderboard", "profile")
+MODES = ("test", "benchmark", "leaderboard", "profile", "host")
 NAMED_BACKENDS = ("auto", "aiter", "aiter-fused", "triton", "reference")
 
 _GROUP_ALIASES = {

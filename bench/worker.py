@@ -147,6 +147,9 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
         try:
             if mode == "test":
                 res = evaluate.run_test(params, kernel, generate_input, check_implementation, device, traffic_fn)
+            elif mode == "host":
+                calls = job.get("host_calls") or evaluate.HOST_CALLS
+                res = evaluate.run_host(params, kernel, generate_input, check_implementation, device, calls)
             elif mode == "profile":
                 res = evaluate.run_profile(
                     params,

@@ -101,6 +101,42 @@ def test_aiter_backends_without_rocm_say_what_to_run_instead(capsys):
         assert "ROCm on an MI355X (gfx950)" in err and "--backend triton" in err
 
 
+@pytest.mark.skipif(not ON_CPU, reason="a GPU is present")
+def test_host_mode_without_a_gpu_is_a_usage_error(capsys):
+    err = usage_error(["--mode", "host"], capsys)
+    assert "--mode host: measures custom_kernel's enqueue time on a GPU" in err and "--mode test" in err
+
+
+def test_host_mode_times_calls_queued_behind_a_sleep_and_retries_when_the_gpu_caught_up():
+    class Device:
+        kind = "cuda"
+
+        def __init__(self):
+            self.sleeps, self.synced = [], 0
+
+        def synchronize(self):
+            self.synced += 1
+
+        def hold_busy(self, seconds):
+            self.sleeps.append(seconds)
+            caught_up = len(self.sleeps) == 1  # the first sleep ends before the calls do
+
+            class Event:
+                def query(self):
+                    return caught_up
+
+            return Event()
+
+    calls = []
+    device = Device()
+    res = evaluate.run_host({"seed": 3}, calls.append, lambda seed: seed, lambda data, out: (True, ""), device, 7)
+    assert len(calls) == 2 + 7 + 7 and device.sleeps == [evaluate.HOST_BUSY_S, 4 * evaluate.HOST_BUSY_S]
+    assert res.status == "pass" and res.stats.runs == 7 and res.host_ns is not None
+    assert res.stats.best <= res.host_ns <= res.stats.worst and "median of 7 calls behind a 0.8 s" in res.message
+    failing = evaluate.run_host({"seed": 3}, calls.append, lambda seed: seed, lambda data, out: (False, "bad"), device)
+    assert (failing.status, failing.message) == ("fail", "checked call, seed 3: bad")
+
+
 # ---------------------------------------------------------------- --cases-file (item 6)
 
 
