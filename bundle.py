@@ -11,12 +11,13 @@ and the import statements themselves are removed (`from m import a as b` becomes
 a function, `pass`). The output starts with the two `#!POPCORN` directives, imports only the
 standard library, torch, triton, numpy, pandas, aiter and task, and compiles.
 
-It fails loudly (exit status 1, nothing written) on: `import module` or `from module import *`
-of a project module, relative imports, dynamic imports of a project module, a circular
-module-level import, a name imported from a project module that does not define it, an import
-sharing its line with another statement, a disallowed import, and a top-level name defined
-differently in two modules (identical functions, classes, constants and imports may repeat;
-module state such as `_cache = {}` or any value built by a call may not).
+An unknown --backend is a usage error (exit status 2). It fails loudly (exit status 1, nothing
+written) on: `import module` or `from module import *` of a project module, relative imports,
+dynamic imports of a project module, a circular module-level import, a name imported from a project
+module that does not define it, an import sharing its line with another statement, a disallowed
+import, and a top-level name defined differently in two modules (identical functions, classes,
+constants and imports may repeat; module state such as `_cache = {}` or any value built by a call
+may not).
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ NOT_MODULES = frozenset({"bundle", "setup", "conftest"})
 
 class BundleError(Exception):
     pass
+
+
+class UsageError(BundleError):
+    """A bad option (exit status 2, as the runner's usage errors), not a package that cannot bundle."""
 
 
 @dataclass
@@ -548,7 +553,7 @@ def bundle(
     """The bundled source of `entry` (default submission.py) in `root`; with `backend`, the bundle
     sets MOE_BACKEND to it unless the environment already does."""
     if backend is not None and backend not in backends(root):
-        raise BundleError(f"--backend: unknown backend {backend!r}; choose one of {', '.join(backends(root))}")
+        raise UsageError(f"--backend: unknown backend {backend!r}; choose one of {', '.join(backends(root))}")
     return Bundler(Path(root).resolve(), entry).build(directives=directives, backend=backend)
 
 
@@ -574,7 +579,7 @@ def main(argv: list[str] | None = None) -> int:
         text = bundle(args.root, entry, directives=not args.no_directives, backend=args.backend)
     except BundleError as exc:
         print(f"bundle.py: error: {exc}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, UsageError) else 1
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)

@@ -28,7 +28,10 @@ SMOKE = [
 
 
 def case_name(case: dict) -> str:
-    """Short label, e.g. 'H7168-I256-E257-k9-bs16'."""
-    experts = case["nroutedexperts"] + case["nsharedexperts"]
-    topk = case["nexpertspertoken"] + case["nsharedexperts"]
-    return f"H{case['dhidden']}-I{case['dexpert']}-E{experts}-k{topk}-bs{case['bs']}"
+    """Short label, e.g. 'H7168-I256-E256+1-k8+1-bs16': the routed experts plus the shared one,
+    and the experts per token plus the shared one (total_top_k 9)."""
+    shared = f"+{case['nsharedexperts']}" if case["nsharedexperts"] else ""
+    return (
+        f"H{case['dhidden']}-I{case['dexpert']}-E{case['nroutedexperts']}{shared}"
+        f"-k{case['nexpertspertoken']}{shared}-bs{case['bs']}"
+    )

@@ -437,7 +437,8 @@ def load_aiter_table(csv_path: str) -> dict:
 
     df = pd.read_csv(csv_path)
     if "_tag" in df.columns:
-        df = df[df["_tag"].fillna("") == ""]
+        # aiter's fillna(""), written so that an all-empty (float) column does not warn under pandas 3
+        df = df[df["_tag"].isna() | (df["_tag"] == "")]
     return df.set_index(list(AITER_KEY_FIELDS)).to_dict("index")
 
 

@@ -1,9 +1,13 @@
 """Cheap checks of the 12-item input tuple (SPEC 2): metadata only, so no host synchronisation.
 
 Each failure raises ValueError naming the argument. Values (ids in range, unique per row) are not
-read: that would need the GPU to finish first.
+read: that would need the GPU to finish first. Every call checks every tensor; what follows from
+the config alone (its own consistency, the shapes it implies) is worked out once per config
+(_layout), and a tensor's dtype, shape, contiguity and device are compared in one pass, the
+message built only for a tensor that fails.
 """
 
+import functools
 from collections import Counter
 
 import torch
@@ -88,6 +92,27 @@ def validate_inputs(data) -> None:
     missing = [k for k in CONFIG_KEYS if k not in config]
     if missing:
         raise ValueError(f"config: missing keys {missing}")
+    key = tuple(config[k] for k in CONFIG_KEYS)
+    try:
+        layout = _layout(key)
+    except TypeError:  # a value that cannot key the cache (not an int): checked the same way, uncached
+        layout = _layout.__wrapped__(key)
+    tensors = data[:-1]
+    device = None
+    for t, (name, dtypes, shape) in zip(tensors, layout, strict=True):
+        if not isinstance(t, torch.Tensor) or t.dtype not in dtypes or t.shape != shape or not t.is_contiguous():
+            _check(name, t, dtypes, shape)  # raises, with the message for what is wrong
+        if device is None:
+            device = t.device
+        elif t.device != device:
+            _check_devices(tensors)
+
+
+@functools.lru_cache(maxsize=64)
+def _layout(key: tuple) -> tuple:
+    """(name, accepted dtypes, shape) per tensor for a config's CONFIG_KEYS values, once the config
+    is found consistent (a config that is not raises, and is not cached)."""
+    config = dict(zip(CONFIG_KEYS, key, strict=True))
     require_unpadded(config)
     d_hidden, d_inter, topk = config["d_hidden"], config["d_expert"], config["total_top_k"]
     if config["n_experts_per_token"] + config["n_shared_experts"] != topk:
@@ -97,10 +122,8 @@ def validate_inputs(data) -> None:
         )
     if d_hidden % 256 or d_inter % 256:
         raise ValueError(f"config: d_hidden ({d_hidden}) and d_expert ({d_inter}) must be multiples of 256")
-    expected = expected_layout(config)
-    for name, t, (dtypes, shape) in zip(ARG_NAMES[:-1], data[:-1], expected, strict=True):
-        _check(name, t, dtypes, shape)
-    _check_devices(data[:-1])
+    layout = zip(ARG_NAMES[:-1], expected_layout(config), strict=True)
+    return tuple((name, dtypes, shape) for name, (dtypes, shape) in layout)
 
 
 def _check_devices(tensors) -> None:

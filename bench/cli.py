@@ -8,6 +8,7 @@ process instead (module-level caches are then shared between backends).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue as queue_mod
 import signal
@@ -50,6 +51,7 @@ examples:
   python -m bench --mode benchmark --backend triton reference --out out/
   python -m bench --mode leaderboard --backend dist/submission.py triton
   python -m bench --mode test --cases smoke --backend triton   # CPU: Triton interpreter
+  python -m bench --mode host --backend triton                 # GPU: host time per call
 """
 
 
@@ -67,7 +69,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--mode", "-m", choices=MODES, default="test", help="runner mode (default: test)")
+    p.add_argument(
+        "--mode",
+        "-m",
+        choices=MODES,
+        default="test",
+        help="runner mode (default: test); host: custom_kernel's host time per call on a GPU (the median of "
+        "--max-reps calls, default 100, queued behind a GPU sleep and never synchronised)",
+    )
     p.add_argument(
         "--backend",
         "-b",
@@ -160,6 +169,13 @@ def build_parser() -> argparse.ArgumentParser:
         "(refused without it)",
     )
     p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--verbose",
+        "-v",
+        action="store_true",
+        help="print the traceback of every failing case (by default inputs refused by design, a ValueError "
+        "of the package's own checks, print their one-line message only)",
+    )
     return p
 
 
@@ -251,10 +267,11 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
     from rich.text import Text
 
     def log(text: str, style: str | None = None) -> None:
-        """One line per event, cut to the terminal's width after the time stamp (11 characters)."""
+        """One line per event after a time stamp (11 characters), cut to the console's width; printed,
+        not console.log'ed, which pads every line to the width (200 characters in a log file)."""
         line = Text(text, style=style or "")
         line.truncate(max(20, progress.console.width - 11), overflow="ellipsis")
-        progress.console.log(line)
+        progress.console.print(Text(time.strftime("[%H:%M:%S] "), style="log.time") + line, soft_wrap=True)
 
     results: dict[str, list[dict | None]] = {j["label"]: [None] * len(cases) for j in jobs}
     progress = Progress(
@@ -264,7 +281,7 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console,
-        disable=quiet,
+        disable=quiet or not console.is_terminal,  # a log file gets the event lines, not the bar's redraws
         transient=False,
     )
     interrupted = False
@@ -283,6 +300,7 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
                 elif kind == "start":
                     c = cases[msg["index"]]
                     state["case"] = c
+                    job["in_progress"] = msg["index"]
                     progress.update(task, description=f"{label}: {c.label} {c.shape}")
                 elif kind == "progress" and state["case"] is not None:
                     c = state["case"]
@@ -319,13 +337,16 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
                 break
     for job in jobs:
         for i, res in enumerate(results[job["label"]]):
-            if res is None:
-                why = "interrupted (Ctrl-C) before this case" if interrupted else job.get("exit_message")
-                results[job["label"]][i] = {
-                    "status": "skipped" if interrupted else "error",
-                    "message": why or "the worker stopped before this case",
-                    "traceback": "" if interrupted else job.get("exit_traceback", ""),
-                }
+            if res is not None:
+                continue
+            if not interrupted:
+                message = job.get("exit_message") or "the worker stopped before this case"
+                res = {"status": "error", "message": message, "traceback": job.get("exit_traceback", "")}
+            elif i == job.get("in_progress"):  # a worker that did not report the case it was running
+                res = {"status": "interrupted", "message": "interrupted (Ctrl-C) during this case"}
+            else:
+                res = {"status": "skipped", "message": "interrupted (Ctrl-C) before this case"}
+            results[job["label"]][i] = res
     return results, interrupted
 
 
@@ -385,10 +406,26 @@ def _spawn(job: dict, handle) -> None:
         job["exit_message"] = f"worker process exited with code {proc.exitcode} before this case"
 
 
+@contextlib.contextmanager
+def _environment_restored():
+    """The run's changes to os.environ (TRITON_INTERPRET, CUDA_VISIBLE_DEVICES, POPCORN_SEED) end
+    with it, so that a caller in the same process (the tests) keeps its own."""
+    saved = dict(os.environ)
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        for key, value in saved.items():
+            if os.environ.get(key) != value:
+                os.environ[key] = value
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; exit status 0 all passed, 1 a case did not, 2 usage, 130 Ctrl-C."""
     try:
-        return _main(argv)
+        with _environment_restored():
+            return _main(argv)
     except KeyboardInterrupt:
         print("interrupted (Ctrl-C)", file=sys.stderr)
         return 130
@@ -416,6 +453,8 @@ def _main(argv: list[str] | None) -> int:
         preflight.check_out_dir(args.out)
         device = preflight.check_device(args.device)
         preflight.check_aiter(backends, device)
+        preflight.check_leaderboard_check(args.check, device)
+        preflight.check_mode(mode, device)
     except SelectionError as exc:
         parser.error(str(exc))
     if args.flush not in ("official", "l2", "none") and not args.flush.isdigit():
@@ -506,6 +545,7 @@ def _main(argv: list[str] | None) -> int:
                 "profile_warmup": args.profile_warmup,
                 "deadline": None if args.deadline is None else t_launch + args.deadline,
                 "check": args.check,
+                "host_calls": args.max_reps if mode == "host" else None,
             }
         )
 
@@ -529,6 +569,7 @@ def _main(argv: list[str] | None) -> int:
     meta = {
         "mode": mode,
         "device": device_name,
+        "device_kind": device,
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(t_start)),
         "seconds": round(time.time() - t_start, 1),
         "git": _git_describe(),
@@ -550,7 +591,9 @@ def _main(argv: list[str] | None) -> int:
     if mode == "profile" and not args.out:
         for k, v in profiles.items():
             console.print(f"== {k}\n{v}")
-    report.print_tables(console, rows, summary, mode, title=f"{mode} on {device_name}")
+    report.print_tables(
+        console, rows, summary, mode, title=f"{mode} on {device_name}", verbose=args.verbose, cpu=device == "cpu"
+    )
     written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles) if args.out else []
     if written:
         console.print("wrote " + ", ".join(str(p) for p in written))

@@ -5,7 +5,7 @@ weight element decoded, and every routing block decodes the whole of its expert'
 a call ~ KERNEL_NS x routing blocks x 3 I H. Generating a case (randn and the weight quantizer in
 torch) and checking it (the torch reference) cost per weight element of all E experts. The
 constants were measured on this project's CPU machine (AMD EPYC, 2 threads shared with other
-work, torch 2.13, triton 3.9 interpreter) on four cases from H512-I256-E9 to H2048-I512-E33:
+work, torch 2.13, triton 3.9 interpreter) on four cases from H512-I256-E8+1 to H2048-I512-E32+1:
 1.36-1.73 us per element and block; other machines differ, so the figures are estimates.
 """
 

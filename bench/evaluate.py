@@ -8,6 +8,9 @@ tested with stand-ins:
   leaderboard  the same first checked call; then before every timed repetition the seed grows
                by 13 and the inputs are regenerated, and every output is checked.
   profile      generate, one call under torch.profiler (then, outside the profile, the check).
+  host         generate; one checked call and one more; then the host time of each of many calls
+               queued behind a long GPU sleep, never synchronised: what an eager caller pays per
+               layer before the GPU time (a GPU only).
 The check always runs after the submission, on the very same tensors (nothing is cloned).
 A Ctrl-C inside a timed case raises Interrupted, which carries the repetitions measured so far.
 """
@@ -31,8 +34,10 @@ class CaseResult:
     checked: int = 0  # outputs compared with the reference
     traffic: dict | None = None  # bench.roofline.traffic averaged over the timed data
     call_ns: float | None = None  # test mode: the one call (first call: compilation included)
+    host_ns: float | None = None  # host mode: the median host time per call (stats: all of them)
     profile: str | None = None
     traceback: str = ""  # status error: where the exception came from
+    refused: bool = False  # status error: an input the package refuses by design (its message says why)
 
     def as_dict(self) -> dict:
         d = asdict(self)
@@ -148,6 +153,46 @@ def run_timed(
             so_far("interrupted", f"interrupted (Ctrl-C) after {len(durations)} timed repetitions")
         ) from None
     return so_far("pass")
+
+
+HOST_CALLS = 100  # calls per host measurement: 4-6 launches each stay well inside the launch queue
+HOST_BUSY_S = 0.2  # the GPU sleep queued first, longer than HOST_CALLS calls at ~1 ms of host time each
+
+
+def run_host(
+    params: dict, kernel: Callable, generate: Callable, check: Callable, device, calls: int = HOST_CALLS
+) -> CaseResult:
+    """Host time per call of `calls` calls on the same data, each timed with perf_counter_ns and
+    none synchronised, behind a GPU sleep that outlasts them (so the launch queue neither drains
+    nor throttles); retried with a four times longer sleep when the GPU caught up before the end."""
+    data = generate(**params)
+    ok, message = check(data, kernel(data))
+    if not ok:
+        return CaseResult(status="fail", message=f"checked call, seed {params['seed']}: {message}", checked=1)
+    kernel(data)  # caches that the first call fills (compilation, buffers, plans)
+    busy_s = HOST_BUSY_S
+    for _ in range(3):
+        device.synchronize()
+        done = device.hold_busy(busy_s)
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter_ns()
+            kernel(data)
+            times.append(time.perf_counter_ns() - t0)
+        caught_up = done.query()
+        device.synchronize()
+        if not caught_up:
+            times.sort()
+            return CaseResult(
+                status="pass",
+                message=f"median of {calls} calls behind a {busy_s:.1f} s GPU sleep",
+                stats=calculate_stats(times),
+                seeds=[params["seed"]],
+                checked=1,
+                host_ns=float(times[calls // 2]),
+            )
+        busy_s *= 4
+    return CaseResult(status="error", message=f"the GPU caught up with {calls} calls behind a {busy_s / 4:.1f} s sleep")
 
 
 def run_profile(

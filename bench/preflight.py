@@ -1,6 +1,6 @@
 """Checks made before any case runs, so that a run that cannot work, or would take hours, stops
 at once with one line that names the option: numeric options, the runner's libraries, --out,
-the device, aiter's availability and the Triton interpreter's run time."""
+the device, aiter's availability (--backend aiter, --check leaderboard) and the Triton interpreter's run time."""
 
 from __future__ import annotations
 
@@ -99,6 +99,27 @@ def check_aiter(backends: Sequence, device: str) -> None:
         raise SelectionError(
             f"--backend {' '.join(wanted)}: {why}; aiter runs only with ROCm on an MI355X (gfx950). "
             "Here use --backend triton (the same layer in Triton; the CPU interpreter without a GPU) or reference"
+        )
+
+
+def check_mode(mode: str, device: str) -> None:
+    """--mode host times the host side of calls queued on a GPU; the interpreter has no queue."""
+    if mode == "host" and device != "cuda":
+        raise SelectionError(
+            "--mode host: measures custom_kernel's enqueue time on a GPU, and this run has none "
+            "(under Triton's CPU interpreter a call runs to its end); use --mode test or benchmark here"
+        )
+
+
+def check_leaderboard_check(check: str, device: str) -> None:
+    """--check leaderboard and both compare with aiter's fused_moe: refused where aiter cannot run."""
+    if check == "a4w4":
+        return
+    why = _aiter_missing(device)
+    if why:
+        raise SelectionError(
+            f"--check {check}: {why}; the leaderboard's check runs aiter's fused_moe, which needs ROCm on an "
+            "MI355X (gfx950). Here use --check a4w4 (the default: reference.ref_kernel)"
         )
 
 

@@ -15,6 +15,7 @@ from bench.roofline import Ceilings, floor_ns
 from bench.selection import Case
 
 TIMED_MODES = ("benchmark", "leaderboard")
+SUMMARY_MODES = (*TIMED_MODES, "host")  # the modes with a geomean table
 
 
 def aiter_times() -> dict[tuple, float]:
@@ -47,6 +48,7 @@ def build_row(
         "status": result.get("status", "error"),
         "message": result.get("message", ""),
         "traceback": result.get("traceback", ""),
+        "refused": result.get("refused", False),
         "checked": result.get("checked", 0),
         "runs": st.get("runs"),
         "mean_us": _us(st.get("mean")),
@@ -55,6 +57,7 @@ def build_row(
         "best_us": _us(st.get("best")),
         "worst_us": _us(st.get("worst")),
         "call_us": _us(result.get("call_ns")),
+        "host_us": _us(result.get("host_ns")),
         "experts_hit": tr.get("experts_hit"),
         "mbytes": tr["bytes"] / 1e6 if tr else None,
         "gflop": tr["flops"] / 1e9 if tr else None,
@@ -101,6 +104,7 @@ def summarize(rows: Sequence[dict], backends: Sequence[str]) -> list[dict]:
                 "geomean_aiter_us": geomean(r["aiter_us"] for r in ok if r["x_aiter"] is not None),
                 "geomean_x_aiter": geomean(r["x_aiter"] for r in ok),
                 "geomean_call_us": geomean(r["call_us"] for r in ok),
+                "geomean_host_us": geomean(r["host_us"] for r in ok),
             }
         )
     return out
@@ -108,7 +112,7 @@ def summarize(rows: Sequence[dict], backends: Sequence[str]) -> list[dict]:
 
 # ---------------------------------------------------------------- formatting
 
-TIME_KEYS = ("mean_us", "std_us", "best_us", "floor_us", "aiter_us", "call_us")
+TIME_KEYS = ("mean_us", "std_us", "best_us", "floor_us", "aiter_us", "call_us", "host_us", "worst_us")
 TEXT_KEYS = ("case", "shape", "backend", "status", "message")
 # Left out in this order when a table does not fit the terminal (the files keep every column).
 DROP_ORDER = ("aiter_us", "std_us", "floor_us", "experts_hit", "runs", "best_us", "shape", "x_aiter")
@@ -138,8 +142,31 @@ def _status_cell(r: dict) -> str:
     return {"pass": "pass", "fail": "FAIL", "error": "ERROR", "skipped": "skipped"}.get(r["status"], r["status"])
 
 
-def table_columns(mode: str) -> list[tuple[str, str]]:
-    """(header, key) of the per-case table."""
+def _floor_heads(cols: list[tuple[str, str]], cpu: bool) -> list[tuple[str, str]]:
+    """On a CPU the floors are the CPU's roofline (the interpreter runs ~10^4 times above it): the
+    headers say so."""
+    return [(f"{h.removesuffix('floor')}CPU floor" if cpu and h.endswith("floor") else h, k) for h, k in cols]
+
+
+def table_columns(mode: str, cpu: bool = False) -> list[tuple[str, str]]:
+    """(header, key) of the per-case table; cpu: the floors are a CPU's."""
+    return _floor_heads(_table_columns(mode), cpu)
+
+
+def _table_columns(mode: str) -> list[tuple[str, str]]:
+    if mode == "host":
+        return [
+            ("case", "case"),
+            ("shape", "shape"),
+            ("backend", "backend"),
+            ("status", "status"),
+            ("host/call", "host_us"),
+            ("mean", "mean_us"),
+            ("best", "best_us"),
+            ("worst", "worst_us"),
+            ("runs", "runs"),
+            ("message", "message"),
+        ]
     if mode in TIMED_MODES:
         return [
             ("case", "case"),
@@ -189,7 +216,13 @@ def _cell(r: dict, key: str) -> str:
     return "-" if v is None else str(v)
 
 
-def summary_columns() -> list[tuple[str, str]]:
+def summary_columns(cpu: bool = False, mode: str = "benchmark") -> list[tuple[str, str]]:
+    if mode == "host":
+        return [("backend", "backend"), ("passed", "passed"), ("geomean host/call", "geomean_host_us")]
+    return _floor_heads(_summary_columns(), cpu)
+
+
+def _summary_columns() -> list[tuple[str, str]]:
     return [
         ("backend", "backend"),
         ("passed", "passed"),
@@ -234,7 +267,7 @@ def _case_table(rows: Sequence[dict], cols: list[tuple[str, str]], title: str, m
     return t
 
 
-def _fit(console, cols: list[tuple[str, str]], build, drop_order: Sequence[str]):
+def fit_columns(console, cols: list[tuple[str, str]], build, drop_order: Sequence[str]):
     """Leave columns out in drop_order until build(columns) fits the console: (columns, headers left out)."""
     from rich.measure import Measurement
 
@@ -248,19 +281,19 @@ def _fit(console, cols: list[tuple[str, str]], build, drop_order: Sequence[str])
     return cols, dropped
 
 
-def fit_case_table(console, rows: Sequence[dict], mode: str, title: str):
+def fit_case_table(console, rows: Sequence[dict], mode: str, title: str, cpu: bool = False):
     """The per-case table at the console's width: one backend goes into the title, then columns
     are left out in DROP_ORDER until it fits, and the message column takes what is left (cut
     with an ellipsis; the full message is printed below). Returns (table, headers left out)."""
     from rich.measure import Measurement
 
-    cols = table_columns(mode)
+    cols = table_columns(mode, cpu)
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     if len(backends) == 1:
         cols = [c for c in cols if c[1] != "backend"]
         title = f"{title}, {backends[0]}"
     has_message = any(k == "message" for _, k in cols)
-    cols, dropped = _fit(
+    cols, dropped = fit_columns(
         console, [c for c in cols if c[1] != "message"], lambda c: _case_table(rows, c, title), DROP_ORDER
     )
     if has_message and any(first_line(r.get("message")) for r in rows):
@@ -284,15 +317,28 @@ def _summary_table(summary: Sequence[dict], cols: list[tuple[str, str]]):
     return t
 
 
-def print_tables(console, rows: Sequence[dict], summary: Sequence[dict], mode: str, title: str = "") -> None:
+def print_tables(
+    console,
+    rows: Sequence[dict],
+    summary: Sequence[dict],
+    mode: str,
+    title: str = "",
+    verbose: bool = False,
+    cpu: bool = False,
+) -> None:
+    """The case table, the summary (timed modes) and each failure's message; the traceback too,
+    except for inputs refused by design, whose message says it all (verbose: every traceback).
+    cpu: the floors are the CPU's roofline."""
     from rich.text import Text
 
-    table, dropped = fit_case_table(console, rows, mode, title or f"{mode} results")
+    table, dropped = fit_case_table(console, rows, mode, title or f"{mode} results", cpu)
     if dropped:
         table.caption = f"not shown at {console.width} columns: {', '.join(dropped)} (see --out's .md and .csv)"
     console.print(table)
-    if mode in TIMED_MODES:
-        cols, dropped = _fit(console, summary_columns(), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER)
+    if mode in SUMMARY_MODES:
+        cols, dropped = fit_columns(
+            console, summary_columns(cpu, mode), lambda c: _summary_table(summary, c), SUMMARY_DROP_ORDER
+        )
         table = _summary_table(summary, cols)
         if dropped:
             table.caption = f"not shown: {', '.join(dropped)}"
@@ -301,12 +347,13 @@ def print_tables(console, rows: Sequence[dict], summary: Sequence[dict], mode: s
         if r["status"] in ("fail", "error") and r["message"]:
             head = f"{r['backend']} {r['case']} ({r['shape']}) {_status_cell(r)}: "
             console.print(Text(head, style="red") + Text(r["message"].strip()))
-            if r.get("traceback"):
+            if r.get("traceback") and (verbose or not r.get("refused")):
                 console.print(Text(r["traceback"], style="dim"))
 
 
 def markdown(rows: Sequence[dict], summary: Sequence[dict], mode: str, meta: dict) -> str:
-    cols = table_columns(mode)
+    cpu = meta.get("device_kind") == "cpu"
+    cols = table_columns(mode, cpu)
     lines = [f"### {mode}: {meta.get('device', '')}", ""]
     info = [f"{k}: {meta[k]}" for k in ("date", "git", "flush", "ceilings_text", "seed") if meta.get(k)]
     if info:
@@ -315,14 +362,11 @@ def markdown(rows: Sequence[dict], summary: Sequence[dict], mode: str, meta: dic
     lines.append("|" + "|".join("---" if k in TEXT_KEYS else "---:" for _, k in cols) + "|")
     for r in rows:
         lines.append("| " + " | ".join(_cell(r, k).replace("|", "/") for _, k in cols) + " |")
-    if mode in TIMED_MODES:
-        lines += [
-            "",
-            "| " + " | ".join(h for h, _ in summary_columns()) + " |",
-            "|---|" + "---:|" * (len(summary_columns()) - 1),
-        ]
+    if mode in SUMMARY_MODES:
+        heads = summary_columns(cpu, mode)
+        lines += ["", "| " + " | ".join(h for h, _ in heads) + " |", "|---|" + "---:|" * (len(heads) - 1)]
         for s in summary:
-            lines.append("| " + " | ".join(_summary_cell(s, k) for _, k in summary_columns()) + " |")
+            lines.append("| " + " | ".join(_summary_cell(s, k) for _, k in heads) + " |")
     return "\n".join(lines) + "\n"
 
 
@@ -338,7 +382,7 @@ def chart_figure(rows: Sequence[dict], mode: str, title: str):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    key = "mean_us" if mode in TIMED_MODES else "call_us"
+    key = "mean_us" if mode in TIMED_MODES else "host_us" if mode == "host" else "call_us"
     cases = list(dict.fromkeys(r["case"] for r in rows))
     backends = list(dict.fromkeys(r["backend"] for r in rows))
     if not cases or not any(r.get(key) for r in rows):
@@ -405,7 +449,13 @@ def chart_figure(rows: Sequence[dict], mode: str, title: str):
     values += [r["aiter_us"] for r in rows if r.get("aiter_us") and mode in TIMED_MODES]
     low, high = math.log10(min(values) / 2), math.log10(max(values))
     ax.set_ylim(10**low, 10 ** (high + (high - low) * LABEL_ROOM / (1 - LABEL_ROOM)))
-    ax.set_ylabel("time per call (us)" if mode in TIMED_MODES else "first call (us)")
+    ax.set_ylabel(
+        "time per call (us)"
+        if mode in TIMED_MODES
+        else "host time per call (us)"
+        if mode == "host"
+        else "first call (us)"
+    )
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", which="both", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()

@@ -25,7 +25,7 @@ SHAPE_KEYS = CASE_KEYS[:-1]
 DEFAULT_CUSTOM_SEED = 42
 LEADERBOARD_SEED_STEP = 13
 
-MODES = ("test", "benchmark", "leaderboard", "profile")
+MODES = ("test", "benchmark", "leaderboard", "profile", "host")
 NAMED_BACKENDS = ("auto", "aiter", "aiter-fused", "triton", "reference")
 
 _GROUP_ALIASES = {
@@ -55,17 +55,12 @@ class Case:
 
     @property
     def shape(self) -> str:
-        return shape_label(self.params)
+        from cases import case_name
+
+        return case_name(self.params)
 
     def shape_key(self) -> tuple:
         return tuple(int(self.params[k]) for k in SHAPE_KEYS)
-
-
-def shape_label(params: Mapping) -> str:
-    """e.g. 'H7168-I256-E257-k9-bs16' (E and k count the shared experts)."""
-    experts = params["nroutedexperts"] + params["nsharedexperts"]
-    topk = params["nexpertspertoken"] + params["nsharedexperts"]
-    return f"H{params['dhidden']}-I{params['dexpert']}-E{experts}-k{topk}-bs{params['bs']}"
 
 
 def combine_seed(a: int, b: int) -> int:

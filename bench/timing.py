@@ -95,6 +95,7 @@ class Device:
         self.flush_mode = flush
         self.flush_bytes = 0
         self._buf = None
+        self._sleep_rate = None  # torch.cuda._sleep cycles per second, once measured
         if kind == "cuda":
             l2 = int(getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 0) or 0)
             self.l2_bytes = l2
@@ -137,6 +138,23 @@ class Device:
             del dummy
         else:
             self._buf.uniform_()
+
+    def hold_busy(self, seconds: float):
+        """Queue about `seconds` of GPU work (torch.cuda._sleep, its cycles per second measured on
+        the first use) and return an event recorded after it: while event.query() is False, the
+        GPU had not caught up with the host (`--mode host`)."""
+        torch = self.torch
+        if self._sleep_rate is None:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            torch.cuda._sleep(10_000_000)
+            end.record()
+            end.synchronize()
+            self._sleep_rate = 10_000_000 / (start.elapsed_time(end) / 1e3)
+        torch.cuda._sleep(int(seconds * self._sleep_rate))
+        done = torch.cuda.Event()
+        done.record()
+        return done
 
     def timer(self) -> Timer:
         return CudaTimer(self.torch) if self.kind == "cuda" else CpuTimer()

@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 PROGRESS_EVERY_S = 0.25
 
@@ -34,10 +35,27 @@ def _traceback_text(exc: BaseException, limit: int = 12) -> str:
     return "\n".join("".join(lines).rstrip().splitlines()[-limit:])
 
 
-def _error_result(exc: BaseException, context: str = ""):
+def refused_by_design(exc: BaseException, roots) -> bool:
+    """A ValueError raised by the submission's own code under one of roots (validation, the
+    launchers' checks): an input it refuses on purpose, which the message explains; errors raised
+    inside torch, Triton or a backend's library keep their traceback on screen."""
+    if not isinstance(exc, ValueError) or exc.__traceback__ is None:
+        return False
+    tb = exc.__traceback__
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return Path(tb.tb_frame.f_code.co_filename).resolve().parent in roots
+
+
+def _error_result(exc: BaseException, context: str = "", roots=()):
     from bench.evaluate import CaseResult
 
-    return CaseResult(status="error", message=context + error_summary(exc), traceback=_traceback_text(exc))
+    return CaseResult(
+        status="error",
+        message=context + error_summary(exc),
+        traceback=_traceback_text(exc),
+        refused=refused_by_design(exc, roots),
+    )
 
 
 def set_seed(seed: int) -> None:
@@ -76,6 +94,7 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
     cases = job["cases"]
     mode = job["mode"]
     traffic_fn = traffic if job.get("roofline", True) else None
+    roots = {Path(job["root"]).resolve(), Path(job["path"]).resolve().parent}
 
     try:
         kernel = load_custom_kernel(job["path"], job["root"], job["label"])
@@ -128,6 +147,9 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
         try:
             if mode == "test":
                 res = evaluate.run_test(params, kernel, generate_input, check_implementation, device, traffic_fn)
+            elif mode == "host":
+                calls = job.get("host_calls") or evaluate.HOST_CALLS
+                res = evaluate.run_host(params, kernel, generate_input, check_implementation, device, calls)
             elif mode == "profile":
                 res = evaluate.run_profile(
                     params,
@@ -155,8 +177,14 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"type": "case", "index": i, "result": stop.result.as_dict()})
             emit({"type": "interrupted"})
             return
+        except KeyboardInterrupt:
+            # Ctrl-C in the checked call (or the generation, the check): the case in progress.
+            result = evaluate.CaseResult(status="interrupted", message="interrupted (Ctrl-C) during this case")
+            emit({"type": "case", "index": i, "result": result.as_dict()})
+            emit({"type": "interrupted"})
+            return
         except Exception as exc:  # noqa: BLE001 - a crashing kernel is a result, not the end of the run
-            res = _error_result(exc)
+            res = _error_result(exc, roots=roots)
         emit({"type": "case", "index": i, "result": res.as_dict()})
         # The runner stops a leaderboard run at the first case that does not pass.
         if mode == "leaderboard" and res.status != "pass" and not job.get("keep_going"):

@@ -403,7 +403,7 @@ def merged_config_file(aiter_root, env_value: str | None, out_path: str, name: s
     merged = pd.concat([f for f in frames if not f.empty], ignore_index=True)
     keys = list(pd.read_csv(configs / "untuned_fmoe.csv").columns) + ["cu_num"]
     if "_tag" in merged.columns:
-        merged["_tag"] = merged["_tag"].fillna("")
+        merged["_tag"] = merged["_tag"].astype(object).fillna("")  # an all-empty column reads as float
         keys.append("_tag")
     merged = merged.sort_values("us").drop_duplicates(subset=keys, keep="first").reset_index(drop=True)
     merged.to_csv(out_path, index=False)
@@ -1078,7 +1078,7 @@ def _build_fused_moe(dbl):
 
         df = pd.read_csv(path)
         if "_tag" in df.columns:
-            df = df[df["_tag"].fillna("") == ""]
+            df = df[df["_tag"].isna() | (df["_tag"] == "")]
         return df.set_index(_INDEX_COLS).to_dict("index")
 
     def _fallback_table(path):

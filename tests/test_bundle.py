@@ -118,6 +118,15 @@ def test_a_pinned_backend_is_the_default_and_the_environment_still_wins(tmp_path
         bundler.bundle(ROOT, backend="cuda")
 
 
+def test_an_unknown_backend_is_a_usage_error(tmp_path, capsys):
+    assert bundler.main(["--backend", "bogus", "-o", str(tmp_path / "s.py")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "bundle.py: error: --backend: unknown backend 'bogus'; choose one of aiter, aiter-fused, triton, reference"
+    ]
+    assert not (tmp_path / "s.py").exists()
+
+
 WITHOUT_CUDA_EXTRA = """
 import runpy, sys
 import triton

@@ -76,11 +76,65 @@ def test_device_cuda_without_a_gpu_is_a_usage_error(capsys):
     assert "--device cuda: torch" in err and "sees no GPU" in err and "--device cpu" in err
 
 
+@pytest.mark.parametrize("check", ["leaderboard", "both"])
+def test_the_leaderboards_check_without_aiter_is_refused_up_front(check, capsys):
+    if "aiter" in sys.modules or preflight._aiter_missing("cuda" if not ON_CPU else "cpu") is None:
+        pytest.skip("aiter can run here")
+    err = usage_error(["--check", check, "--cases", "smoke:0"], capsys)
+    assert err.startswith(f"python -m bench: error: --check {check}: ") and "--check a4w4" in err
+
+
+def test_the_tile_tuner_without_a_gpu_says_why_and_exits_2(capsys):
+    from bench.tune import tiles
+
+    if tiles.why_cannot_run() is None:
+        pytest.skip("this machine can run the tuner")
+    assert tiles.main(["--cases", "bench", "--sweep"]) == tiles.EXIT_CANNOT_RUN
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bench.tune.tiles cannot run here: ")
+
+
 def test_aiter_backends_without_rocm_say_what_to_run_instead(capsys):
     for backend in ("aiter", "aiter-fused"):
         err = usage_error(["--backend", backend, "triton"], capsys)
         assert f"--backend {backend}:" in err
         assert "ROCm on an MI355X (gfx950)" in err and "--backend triton" in err
+
+
+@pytest.mark.skipif(not ON_CPU, reason="a GPU is present")
+def test_host_mode_without_a_gpu_is_a_usage_error(capsys):
+    err = usage_error(["--mode", "host"], capsys)
+    assert "--mode host: measures custom_kernel's enqueue time on a GPU" in err and "--mode test" in err
+
+
+def test_host_mode_times_calls_queued_behind_a_sleep_and_retries_when_the_gpu_caught_up():
+    class Device:
+        kind = "cuda"
+
+        def __init__(self):
+            self.sleeps, self.synced = [], 0
+
+        def synchronize(self):
+            self.synced += 1
+
+        def hold_busy(self, seconds):
+            self.sleeps.append(seconds)
+            caught_up = len(self.sleeps) == 1  # the first sleep ends before the calls do
+
+            class Event:
+                def query(self):
+                    return caught_up
+
+            return Event()
+
+    calls = []
+    device = Device()
+    res = evaluate.run_host({"seed": 3}, calls.append, lambda seed: seed, lambda data, out: (True, ""), device, 7)
+    assert len(calls) == 2 + 7 + 7 and device.sleeps == [evaluate.HOST_BUSY_S, 4 * evaluate.HOST_BUSY_S]
+    assert res.status == "pass" and res.stats.runs == 7 and res.host_ns is not None
+    assert res.stats.best <= res.host_ns <= res.stats.worst and "median of 7 calls behind a 0.8 s" in res.message
+    failing = evaluate.run_host({"seed": 3}, calls.append, lambda seed: seed, lambda data, out: (False, "bad"), device)
+    assert (failing.status, failing.message) == ("fail", "checked call, seed 3: bad")
 
 
 # ---------------------------------------------------------------- --cases-file (item 6)
@@ -153,6 +207,18 @@ def test_moe_backend_is_honoured_and_recorded(tmp_path, monkeypatch):
     assert os.environ["MOE_BACKEND"] == "reference"
 
 
+def test_a_run_on_the_cpu_leaves_the_callers_environment_as_it_was(monkeypatch):
+    """--device cpu sets TRITON_INTERPRET and CUDA_VISIBLE_DEVICES for the run only: left in the
+    caller's environment, later tests on a GPU machine would take themselves for interpreted."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("POPCORN_SEED", "5")
+    argv = ["--backend", "reference", "--cases", "smoke:1", "--device", "cpu", "--inline", "--roofline", "off", "-q"]
+    assert cli.main(argv) == 0
+    assert "TRITON_INTERPRET" not in os.environ and "CUDA_VISIBLE_DEVICES" not in os.environ
+    assert os.environ["POPCORN_SEED"] == "5"
+
+
 # ---------------------------------------------------------------- failures (item 1)
 
 
@@ -163,10 +229,28 @@ def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys
     message = "ValueError: config: d_hidden_pad (512) != d_hidden (500); padded shapes are not supported"
     assert row["status"] == "error" and row["message"] == message
     assert "validation.py" in row["traceback"] and "raise ValueError" in row["traceback"]
+    assert row["refused"] is True
     out = capsys.readouterr().out
     table_row = next(line for line in out.splitlines() if line.lstrip().startswith("custom0"))
     assert "ERROR" in table_row and message in table_row and "_timed_call" not in table_row
-    assert f"reference custom0 (H500-I256-E9-k5-bs8) ERROR: {message}" in out
+    assert f"reference custom0 (H500-I256-E8+1-k4+1-bs8) ERROR: {message}" in out
+    # the event line, whole and not padded to the 200 columns a pipe gets
+    assert f"] reference: custom0 H500-I256-E8+1-k4+1-bs8 error - {message}\n" in out
+    # refused by design: the line says it all; the traceback is in the JSON and behind --verbose
+    assert "raise ValueError" not in out and "validation.py" not in out
+    assert cli.main(argv + ["-q", "--verbose"]) == 1
+    assert "raise ValueError" in capsys.readouterr().out
+
+
+def test_a_failure_inside_a_library_keeps_its_traceback(tmp_path, capsys):
+    sub = tmp_path / "sub.py"
+    sub.write_text("import fractions\n\n\ndef custom_kernel(data):\n    return fractions.Fraction('x')\n")
+    argv = ["--backend", str(sub), "--cases", "smoke:1", "--inline", "--roofline", "off", "--out", str(tmp_path)]
+    assert cli.main(argv + ["-q"]) == 1
+    row = json.loads((tmp_path / "test.json").read_text())["rows"][0]
+    assert row["status"] == "error" and row["refused"] is False
+    assert row["message"] == "ValueError: Invalid literal for Fraction: 'x'"
+    assert "fractions.py" in capsys.readouterr().out
 
 
 def test_leaderboard_mode_stops_after_an_erroring_case(tmp_path):
@@ -182,17 +266,17 @@ def test_a_run_in_80_columns_prints_whole_lines_of_at_most_80(tmp_path, monkeypa
     assert cli.main(argv) == 1
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80
-    error_line = next(line for line in lines if "custom0 H500-I256-E9-k5-bs8 error" in line)
-    assert error_line.endswith("\u2026") and "error - ValueError: config: d" in error_line
-    assert any(line.split()[:3] == ["smoke1", "H256-I512-E5-k3-bs5", "pass"] for line in lines)
+    error_line = next(line for line in lines if "custom0 H500-I256-E8+1-k4+1-bs8 error" in line)
+    assert error_line.endswith("\u2026") and "error - ValueError: con" in error_line
+    assert any(line.split()[:3] == ["smoke1", "H256-I512-E4+1-k2+1-bs5", "pass"] for line in lines)
 
 
 def test_the_live_line_carries_the_message():
     case = select_cases(["smoke:0"])[0]
     res = {"status": "error", "message": "ValueError: config: bad\nmore", "traceback": "File x\n  raise"}
-    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E9-k5-bs8 error - ValueError: config: bad"
+    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E8+1-k4+1-bs8 error - ValueError: config: bad"
     res = {"status": "pass", "message": "max abs error 0", "call_ns": 7.25e9}
-    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E9-k5-bs8 pass call 7.25 s"
+    assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E8+1-k4+1-bs8 pass call 7.25 s"
 
 
 # ---------------------------------------------------------------- Ctrl-C (item 7)
@@ -258,7 +342,23 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
     assert "Traceback" not in stderr + stdout
     assert stderr.strip().splitlines() == [f"interrupted (Ctrl-C): 1 of 2 results measured; written to {out_dir}"]
     rows = json.loads((out_dir / "test.json").read_text())["rows"]
-    assert [r["status"] for r in rows] == ["pass", "skipped"] and "interrupted" in rows[1]["message"]
+    # the Ctrl-C came half a second into smoke2's checked call
+    assert [r["status"] for r in rows] == ["pass", "interrupted"] and "during this case" in rows[1]["message"]
+
+
+def test_ctrl_c_in_a_checked_call_marks_that_case_interrupted(tmp_path, capsys):
+    sub = tmp_path / "sub.py"
+    sub.write_text("def custom_kernel(data):\n    raise KeyboardInterrupt\n")
+    argv = ["--backend", str(sub), "--cases", "smoke:1", "smoke:2", "--inline", "--roofline", "off", "-q"]
+    assert cli.main(argv + ["--out", str(tmp_path)]) == 130
+    rows = json.loads((tmp_path / "test.json").read_text())["rows"]
+    assert [(r["status"], r["message"]) for r in rows] == [
+        ("interrupted", "interrupted (Ctrl-C) during this case"),
+        ("skipped", "interrupted (Ctrl-C) before this case"),
+    ]
+    assert capsys.readouterr().err.strip().splitlines() == [
+        f"interrupted (Ctrl-C): 0 of 2 results measured; written to {tmp_path}"
+    ]
 
 
 # ---------------------------------------------------------------- the interpreter's estimate (item 8)
@@ -334,6 +434,17 @@ def test_tables_fit_80_columns_without_broken_cells(mode, backends):
     if mode == "benchmark":
         assert "\u2026" not in text
     assert ("9.41 s" if mode == "benchmark" else "7.20 s") in text and "9409110" not in text
+
+
+def test_on_a_cpu_the_floors_are_labelled_as_the_cpus(tmp_path):
+    rows = _rows("benchmark", ["triton"])
+    console = Console(width=200, file=io.StringIO(), color_system=None)
+    report.print_tables(console, rows, report.summarize(rows, ["triton"]), "benchmark", "t", cpu=True)
+    heads = console.file.getvalue()
+    assert heads.count("x CPU floor") == 2 and heads.count("CPU floor") == 4
+    meta = {"device": "cpu AMD EPYC", "device_kind": "cpu"}
+    report.write_outputs(tmp_path, "benchmark", rows, report.summarize(rows, ["triton"]), meta)
+    assert "| CPU floor | x CPU floor |" in (tmp_path / "benchmark.md").read_text()
 
 
 def test_files_keep_every_column(tmp_path):

@@ -74,7 +74,7 @@ def test_select_cases_groups_indices_and_custom():
         ["dhidden=7168,dexpert=256,nroutedexperts=256,nexpertspertoken=8,nsharedexperts=1,bs=16"], None, LISTS
     )
     assert custom[0].label == "custom0"
-    assert custom[0].shape == "H7168-I256-E257-k9-bs16"
+    assert custom[0].shape == "H7168-I256-E256+1-k8+1-bs16"
     assert custom[0].params["seed"] == 42
     runner_form = parse_case_spec(
         "dhidden: 64; dexpert: 32; nroutedexperts: 4; nexpertspertoken: 2; nsharedexperts: 1; bs: 3; seed: 9"
@@ -85,7 +85,7 @@ def test_select_cases_groups_indices_and_custom():
 def test_the_real_case_lists_load():
     cases = select_cases(["official", "smoke"])
     assert len(cases) == 10 + len(select_cases(["smoke"]))
-    assert cases[3].shape == "H7168-I256-E257-k9-bs16" and cases[3].params["seed"] == 9371
+    assert cases[3].shape == "H7168-I256-E256+1-k8+1-bs16" and cases[3].params["seed"] == 9371
 
 
 @pytest.mark.parametrize("bad", ["nope", "benchmarks:9", "bench:x", "dhidden=1,dexpert=2", "dhidden=1,colour=3"])

@@ -3,6 +3,8 @@ aiter test double (tests/aiter_double.py) and the tuned-fmoe CSV export."""
 
 import functools
 import math
+import os
+import warnings
 
 import aiter_double
 import pandas as pd
@@ -407,3 +409,20 @@ def test_csv_rows_win_aiters_merge(tmp_path):
     merged.to_csv(tmp_path / "merged.csv", index=False)
     table = so.load_aiter_table(tmp_path / "merged.csv")
     assert table[KEY_128]["kernelName1"] == so.CK_S1_32
+
+
+def test_an_empty_tag_column_loads_and_merges_without_pandas_warnings(tmp_path):
+    """A table whose `_tag` column is empty reads it as float; aiter's fillna("") on it is a
+    Pandas4Warning under pandas 3 (an error later), in the package's loader and in the double."""
+    configs = tmp_path / "aiter" / "configs"
+    configs.mkdir(parents=True)
+    (configs / "untuned_fmoe.csv").write_text(",".join(so.AITER_KEY_FIELDS[1:]) + "\n")
+    rows = [dict(r, _tag="") for r in aiter_double.packaged_rows()]
+    first = aiter_double.write_tuned_csv(tmp_path / "first.csv", rows[:1])
+    second = aiter_double.write_tuned_csv(tmp_path / "second.csv", rows[1:])
+    assert pd.read_csv(first)["_tag"].dtype == float
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert len(so.load_aiter_table(first)) == 1
+        merged = aiter_double.merged_config_file(tmp_path, f"{first}{os.pathsep}{second}", tmp_path / "m.csv")
+        assert len(so.load_aiter_table(merged)) == len(rows)

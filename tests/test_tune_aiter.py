@@ -16,7 +16,7 @@ from bench.tune import aiter_rows as ta
 from tests import aiter_double
 
 ROOT = Path(__file__).resolve().parent.parent
-SMOKE0 = select_cases(["smoke:0"])[0]  # H512 I256 E9 k5 bs8: padded token 8
+SMOKE0 = select_cases(["smoke:0"])[0]  # H512 I256 E8+1 k4+1 bs8: padded token 8
 
 
 def _double_stage2_names(dbl, block_m):
@@ -34,7 +34,7 @@ def test_enumeration_is_the_doubles_aiter_names(monkeypatch, tmp_path, block_m):
 
 
 def test_candidates_of_a_benchmark_shape():
-    case = select_cases(["bench:3"])[0]  # I512 E33 bs16
+    case = select_cases(["bench:3"])[0]  # I512 E32+1 bs16
     cands = ta.candidates(case)
     assert len(cands) == 2 * 6 + 1 * 6 + 1 * 2
     assert {(c.token, c.model_dim, c.inter_dim, c.expert, c.topk) for c in cands} == {(16, 7168, 512, 33, 9)}

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 DEFAULT_COMMIT = "f3be04a"
-TOKENS, D_HIDDEN, N_COLS, EXPERTS, TOPK = 128, 7168, 512, 257, 9  # stage 1 of H7168-I256-E257 at bs 128
+TOKENS, D_HIDDEN, N_COLS, EXPERTS, TOPK = 128, 7168, 512, 257, 9  # stage 1 of H7168-I256-E256+1 at bs 128
 COMPARABLE_TILE = {"BLOCK_SIZE_M": 32, "BLOCK_SIZE_N": 128, "BLOCK_SIZE_K": 256}
 
 

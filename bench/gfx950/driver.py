@@ -117,20 +117,30 @@ def _named_constexprs(src) -> dict:
     return {names[key[0]]: value for key, value in src.constants.items() if len(key) == 1}
 
 
+# The environment inside compile_only_gfx950: compiled kernels, and FP fusion stated as the default it
+# is today. Triton 3.9 warns at every compile that leaves enable_fp_fusion to that default (which
+# 3.10 turns off); the package's launches do, so the check states it (a value given wins).
+_COMPILE_ENV = {"TRITON_INTERPRET": "0"}
+_COMPILE_ENV_DEFAULTS = {"TRITON_DEFAULT_FP_FUSION": "1"}
+
+
 @contextlib.contextmanager
 def compile_only_gfx950():
     """Yield the active compile-only driver; the previous driver (often none on a CPU machine, where
-    asking for one raises) is put back afterwards. TRITON_INTERPRET is off inside."""
+    asking for one raises) is put back afterwards, and the environment (_COMPILE_ENV) too."""
     previous_driver = driver_config._active  # the attribute set_active sets; may be None
-    previous_interpret = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "0"
+    saved = {k: os.environ.get(k) for k in (*_COMPILE_ENV, *_COMPILE_ENV_DEFAULTS)}
+    os.environ.update(_COMPILE_ENV)
+    for key, value in _COMPILE_ENV_DEFAULTS.items():
+        os.environ.setdefault(key, value)
     active = CompileOnlyDriver()
     driver_config.set_active(active)
     try:
         yield active
     finally:
         driver_config._active = previous_driver
-        if previous_interpret is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = previous_interpret
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value

@@ -119,37 +119,72 @@ def _cell(row: dict, key: str) -> str:
     return str(row.get(key, ""))
 
 
+# Left out in this order when a table does not fit the console (the Markdown keeps every column).
+KERNEL_DROP_ORDER = ("replication", "agpr", "sgpr", "scratch", "instr", "valu", "ws", "grid", "loop", "tile")
+CASE_DROP_ORDER = ("launches", "mfma_us", "compute_us", "bytes_us", "note")
+
+
 def _console():
+    """The terminal's width (or COLUMNS); 200 columns where stdout is a file or a pipe, as the runner."""
+    import os
+
     from rich.console import Console
 
-    return Console(width=max(200, Console().width))
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        console = Console(width=200)
+    return console
+
+
+def _table(title: str, columns, rows, left: tuple, failed):
+    from rich import box
+    from rich.table import Table
+
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, collapse_padding=True)
+    for head, key in columns:
+        t.add_column(head, justify="left" if key in left else "right", no_wrap=True)
+    for r in rows:
+        t.add_row(*(_cell(r, k) for _, k in columns), style="red" if failed(r) else None)
+    return t
+
+
+def _print_fitted(console, title: str, columns, rows, left: tuple, failed, drop_order) -> None:
+    """The table with columns left out (drop_order) until it fits the console, named in a caption."""
+    from bench.report import fit_columns
+
+    cols, dropped = fit_columns(console, list(columns), lambda c: _table(title, c, rows, left, failed), drop_order)
+    console.print(_table(title, cols, rows, left, failed))
+    if dropped:  # a line of its own: a caption would wrap at the table's width
+        console.print(f"not shown at {console.width} columns: {', '.join(dropped)} (see --md)", soft_wrap=True)
 
 
 def print_kernel_table(title: str, kernel_rows, console=None) -> None:
-    from rich.table import Table
+    _print_fitted(
+        console or _console(),
+        f"{title}: per launch",
+        KERNEL_COLUMNS,
+        kernel_rows,
+        ("case", "kernel", "mfma"),
+        lambda r: r["violations"],
+        KERNEL_DROP_ORDER,
+    )
 
-    t = Table(title=f"{title}: per launch")
-    for head, key in KERNEL_COLUMNS:
-        t.add_column(head, justify="left" if key in ("case", "kernel", "mfma") else "right", overflow="fold")
-    for r in kernel_rows:
-        t.add_row(*(_cell(r, k) for _, k in KERNEL_COLUMNS), style="red" if r["violations"] else None)
-    (console or _console()).print(t)
 
-
-def print_tables(title: str, kernel_rows, case_rows) -> None:
-    from rich.table import Table
-
-    console = _console()
+def print_tables(title: str, kernel_rows, case_rows, console=None) -> None:
+    console = console or _console()
     print_kernel_table(title, kernel_rows, console)
-    s = Table(title=f"{title}: MI355X ESTIMATE per case (static model, not a measurement)")
-    for head, key in CASE_COLUMNS:
-        s.add_column(head, justify="left" if key in ("case", "shape", "note") else "right", overflow="fold")
-    for r in case_rows:
-        s.add_row(*(_cell(r, k) for _, k in CASE_COLUMNS), style="red" if r.get("error") else None)
-    console.print(s)
-    console.print(summary(case_rows))
+    _print_fitted(
+        console,
+        f"{title}: MI355X ESTIMATE per case (static model, not a measurement)",
+        CASE_COLUMNS,
+        case_rows,
+        ("case", "shape", "note"),
+        lambda r: r.get("error"),
+        CASE_DROP_ORDER,
+    )
+    console.print(summary(case_rows), soft_wrap=True)
     for line in violation_lines(kernel_rows, case_rows):
-        console.print(f"[red]{line}[/red]")
+        console.print(f"[red]{line}[/red]", soft_wrap=True)
 
 
 def violation_lines(kernel_rows, case_rows) -> list[str]:

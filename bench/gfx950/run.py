@@ -98,7 +98,8 @@ def parse_args(argv):
         "--path",
         choices=PATHS,
         default="native",
-        help="the launcher's native gfx950 path (default) or today's decode path",
+        help="the launcher's native gfx950 path (default) or the decode path, which is expected to fail: its "
+        "GEMMs are bf16 MFMAs on decoded weights, no scaled MFMAs (exit status 1)",
     )
     p.add_argument("--md", type=Path, help="also write the tables as Markdown to this file")
     p.add_argument("--asm-dir", type=Path, help="write each compiled kernel's AMDGCN and TTGIR here")

@@ -1,10 +1,11 @@
-"""Tune and check the Triton backend's tile configurations on the official shapes (needs a GPU).
+"""Tune and check the Triton backend's tile configurations on the official shapes (needs a GPU;
+elsewhere it says why and exits 2).
 
 python -m bench.tune.tiles --cases bench --sweep --json sweep.json
     per case and routing block: time stage-1 and stage-2 tile options in one pass (per-kernel
     GPU time from torch.profiler), keep each stage's best, then check the winner against
     reference.ref_kernel and time it the runner's way; prints TUNED entries for tile_configs.py.
-python -m bench.tune.tiles --cases bench --sweep --keep-block-m --names E33-k9-bs16
+python -m bench.tune.tiles --cases bench --sweep --keep-block-m --names E32+1-k8+1-bs16
     the same for the named cases only, at their configured routing block.
 python -m bench.tune.tiles --cases all --seeds 20
     check the configured tiles on leaderboard-style seeds (seed + 13 i).
@@ -19,6 +20,7 @@ import argparse
 import itertools
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -160,7 +162,19 @@ def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, 
     return best, log
 
 
-def main() -> None:
+EXIT_CANNOT_RUN = 2
+
+
+def why_cannot_run() -> str | None:
+    """None where the tuner can time kernels (a GPU, not the interpreter), else the reason (one line)."""
+    if not torch.cuda.is_available():
+        return f"torch {torch.__version__} sees no GPU here (the tuner times the Triton kernels on one)"
+    if moe_triton.interpreting():
+        return "TRITON_INTERPRET is set (the tuner times compiled kernels)"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.tune.tiles", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -174,9 +188,13 @@ def main() -> None:
     parser.add_argument("--alternates", action="store_true", help="also the selection's alternates per case")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json", type=Path)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    why = why_cannot_run()
+    if why:
+        print(f"bench.tune.tiles cannot run here: {why}", file=sys.stderr)
+        return EXIT_CANNOT_RUN
 
     selected = {"tests": TESTS, "bench": BENCHMARKS, "all": TESTS + BENCHMARKS}[args.cases]
     if args.names:
@@ -220,7 +238,8 @@ def main() -> None:
         print("TUNED = {\n" + "\n".join(tuned_lines) + "\n}")
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

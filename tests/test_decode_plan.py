@@ -1,0 +1,101 @@
+"""The decode path's per-shape plans (moe_triton._DecodePlan): later calls of a shape replay the
+first call's recorded launches with their own tensors; on the NVIDIA path through the compiled
+kernels' launchers, with the JIT launch as the fallback."""
+
+import types
+
+import pytest
+import torch
+from layer_checks import assert_matches_reference, small_case
+
+import moe_triton
+from reference import generate_input
+
+
+def run(data):
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
+    return moe_triton.fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, native=False)
+
+
+@pytest.fixture
+def plan(monkeypatch):
+    """The plan of a small shape after its first call, and that call's data."""
+    monkeypatch.setattr(moe_triton, "_plans", type(moe_triton._plans)())
+    data = generate_input(**small_case(seed=5))
+    run(data)
+    (plan,) = moe_triton._plans.values()
+    return plan, data
+
+
+class FakeCompiled:
+    """Stands for a CompiledKernel: records how its launcher is called, or raises."""
+
+    def __init__(self, fail=False):
+        self.calls, self.fail = [], fail
+        self.function, self.packed_metadata = "function", "metadata"
+
+    def run(self, *args):
+        if self.fail:
+            raise TypeError("launcher called the wrong way")
+        self.calls.append(args)
+
+
+def go_direct(monkeypatch, plan, fail=False):
+    fakes = [FakeCompiled(fail) for _ in plan.launches]
+    for launch, fake in zip(plan.launches, fakes, strict=True):
+        launch.compiled = fake
+    plan.direct = True
+    active = types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda device: 1234)
+    monkeypatch.setattr(moe_triton, "driver", types.SimpleNamespace(active=active))
+    return fakes
+
+
+def test_later_calls_replay_the_plan_with_their_own_tensors(plan):
+    plan, first = plan
+    names = [launch.fn.fn.__name__ for launch in plan.launches]
+    assert names == ["moe_prep_kernel", "moe_route_kernel", "moe_stage1_kernel", "moe_stage2_kernel"]
+    other = generate_input(**small_case(seed=6))
+    assert_matches_reference(other, run(other))
+    assert_matches_reference(first, run(first))
+    assert list(moe_triton._plans.values()) == [plan]
+
+
+def test_a_direct_launch_passes_every_parameter_in_signature_order(plan, monkeypatch):
+    plan, data = plan
+    fakes = go_direct(monkeypatch, plan)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    out = plan.run(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
+    for launch, fake in zip(plan.launches, fakes, strict=True):
+        (call,) = fake.calls
+        grid, (stream, function, metadata, launch_metadata, enter, leave), params = call[:3], call[3:9], call[9:]
+        assert grid == launch.grid and len(grid) == 3 and stream == 1234
+        assert (function, metadata, launch_metadata, enter, leave) == ("function", "metadata", None, None, None)
+        signature = moe_triton.inspect.signature(launch.fn.fn).parameters
+        assert len(params) == len(signature)
+        named = dict(zip(signature, params, strict=True))
+        assert all(named[k] == v for k, v in launch.kwargs.items() if k in signature)  # the constexprs
+        if "topk_ids_ptr" in named:
+            assert named["topk_ids_ptr"] is topk_ids  # the call's own tensors, as given
+    stage2_names = moe_triton.inspect.signature(plan.launches[-1].fn.fn).parameters
+    stage2 = dict(zip(stage2_names, fakes[-1].calls[0][9:], strict=True))
+    assert stage2["out_ptr"] is out and stage2["w2_ptr"] is w2
+
+
+def test_a_first_direct_launch_that_raises_falls_back_to_the_jit_for_good(plan, monkeypatch):
+    plan, data = plan
+    go_direct(monkeypatch, plan, fail=True)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    out = plan.run(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
+    assert plan.direct is False
+    assert_matches_reference(data, out if out.dtype == torch.bfloat16 else out.to(torch.bfloat16))
+
+
+def test_an_input_off_16_bytes_takes_the_jit_launch(plan, monkeypatch):
+    plan, data = plan
+    fakes = go_direct(monkeypatch, plan)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    shifted = torch.empty(hidden.numel() + 1, dtype=hidden.dtype, device=hidden.device)[1:].view(hidden.shape)
+    shifted.copy_(hidden)
+    out = plan.run(shifted, w1, w2, w1s, w2s, topk_weights, topk_ids)
+    assert all(not fake.calls for fake in fakes) and plan.direct is True
+    assert_matches_reference(data, out if out.dtype == torch.bfloat16 else out.to(torch.bfloat16))
