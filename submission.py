@@ -77,6 +77,12 @@ def selector():
     return Selector(candidates, store=ChoiceFile(default_path(), stamp(Path(__file__).resolve().parent)))
 
 
+def selection_choice(config: dict) -> str | None:
+    """The candidate custom_kernel runs for config's shape after selecting, None where it does
+    not select or has not yet (the local runner's report reads it)."""
+    return selector().choice(config) if selection_on() else None
+
+
 def custom_kernel(data: input_t) -> output_t:
     validate_inputs(data)
     if selection_on():

@@ -31,6 +31,8 @@ class CaseResult:
     checked: int = 0  # outputs compared with the reference
     traffic: dict | None = None  # bench.roofline.traffic averaged over the timed data
     call_ns: float | None = None  # test mode: the one call (first call: compilation included)
+    first_call_s: float | None = None  # wall time of the case's first call, synchronized (a selection's cost)
+    choice: str | None = None  # the candidate the submission's selection runs for this shape (worker)
     profile: str | None = None
     traceback: str = ""  # status error: where the exception came from
 
@@ -87,8 +89,10 @@ def run_test(
 ) -> CaseResult:
     data = generate(**params)
     traffic = [traffic_fn(data)] if traffic_fn else []
+    t0 = time.perf_counter()
     out, call_ns = _timed_call(kernel, data, device, flush=False)
-    return _single_call_result(params, check(data, out), traffic, call_ns=call_ns)
+    first_call_s = time.perf_counter() - t0
+    return _single_call_result(params, check(data, out), traffic, call_ns=call_ns, first_call_s=first_call_s)
 
 
 def run_timed(
@@ -106,11 +110,18 @@ def run_timed(
     params = dict(params)
     seeds = [params["seed"]]
     data = generate(**params)
+    t_first = time.perf_counter()
     out = kernel(data)
+    device.synchronize()
+    first_call_s = time.perf_counter() - t_first
     ok, message = check(data, out)
     if not ok:
         return CaseResult(
-            status="fail", message=f"first call, seed {params['seed']}: {message}", seeds=seeds, checked=1
+            status="fail",
+            message=f"first call, seed {params['seed']}: {message}",
+            seeds=seeds,
+            checked=1,
+            first_call_s=first_call_s,
         )
     del out
     traffic = [] if recheck or not traffic_fn else [traffic_fn(data)]
@@ -120,7 +131,7 @@ def run_timed(
     def so_far(status: str, message: str = "") -> CaseResult:
         """The result of the repetitions run until now."""
         stats = calculate_stats(durations) if durations else None
-        return CaseResult(status, message, stats, seeds, checked, _mean_traffic(traffic))
+        return CaseResult(status, message, stats, seeds, checked, _mean_traffic(traffic), first_call_s=first_call_s)
 
     t0 = time.perf_counter()
     try:
