@@ -223,9 +223,12 @@ class Selector:
         measure = self.measure or (measure_cuda if on_gpu else measure_cpu)
         reps = self.reps or (GPU_REPS if on_gpu else CPU_REPS)
         t0 = self.clock()
-        order, medians, dropped = select(
-            candidates, data, measure, reps, self.clock, budget_s() if budget is None else budget
-        )
+        budget = budget_s() if budget is None else budget
+        try:
+            order, medians, dropped = select(candidates, data, measure, reps, self.clock, budget)
+        except Exception as exc:  # noqa: BLE001 - the reference itself failed: no check, so no selection
+            self.log(f"moe-mxfp4 select {shape_name(key)}: not selected ({_first_line(exc)}) -> {candidates[0].name}")
+            return [candidates[0]]
         parts = [f"{c.name} {_us(medians[c.name]) if c.name in medians else dropped[c.name]}" for c in candidates]
         if order:
             chosen = order[0].name

@@ -4,6 +4,8 @@ reference's output, displaced by a chosen fraction of the tolerance, or raises; 
 clock are fakes. One end-to-end test runs the real CPU candidates under the interpreter."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -230,6 +232,20 @@ def test_when_nothing_passes_the_static_choice_runs(data, expected):
     assert not check_implementation(data, out.to(torch.bfloat16))[0]  # the static output, as without selection
 
 
+def test_a_failing_reference_means_no_selection_and_the_static_choice(data, expected, monkeypatch):
+    def no_reference(_data):
+        raise MemoryError("out of memory")
+
+    monkeypatch.setattr(sel, "ref_kernel", no_reference)
+    b = Bench(expected)
+    s = b.selector([b.candidate("static"), b.candidate("alt", median=1e-6)])
+    assert torch.equal(s(data), expected.float())
+    assert s.choice(data[-1]) == "static" and b.calls == {"static": 1}
+    assert b.lines == [
+        f"moe-mxfp4 select {sel.shape_name(shape_key(data[-1]))}: not selected (MemoryError: out of memory) -> static"
+    ]
+
+
 def test_no_selection_while_a_graph_is_captured(data, expected, monkeypatch):
     b = Bench(expected)
     s = b.selector([b.candidate("static"), b.candidate("alt", median=1e-4)], capturing=lambda: True)
@@ -308,6 +324,11 @@ def test_the_stamp_names_the_device_the_versions_and_the_sources(tmp_path):
     assert first["torch"] == torch.__version__ and first["package"] == choice_file.PACKAGE_VERSION
     (tmp_path / "submission.py").write_text("x = 2\n")
     assert choice_file.stamp(tmp_path)["source"] != first["source"]
+
+
+def test_the_package_version_is_pyprojects():
+    text = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text()
+    assert re.search(r'^version = "([^"]+)"', text, re.M).group(1) == choice_file.PACKAGE_VERSION
 
 
 def test_the_cache_folder_follows_xdg_cache_home(monkeypatch, tmp_path):
