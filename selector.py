@@ -109,38 +109,46 @@ def _us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} us" if seconds < 0.1 else f"{seconds:.3g} s"
 
 
+def _trial(cand: Candidate, data, expected, margin: float | None, measure: Callable, reps: int):
+    """(median s, error) of a candidate that passes, or (None, why it is dropped); margin None
+    for the incumbent, which no margin drops."""
+    try:
+        output = cand.run(data)
+        ok, message = compare(output, expected)
+        error = worst_error(output, expected) if ok else math.inf
+    except Exception as exc:  # noqa: BLE001 - a candidate that raises is dropped, its message kept
+        return None, f"raised {_first_line(exc)}"
+    if not ok:
+        return None, f"wrong ({message.splitlines()[0]})"
+    if margin is not None and error > margin:
+        return None, f"error {error:.2f} of tolerance > margin {margin:.2f}"
+    try:
+        return statistics.median(measure(cand.run, data, reps)), error
+    except Exception as exc:  # noqa: BLE001
+        return None, f"raised while timed {_first_line(exc)}"
+
+
 def select(candidates: list[Candidate], data, measure: Callable, reps: int, clock: Callable, budget: float):
     """(survivors fastest first, {name: median s}, {name: why dropped}); the incumbent
-    (candidates[0]) is always tried, the others while the budget lasts."""
+    (candidates[0]) is always tried, each other one if the budget still holds the costliest
+    candidate so far (so a shape's selection stays near its budget, compiles included)."""
     start = clock()
     expected = ref_kernel(data)
     margin = MIN_MARGIN
     timed, medians, dropped = [], {}, {}
+    longest = 0.0  # the costliest candidate so far (compile, check, timing): the next one's estimate
     for index, cand in enumerate(candidates):
-        incumbent = index == 0
-        if not incumbent and clock() - start > budget:
+        began = clock()
+        if index and began - start + longest > budget:
             dropped[cand.name] = "skipped (budget)"
             continue
-        try:
-            output = cand.run(data)
-            ok, message = compare(output, expected)
-            error = worst_error(output, expected) if ok else math.inf
-        except Exception as exc:  # noqa: BLE001 - a candidate that raises is dropped, its message kept
-            dropped[cand.name] = f"raised {_first_line(exc)}"
+        median, error = _trial(cand, data, expected, margin if index else None, measure, reps)
+        longest = max(longest, clock() - began)
+        if median is None:
+            dropped[cand.name] = error
             continue
-        if not ok:
-            dropped[cand.name] = f"wrong ({message.splitlines()[0]})"
-            continue
-        if incumbent:
+        if not index:
             margin = max(MIN_MARGIN, error)
-        elif error > margin:
-            dropped[cand.name] = f"error {error:.2f} of tolerance > margin {margin:.2f}"
-            continue
-        try:
-            median = statistics.median(measure(cand.run, data, reps))
-        except Exception as exc:  # noqa: BLE001
-            dropped[cand.name] = f"raised while timed {_first_line(exc)}"
-            continue
         medians[cand.name] = median
         timed.append((median, index, cand))
     order = [cand for _median, _index, cand in sorted(timed, key=lambda t: t[:2])]
