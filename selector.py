@@ -218,7 +218,10 @@ class Selector:
         digest = candidates_digest(candidates)
         by_name = {c.name: c for c in candidates}
         stored = self.store.get(key, digest) if self.store is not None else None
-        if stored and all(name in by_name for name in stored):
+        if len(candidates) == 1:
+            order = candidates  # nothing to choose between: no reference, no timing
+            self.log(f"moe-mxfp4 select {shape_name(key)}: {candidates[0].name} (the only candidate)")
+        elif stored and all(name in by_name for name in stored):
             order = [by_name[name] for name in stored]
             self.log(f"moe-mxfp4 select {shape_name(key)}: {order[0].name} (stored in {self.store.path})")
         else:

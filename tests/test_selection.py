@@ -233,6 +233,14 @@ def test_when_nothing_passes_the_static_choice_runs(data, expected):
     assert not check_implementation(data, out.to(torch.bfloat16))[0]  # the static output, as without selection
 
 
+def test_a_sole_candidate_runs_without_reference_or_timing(data, expected, monkeypatch):
+    monkeypatch.setattr(sel, "ref_kernel", lambda _data: pytest.fail("no reference for one candidate"))
+    b = Bench(expected)
+    s = b.selector([b.candidate("static")])
+    s(data)
+    assert b.calls == {"static": 1} and b.lines[0].endswith(": static (the only candidate)")
+
+
 def test_a_failing_reference_means_no_selection_and_the_static_choice(data, expected, monkeypatch):
     def no_reference(_data):
         raise MemoryError("out of memory")
