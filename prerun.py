@@ -8,6 +8,7 @@ it prints one line and does nothing else; MOE_SELECT=1 under the CPU interpreter
 instead, so CI exercises it.
 """
 
+import os
 import time
 from collections.abc import Callable
 
@@ -18,6 +19,14 @@ from selector import budget_s
 
 PRERUN_DEADLINE_S = 95.0  # the runner gives the pre-run 120 s
 MIN_SHAPE_S = 5.0  # a shape is not started with less time left than this
+
+
+def _why_not() -> str:
+    if os.environ.get("MOE_BACKEND"):
+        return "MOE_BACKEND is set"
+    if os.environ.get("MOE_SELECT") == "0":
+        return "MOE_SELECT=0"
+    return "no GPU; MOE_SELECT=1 selects under the interpreter"
 
 
 def prerun_cases() -> list[dict]:
@@ -34,7 +43,7 @@ def prerun(
     out: Callable[[str], None] = print,
 ) -> None:
     if not selecting:
-        out(f"moe-mxfp4 submission: backend {backend}; no selection ({platform()}, MOE_SELECT / MOE_BACKEND)")
+        out(f"moe-mxfp4 submission: backend {backend}; no selection ({_why_not()})")
         return
     out(f"moe-mxfp4 submission: backend {backend}; selecting for the official shapes ({platform()})")
     chosen_by = make_selector()
