@@ -52,9 +52,9 @@ def prerun(
     for case in prerun_cases() if cases is None else cases:
         name = case_name(case)
         shape = {k: v for k, v in case.items() if k != "seed"}
-        stored = chosen_by.stored(make_config(**shape))
-        if stored:
-            out(f"moe-mxfp4 pre-run {name}: {stored} (stored)")
+        known = chosen_by.known(make_config(**shape))
+        if known:
+            out(f"moe-mxfp4 pre-run {name}: {known[0]} ({known[1]})")
             continue
         if deadline_s - (clock() - start) < MIN_SHAPE_S:
             out(f"moe-mxfp4 pre-run {name}: skipped (pre-run deadline {deadline_s:.0f} s)")

@@ -182,11 +182,16 @@ class Selector:
         order = self._choices.get(shape_key(config))
         return order[0].name if order else None
 
-    def stored(self, config: dict) -> str | None:
-        """The stored choice's name for the shape of config, if the store holds a usable one."""
+    def known(self, config: dict) -> tuple[str, str] | None:
+        """(name, why) of what the shape of config runs without selecting on data: its only
+        candidate, or the store's choice; None where it needs a selection."""
         candidates = self.candidates_fn(config)
+        if len(candidates) == 1:
+            return candidates[0].name, "the only candidate"
         names = self.store.get(shape_key(config), candidates_digest(candidates)) if self.store is not None else None
-        return names[0] if names and set(names) <= {c.name for c in candidates} else None
+        if names and set(names) <= {c.name for c in candidates}:
+            return names[0], "stored"
+        return None
 
     def __call__(self, data):
         key = shape_key(data[-1])

@@ -237,6 +237,7 @@ def test_a_sole_candidate_runs_without_reference_or_timing(data, expected, monke
     monkeypatch.setattr(sel, "ref_kernel", lambda _data: pytest.fail("no reference for one candidate"))
     b = Bench(expected)
     s = b.selector([b.candidate("static")])
+    assert s.known(data[-1]) == ("static", "the only candidate")
     s(data)
     assert b.calls == {"static": 1} and b.lines[0].endswith(": static (the only candidate)")
 
@@ -312,7 +313,7 @@ def test_a_stored_choice_is_used_without_selecting_and_a_changed_candidate_list_
     )(data)
     b2 = Bench(expected)
     s2 = b2.selector([b2.candidate("static"), b2.candidate("alt")], choice_file.ChoiceFile(path, STAMP))
-    assert s2.stored(data[-1]) == "alt"
+    assert s2.known(data[-1]) == ("alt", "stored")
     s2(data)
     assert b2.calls == {"alt": 1} and b2.lines == [
         f"moe-mxfp4 select {sel.shape_name(shape_key(data[-1]))}: alt (stored in {path})"
@@ -321,7 +322,7 @@ def test_a_stored_choice_is_used_without_selecting_and_a_changed_candidate_list_
     s3 = b3.selector(
         [b3.candidate("static"), b3.candidate("alt"), b3.candidate("new")], choice_file.ChoiceFile(path, STAMP)
     )
-    assert s3.stored(data[-1]) is None
+    assert s3.known(data[-1]) is None
     s3(data)
     assert b3.calls["new"] == 1 and " -> " in b3.lines[0]
 
