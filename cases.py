@@ -26,6 +26,9 @@ SMOKE = [
     dict(dhidden=768, dexpert=256, nroutedexperts=16, nexpertspertoken=6, nsharedexperts=1, bs=33, seed=3),
 ]
 
+# The CPU pre-run's shape (prerun.py, MOE_SELECT=1 under the interpreter): about 2 s per call.
+TINY = [dict(dhidden=256, dexpert=256, nroutedexperts=2, nexpertspertoken=1, nsharedexperts=1, bs=4, seed=5)]
+
 
 def case_name(case: dict) -> str:
     """Short label, e.g. 'H7168-I256-E256+1-k8+1-bs16': the routed experts plus the shared one,

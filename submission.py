@@ -9,10 +9,17 @@ kernels: the native MXFP4 path on gfx950, the decode path elsewhere; the default
 not, run by Triton's CPU interpreter when there is no GPU) and "reference" (the torch
 reference). The environment variable MOE_BACKEND overrides the choice. Inputs are validated
 (metadata only) and never written.
+
+On a GPU, the first call per shape selects among the candidates (candidates.py) on the machine
+itself: the static choice above and its alternatives, each checked against the reference and
+timed (selector.py, docs/selection.md); MOE_SELECT=0 keeps the static choice, MOE_SELECT=1
+selects under the CPU interpreter too. `python3 submission.py` (the runner's pre-run) selects
+for the official shapes ahead of the evaluation and stores the choices (prerun.py).
 """
 
 import functools
 import os
+from pathlib import Path
 
 import torch
 
@@ -21,23 +28,18 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from backend_table import backend_for  # noqa: E402
+from candidates import BACKEND_RUNNERS, candidates_for, platform  # noqa: E402
 from task import input_t, output_t  # noqa: E402
 from validation import validate_inputs  # noqa: E402
 
 BACKENDS = ("aiter", "aiter-fused", "triton", "reference")
+SELECT_ENV = "MOE_SELECT"
+SELECT_VALUES = ("auto", "1", "0")
 
 
-@functools.cache
 def default_backend() -> str:
     """aiter on a gfx950 GPU where aiter imports, else triton."""
-    if torch.cuda.is_available() and torch.version.hip is not None:
-        if torch.cuda.get_device_properties(0).gcnArchName.startswith("gfx950"):
-            try:
-                import aiter  # noqa: F401
-            except ImportError:
-                return "triton"
-            return "aiter"
-    return "triton"
+    return "aiter" if platform() == "gfx950-aiter" else "triton"
 
 
 def selected_backend(config: dict | None = None) -> str:
@@ -52,38 +54,43 @@ def selected_backend(config: dict | None = None) -> str:
     return backend
 
 
-def _run_triton(data: input_t) -> output_t:
-    from moe_triton import fused_moe_triton
-
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config)
-
-
-def _run_reference(data: input_t) -> output_t:
-    from reference import ref_kernel
-
-    return ref_kernel(data)
+def selection_on() -> bool:
+    """Whether custom_kernel selects: MOE_SELECT=1 always, 0 never, auto (default) where a GPU
+    runs the kernels (not under Triton's CPU interpreter); never while MOE_BACKEND is set."""
+    value = os.environ.get(SELECT_ENV, "auto")
+    if value not in SELECT_VALUES:
+        raise ValueError(f"{SELECT_ENV}: expected one of {', '.join(SELECT_VALUES)}, got {value!r}")
+    if os.environ.get("MOE_BACKEND"):
+        return False
+    return platform() != "cpu" if value == "auto" else value == "1"
 
 
-def _run_aiter(data: input_t) -> output_t:
-    from aiter_backend import fused_moe_aiter
+@functools.cache
+def selector():
+    """The process's selector: the candidates of this platform, choices stored per stamp."""
+    from choice_file import ChoiceFile, default_path, stamp
+    from selector import Selector
 
-    return fused_moe_aiter(data)
+    def candidates(config: dict):
+        return candidates_for(config, selected_backend(config), platform())
+
+    return Selector(candidates, store=ChoiceFile(default_path(), stamp(Path(__file__).resolve().parent)))
 
 
-def _run_aiter_fused(data: input_t) -> output_t:
-    from aiter_backend import fused_moe_aiter_template
-
-    return fused_moe_aiter_template(data)
-
-
-_RUNNERS = {"aiter": _run_aiter, "aiter-fused": _run_aiter_fused, "triton": _run_triton, "reference": _run_reference}
+def selection_choice(config: dict) -> str | None:
+    """The candidate custom_kernel runs for config's shape after selecting, None where it does
+    not select or has not yet (the local runner's report reads it)."""
+    return selector().choice(config) if selection_on() else None
 
 
 def custom_kernel(data: input_t) -> output_t:
     validate_inputs(data)
-    return _RUNNERS[selected_backend(data[-1])](data)
+    if selection_on():
+        return selector()(data)
+    return BACKEND_RUNNERS[selected_backend(data[-1])](data)
 
 
 if __name__ == "__main__":
-    print(f"moe-mxfp4 submission: backend {selected_backend()}")
+    from prerun import prerun
+
+    prerun(selected_backend(), selection_on(), selector)

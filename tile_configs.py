@@ -150,7 +150,43 @@ def native_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: in
 # against the table's tile, which is always the first candidate): named tiles per shape key.
 # ALTERNATES are the decode path's (runners-up of the H200 sweep), NATIVE_ALTERNATES the native
 # path's (tiles and kernel variants that pass python -m bench.gfx950).
-ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {}
+# The H200 runners-up, from bench/NOTES.md: "retune" the fifth version's stage-2 tiles before its
+# retune (item 5: stage 2 118.8 against 114.2 us, 38.1 against 36.2), "regs2-*" the sixth
+# version's register caps (item 2: stage 2 130.0 / 136.8 against 127.5 us at E-257 bs-512, 35.0 /
+# 36.2 against 34.8 at E-33 bs-16), "block-m-64" the fourth version's larger routing blocks
+# (kernel sums 2-3% lower, its timed check disagreed). Marked untimed: neighbours of the tuned
+# tile (another pipeline depth, no register cap) that no sweep measured.
+ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {
+    (7168, 256, 257, 9, 16): {
+        "regs1-off": TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4),  # untimed
+        "stages1-2": TileConfig(16, 32, 256, 4, 2, 64, 256, 4, 2, 4, max_regs1=128),  # untimed
+    },
+    (7168, 256, 257, 9, 128): {
+        "retune": TileConfig(16, 32, 256, 4, 3, 128, 128, 4, 2, 4),
+        "regs1-128": TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8, max_regs1=128),  # untimed
+    },
+    (7168, 256, 257, 9, 512): {
+        "regs2-80": TileConfig(32, 32, 256, 4, 2, 64, 256, 4, 2, 8, max_regs1=128, max_regs2=80),
+        "regs2-off": TileConfig(32, 32, 256, 4, 2, 64, 256, 4, 2, 8, max_regs1=128),
+    },
+    (7168, 512, 33, 9, 16): {
+        "regs2-96": TileConfig(16, 32, 256, 4, 3, 128, 256, 4, 2, 1, max_regs2=96),
+        "regs2-off": TileConfig(16, 32, 256, 4, 3, 128, 256, 4, 2, 1),
+        "retune": TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+    },
+    (7168, 512, 33, 9, 128): {
+        "block-m-64": TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+        "regs1-off": TileConfig(32, 32, 256, 4, 2, 128, 256, 4, 2, 4),  # untimed
+    },
+    (7168, 512, 33, 9, 512): {
+        "stages1-2": TileConfig(64, 32, 256, 4, 2, 64, 256, 4, 2, 4),  # untimed
+        "n-tiles2-2": TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 2),  # untimed
+    },
+    (7168, 2048, 33, 9, 512): {
+        "block-m-64": TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+        "stages1-2": TileConfig(128, 64, 256, 8, 2, 128, 128, 4, 2, 1, tail_m=32),  # untimed
+    },
+}
 
 # The native kernel variants (NativeTileConfig's variant fields; docs/gfx950.md, "Kernel variants"),
 # applied to a shape's NATIVE_TUNED row. Figures are per K step of one wave on gfx950 (instructions /

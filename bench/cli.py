@@ -21,12 +21,14 @@ from pathlib import Path
 from bench import preflight
 from bench.backend_rows import backend_rows
 from bench.checks import CHECKS
+from bench.choice_rows import pin_rows, pins_text
 from bench.selection import (
     MODES,
     NAMED_BACKENDS,
     SelectionError,
     apply_env_backend,
     backend_from_env,
+    check_select_env,
     parse_backends,
     read_cases_file,
     secret_seed,
@@ -40,10 +42,11 @@ EPILOG = """
 cases: tests | benchmarks | smoke | official | all | benchmarks:0,3 | bench:2-4 |
        dhidden=7168,dexpert=256,nroutedexperts=256,nexpertspertoken=8,nsharedexperts=1,bs=16,seed=1
        (default: tests in test mode, benchmarks otherwise; smoke on a machine without a GPU)
-backends: auto (the package's default), aiter, aiter-fused, triton, reference, or a submission
-       file such as dist/submission.py (PATH@triton sets MOE_BACKEND for it); several at once are
-       run one after the other and reported side by side. MOE_BACKEND, when set, stands for auto
-       and for files without @NAME.
+backends: auto (the package's default with its static tables, MOE_SELECT=0), select (the same
+       with the first-call selection, MOE_SELECT=1), aiter, aiter-fused, triton, reference, or a
+       submission file such as dist/submission.py (PATH@triton sets MOE_BACKEND for it, PATH@select
+       MOE_SELECT=1); several at once are run one after the other and reported side by side.
+       MOE_BACKEND, when set, stands for auto, select and files without @NAME.
 exit status: 0 every case passed, 1 a case failed or errored, 2 a usage error, 130 Ctrl-C (what
        was measured until then is reported, and written to --out).
 examples:
@@ -421,6 +424,12 @@ def _environment_restored():
                 os.environ[key] = value
 
 
+def _is_rocm() -> bool:
+    import torch
+
+    return torch.version.hip is not None
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line; exit status 0 all passed, 1 a case did not, 2 usage, 130 Ctrl-C."""
     try:
@@ -434,6 +443,7 @@ def main(argv: list[str] | None = None) -> int:
 def _backends(args) -> tuple[list, list[str]]:
     """--backend, with MOE_BACKEND standing for the default backends: (specs, notes)."""
     backends = parse_backends(args.backend, ROOT)
+    check_select_env()
     notes = apply_env_backend(backends, backend_from_env())
     return backends, notes
 
@@ -533,7 +543,7 @@ def _main(argv: list[str] | None) -> int:
                 "mode": mode,
                 "device": device,
                 "flush": args.flush,
-                "env": child_env,
+                "env": {**child_env, **b.env},
                 "global_seed": secret if secret is not None else 42,
                 "cases": [{"params": c.params, "label": c.label} for c in cases],
                 "limits": {**limits, **overrides.get(b.label, {})},
@@ -574,7 +584,9 @@ def _main(argv: list[str] | None) -> int:
         "seconds": round(time.time() - t_start, 1),
         "git": _git_describe(),
         "versions": _versions(),
-        "backends": [{"label": j["label"], "path": j["path"], "moe_backend": j["moe_backend"]} for j in jobs],
+        "backends": [
+            {"label": j["label"], "path": j["path"], "moe_backend": j["moe_backend"], "env": j["env"]} for j in jobs
+        ],
         "seed": secret,
         "check": args.check,
         "flush": f"{dev_info.get('flush')} ({dev_info.get('flush_bytes', 0) / 2**30:.2f} GiB)" if dev_info else None,
@@ -600,6 +612,14 @@ def _main(argv: list[str] | None) -> int:
     table_rows = backend_rows(rows) if mode in report.TIMED_MODES else []
     if table_rows:
         console.print("rows for backend_table.MI355X_BACKENDS (measured here):\n" + "\n".join(table_rows), markup=False)
+    pins = pin_rows(rows, amd=device == "cuda" and _is_rocm())
+    if pins:
+        console.print("the selection's choices, as table rows that pin them:\n" + pins_text(pins), markup=False)
+        if args.out:
+            path = Path(args.out) / f"{mode}_pins.py"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(pins_text(pins))
+            console.print(f"wrote {path}")
     if interrupted:
         measured = sum(r["status"] not in ("skipped", "interrupted") or r["runs"] is not None for r in rows)
         where = f"; written to {args.out}" if written else ""

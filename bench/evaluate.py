@@ -35,6 +35,8 @@ class CaseResult:
     traffic: dict | None = None  # bench.roofline.traffic averaged over the timed data
     call_ns: float | None = None  # test mode: the one call (first call: compilation included)
     host_ns: float | None = None  # host mode: the median host time per call (stats: all of them)
+    first_call_s: float | None = None  # wall time of the case's first call, synchronized (a selection's cost)
+    choice: str | None = None  # the candidate the submission's selection runs for this shape (worker)
     profile: str | None = None
     traceback: str = ""  # status error: where the exception came from
     refused: bool = False  # status error: an input the package refuses by design (its message says why)
@@ -92,8 +94,10 @@ def run_test(
 ) -> CaseResult:
     data = generate(**params)
     traffic = [traffic_fn(data)] if traffic_fn else []
+    t0 = time.perf_counter()
     out, call_ns = _timed_call(kernel, data, device, flush=False)
-    return _single_call_result(params, check(data, out), traffic, call_ns=call_ns)
+    first_call_s = time.perf_counter() - t0
+    return _single_call_result(params, check(data, out), traffic, call_ns=call_ns, first_call_s=first_call_s)
 
 
 def run_timed(
@@ -111,11 +115,18 @@ def run_timed(
     params = dict(params)
     seeds = [params["seed"]]
     data = generate(**params)
+    t_first = time.perf_counter()
     out = kernel(data)
+    device.synchronize()
+    first_call_s = time.perf_counter() - t_first
     ok, message = check(data, out)
     if not ok:
         return CaseResult(
-            status="fail", message=f"first call, seed {params['seed']}: {message}", seeds=seeds, checked=1
+            status="fail",
+            message=f"first call, seed {params['seed']}: {message}",
+            seeds=seeds,
+            checked=1,
+            first_call_s=first_call_s,
         )
     del out
     traffic = [] if recheck or not traffic_fn else [traffic_fn(data)]
@@ -125,7 +136,7 @@ def run_timed(
     def so_far(status: str, message: str = "") -> CaseResult:
         """The result of the repetitions run until now."""
         stats = calculate_stats(durations) if durations else None
-        return CaseResult(status, message, stats, seeds, checked, _mean_traffic(traffic))
+        return CaseResult(status, message, stats, seeds, checked, _mean_traffic(traffic), first_call_s=first_call_s)
 
     t0 = time.perf_counter()
     try:

@@ -58,6 +58,8 @@ def build_row(
         "worst_us": _us(st.get("worst")),
         "call_us": _us(result.get("call_ns")),
         "host_us": _us(result.get("host_ns")),
+        "first_call_us": None if result.get("first_call_s") is None else result["first_call_s"] * 1e6,
+        "choice": result.get("choice"),
         "experts_hit": tr.get("experts_hit"),
         "mbytes": tr["bytes"] / 1e6 if tr else None,
         "gflop": tr["flops"] / 1e9 if tr else None,
@@ -112,10 +114,21 @@ def summarize(rows: Sequence[dict], backends: Sequence[str]) -> list[dict]:
 
 # ---------------------------------------------------------------- formatting
 
-TIME_KEYS = ("mean_us", "std_us", "best_us", "floor_us", "aiter_us", "call_us", "host_us", "worst_us")
-TEXT_KEYS = ("case", "shape", "backend", "status", "message")
+TIME_KEYS = ("mean_us", "std_us", "best_us", "floor_us", "aiter_us", "call_us", "host_us", "worst_us", "first_call_us")
+TEXT_KEYS = ("case", "shape", "backend", "status", "message", "choice")
 # Left out in this order when a table does not fit the terminal (the files keep every column).
-DROP_ORDER = ("aiter_us", "std_us", "floor_us", "experts_hit", "runs", "best_us", "shape", "x_aiter")
+DROP_ORDER = (
+    "aiter_us",
+    "std_us",
+    "floor_us",
+    "experts_hit",
+    "runs",
+    "best_us",
+    "shape",
+    "first_call_us",
+    "x_aiter",
+    "choice",
+)
 SUMMARY_DROP_ORDER = ("geomean_aiter_us", "geomean_floor_us", "geomean_x_aiter")
 MIN_MESSAGE_WIDTH = 16
 
@@ -181,6 +194,8 @@ def _table_columns(mode: str) -> list[tuple[str, str]]:
             ("x floor", "x_floor"),
             ("aiter MI355X", "aiter_us"),
             ("x aiter", "x_aiter"),
+            ("first call", "first_call_us"),
+            ("choice", "choice"),
         ]
     return [
         ("case", "case"),
@@ -188,6 +203,7 @@ def _table_columns(mode: str) -> list[tuple[str, str]]:
         ("backend", "backend"),
         ("status", "status"),
         ("call", "call_us"),
+        ("choice", "choice"),
         ("experts hit", "experts_hit"),
         ("floor", "floor_us"),
         ("message", "message"),

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 CASE_KEYS = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs", "seed")
@@ -26,7 +26,12 @@ DEFAULT_CUSTOM_SEED = 42
 LEADERBOARD_SEED_STEP = 13
 
 MODES = ("test", "benchmark", "leaderboard", "profile", "host")
-NAMED_BACKENDS = ("auto", "aiter", "aiter-fused", "triton", "reference")
+MOE_BACKENDS = ("aiter", "aiter-fused", "triton", "reference")  # the values of MOE_BACKEND
+# auto: the package's default backend with its static table (MOE_SELECT=0); select: the same with
+# the first-call selection (MOE_SELECT=1), so that one run can time both.
+NAMED_BACKENDS = ("auto", "select", *MOE_BACKENDS)
+SELECT_ENV = {"auto": "0", "select": "1"}
+SELECT_VALUES = ("auto", "1", "0")
 
 _GROUP_ALIASES = {
     "tests": "tests",
@@ -215,6 +220,7 @@ class BackendSpec:
     label: str  # as shown in tables: a backend name or the path given
     path: Path  # the submission file loaded
     moe_backend: str | None = None  # MOE_BACKEND for that file; None leaves it unset
+    env: dict = field(default_factory=dict)  # more environment for it (MOE_SELECT)
 
 
 def parse_backend(text: str, root: str | Path) -> BackendSpec:
@@ -227,7 +233,9 @@ def parse_backend(text: str, root: str | Path) -> BackendSpec:
     if raw in NAMED_BACKENDS:
         if not (root / "submission.py").is_file():
             raise SelectionError(f"backend {raw!r} runs the package's submission.py, which is missing from {root}")
-        return BackendSpec(label=raw, path=root / "submission.py", moe_backend=None if raw == "auto" else raw)
+        if raw in SELECT_ENV:
+            return BackendSpec(raw, root / "submission.py", None, {"MOE_SELECT": SELECT_ENV[raw]})
+        return BackendSpec(label=raw, path=root / "submission.py", moe_backend=raw)
     file_part, at, name = raw.rpartition("@") if "@" in raw else (raw, "", "")
     if not at:
         file_part = raw
@@ -239,6 +247,8 @@ def parse_backend(text: str, root: str | Path) -> BackendSpec:
             raise SelectionError(f"backend {raw!r}: no such file {file_part}")
         if at and name not in NAMED_BACKENDS[1:]:
             raise SelectionError(f"backend {raw!r}: after @ expected one of {', '.join(NAMED_BACKENDS[1:])}")
+        if name == "select":
+            return BackendSpec(raw, path.resolve(), None, {"MOE_SELECT": "1"})
         return BackendSpec(label=raw, path=path.resolve(), moe_backend=name if at else None)
     raise SelectionError(f"unknown backend {raw!r}: expected one of {names}, or a path to a submission .py file")
 
@@ -263,12 +273,28 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     value = (os.environ if environ is None else environ).get("MOE_BACKEND", "").strip()
     if not value:
         return None
-    if value not in NAMED_BACKENDS[1:]:
+    if value not in MOE_BACKENDS:
         raise SelectionError(
-            f"MOE_BACKEND={value!r} is not a backend: expected one of {', '.join(NAMED_BACKENDS[1:])} "
+            f"MOE_BACKEND={value!r} is not a backend: expected one of {', '.join(MOE_BACKENDS)} "
             f"(or unset it and pass --backend)"
         )
     return value
+
+
+def check_select_env(environ: Mapping[str, str] | None = None) -> None:
+    """MOE_SELECT and MOE_SELECT_BUDGET_S as submission.py reads them (for backends that leave
+    MOE_SELECT to the environment); a bad value is a usage error naming the variable."""
+    env = os.environ if environ is None else environ
+    value = env.get("MOE_SELECT", "auto")
+    if value not in SELECT_VALUES:
+        raise SelectionError(f"MOE_SELECT={value!r}: expected one of {', '.join(SELECT_VALUES)}")
+    budget = env.get("MOE_SELECT_BUDGET_S", "")
+    try:
+        ok = not budget or float(budget) >= 0
+    except ValueError:
+        ok = False
+    if not ok:
+        raise SelectionError(f"MOE_SELECT_BUDGET_S={budget!r}: expected seconds >= 0")
 
 
 def apply_env_backend(specs: list[BackendSpec], env_backend: str | None) -> list[str]:

@@ -87,7 +87,7 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
     from bench.timing import Device, Limits
 
     set_seed(job.get("global_seed", 42))
-    from reference import generate_input
+    from reference import generate_input, make_config
 
     device = Device(job["device"], job["flush"])
     emit({"type": "device", "info": device.describe()})
@@ -106,6 +106,8 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
         emit({"type": "done"})
         return
     emit({"type": "loaded"})
+    # The submission's selection (submission.selection_choice), read after each case's first call.
+    choice_of = getattr(sys.modules.get(kernel.__module__), "selection_choice", None)
 
     limits = Limits(**job["limits"]) if job.get("limits") else None
 
@@ -185,11 +187,22 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
             return
         except Exception as exc:  # noqa: BLE001 - a crashing kernel is a result, not the end of the run
             res = _error_result(exc, roots=roots)
+        if choice_of is not None:
+            res.choice = _choice(choice_of, params, make_config)
         emit({"type": "case", "index": i, "result": res.as_dict()})
         # The runner stops a leaderboard run at the first case that does not pass.
         if mode == "leaderboard" and res.status != "pass" and not job.get("keep_going"):
             stop_rest = True
     emit({"type": "done"})
+
+
+def _choice(choice_of: Callable, params: dict, make_config: Callable) -> str | None:
+    """The selection's candidate for the case's shape, or None (no selection, or it failed)."""
+    shape = {k: v for k, v in params.items() if k != "seed"}
+    try:
+        return choice_of(make_config(**shape))
+    except Exception:  # noqa: BLE001 - the report's column stays empty; the case has its own result
+        return None
 
 
 def _interrupt_once(signum, frame) -> None:

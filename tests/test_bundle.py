@@ -207,6 +207,30 @@ def test_bundle_passes_the_smoke_cases(runner_folder):
         assert ok, f"{case}: {message}"
 
 
+def test_the_bundles_prerun_selects_under_the_interpreter_and_reuses_its_choice_file(tmp_path, bundled):
+    """`python3 submission.py` with MOE_SELECT=1 (CI's stand-in for a GPU): it selects for
+    cases.TINY, writes the choice file under XDG_CACHE_HOME, and the next run reads it back."""
+    from cases import TINY, case_name
+
+    (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
+    script = tmp_path / "submission.py"
+    script.write_text(bundled.read_text())
+    env = _clean_env(MOE_SELECT="1", MOE_SELECT_BUDGET_S="0", XDG_CACHE_HOME=str(tmp_path / "cache"))
+    outputs = []
+    for _ in range(2):
+        proc = subprocess.run(
+            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        outputs.append(proc)
+    name = case_name(TINY[0])
+    assert f"moe-mxfp4 pre-run {name}: triton (selected in " in outputs[0].stdout
+    assert f"moe-mxfp4 select {name}: triton " in outputs[0].stderr and "skipped (budget)" in outputs[0].stderr
+    assert (tmp_path / "cache" / "moe-mxfp4" / "choices.json").is_file()
+    assert f"moe-mxfp4 pre-run {name}: triton (stored)" in outputs[1].stdout
+    assert "moe-mxfp4 select" not in outputs[1].stderr
+
+
 # ------------------------------------------------------------------ rules, on made-up packages
 
 

@@ -1,0 +1,119 @@
+"""What the selection measures per shape (docs/selection.md): the backends custom_kernel can run,
+and per target the candidates, the static choice first (it is the incumbent).
+
+Targets: "gfx950-aiter" (an MI355X with aiter importable: the static backend, then the other of
+aiter / native Triton, the template's aiter.fused_moe and tile_configs.NATIVE_ALTERNATES),
+"gfx950" (no aiter: the native table tile and NATIVE_ALTERNATES), "gpu" (NVIDIA and other GPUs:
+the decode path's table tile and tile_configs.ALTERNATES), "cpu" (Triton's interpreter: small
+alternatives that CI can afford, the decode table tile, a larger routing block, the other path).
+A candidate's `detail` says what it runs, so that a stored choice whose tiles changed is not
+reused (selector.candidates_digest).
+"""
+
+import functools
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+
+from backend_table import shape_key
+from task import input_t, output_t
+from tile_configs import ALTERNATES, NATIVE_ALTERNATES, TileConfig, default_block_m, native_tile_config, tile_config
+
+
+class Candidate(NamedTuple):
+    name: str
+    run: Callable[[input_t], output_t]
+    detail: str = ""
+
+
+def run_triton(data: input_t, tiles=None, native: bool | None = None) -> output_t:
+    from moe_triton import fused_moe_triton
+
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
+    return fused_moe_triton(
+        hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=native
+    )
+
+
+def run_reference(data: input_t) -> output_t:
+    from reference import ref_kernel
+
+    return ref_kernel(data)
+
+
+def run_aiter(data: input_t) -> output_t:
+    """aiter's stages with the override table; the output is aiter_backend's cached buffer."""
+    from aiter_backend import fused_moe_aiter
+
+    return fused_moe_aiter(data)
+
+
+def run_aiter_fused(data: input_t) -> output_t:
+    from aiter_backend import fused_moe_aiter_template
+
+    return fused_moe_aiter_template(data)
+
+
+BACKEND_RUNNERS = {"aiter": run_aiter, "aiter-fused": run_aiter_fused, "triton": run_triton, "reference": run_reference}
+
+
+@functools.cache
+def platform() -> str:
+    """The selection's target: gfx950-aiter, gfx950, gpu or cpu (see the module docstring)."""
+    from moe_triton import interpreting
+
+    if not torch.cuda.is_available() or interpreting():
+        return "cpu"
+    if torch.version.hip is not None and torch.cuda.get_device_properties(0).gcnArchName.startswith("gfx950"):
+        try:
+            import aiter  # noqa: F401
+        except ImportError:
+            return "gfx950"
+        return "gfx950-aiter"
+    return "gpu"
+
+
+def _triton(name: str, tiles, native: bool) -> Candidate:
+    return Candidate(name, functools.partial(run_triton, tiles=tiles, native=native), repr(tiles))
+
+
+def _cpu_candidates(config: dict) -> list[Candidate]:
+    """The decode table tile, the default rule's tiles one routing-block size up, the native path."""
+    from moe_triton import native_default
+
+    key = shape_key(config)
+    d_hidden, d_inter, n_experts, topk, n_tokens = key
+    native = native_default(torch.device("cpu"))
+    table = (native_tile_config if native else tile_config)(n_tokens, d_hidden, d_inter, n_experts, topk)
+    larger = min(128, 2 * default_block_m(n_tokens, n_experts, topk))
+    neighbour = TileConfig(larger, 32, 256, 4, 3, 64, 256, 4, 2, 4)
+    other = "triton-decode" if native else "triton-native"
+    return [
+        Candidate("triton", run_triton, repr(table)),
+        _triton(f"triton:block-m-{larger}", neighbour, False),
+        _triton(other, None, not native),
+    ]
+
+
+def candidates_for(config: dict, static_backend: str, target: str) -> list[Candidate]:
+    """The candidates of one shape, static_backend's (the choice without selection) first."""
+    if target == "cpu":
+        return _cpu_candidates(config)
+    key = shape_key(config)
+    d_hidden, d_inter, n_experts, topk, n_tokens = key
+    if target == "gpu":
+        table = tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+        alternates = [_triton(f"triton:{n}", t, False) for n, t in ALTERNATES.get(key, {}).items()]
+        return [Candidate("triton", run_triton, repr(table)), *alternates]
+    table = native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    native = [
+        Candidate("triton", run_triton, repr(table)),
+        *(_triton(f"triton:{n}", t, True) for n, t in NATIVE_ALTERNATES.get(key, {}).items()),
+    ]
+    if target == "gfx950":
+        return native
+    aiter = [Candidate("aiter", run_aiter), Candidate("aiter-fused", run_aiter_fused)]
+    if static_backend == "triton":
+        return [native[0], *aiter, *native[1:]]
+    return [*aiter, *native]

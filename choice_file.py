@@ -1,0 +1,135 @@
+"""The selection's choices on disk, so that the leaderboard's later runs (benchmark, leaderboard:
+new processes in the same job) reuse what the test run measured.
+
+One JSON file, $XDG_CACHE_HOME (else ~/.cache)/moe-mxfp4/choices.json: a stamp (device, package
+version, a digest of the submission's source files, torch / triton / aiter versions) and per
+shape key the candidates in the order measured (fastest first), the digest of the candidates
+they were chosen among, and the medians. A file that does not parse, or whose stamp is another
+one, is ignored with one stderr line and replaced at the next write; an entry whose candidates
+changed is not used. Writes go to a temporary file renamed over the old one (atomic).
+"""
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+import triton
+
+FORMAT = 1
+PACKAGE_VERSION = "0.1.0"  # pyproject.toml's
+
+
+def default_path() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "moe-mxfp4" / "choices.json"
+
+
+def source_digest(folder: Path) -> str:
+    """sha256 of the .py files beside the submission (the bundle is one of them): a changed
+    kernel or table makes the stored choices another version's."""
+    h = hashlib.sha256()
+    for path in sorted(Path(folder).glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()[:16]
+
+
+def _aiter_version() -> str:
+    for dist in ("amd-aiter", "aiter"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "absent"
+
+
+def stamp(folder: Path) -> dict:
+    """What a stored choice is valid for: this device and these versions."""
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
+    return {
+        "format": FORMAT,
+        "device": device,
+        "package": PACKAGE_VERSION,
+        "source": source_digest(folder),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "aiter": _aiter_version(),
+    }
+
+
+def _key_text(key: tuple) -> str:
+    return ",".join(map(str, key))
+
+
+class ChoiceFile:
+    """The stored choices of one stamp; read at the first lookup, merged and rewritten per put."""
+
+    def __init__(self, path: Path, stamp: dict):
+        self.path = Path(path)
+        self.stamp = stamp
+        self._entries: dict | None = None
+
+    def _read(self) -> dict:
+        """The file's entries if it is this stamp's, else {} (and one stderr line if it exists)."""
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return {}
+        except OSError as exc:
+            print(f"moe-mxfp4 select: choice file {self.path} ignored: {exc}", file=sys.stderr)
+            return {}
+        try:
+            content = json.loads(text)
+            foreign = content.get("stamp") != self.stamp
+            entries = content["shapes"]
+            if not isinstance(entries, dict):
+                raise TypeError("shapes is not an object")
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            print(f"moe-mxfp4 select: choice file {self.path} ignored: corrupt ({exc})", file=sys.stderr)
+            return {}
+        if foreign:
+            print(f"moe-mxfp4 select: choice file {self.path} ignored: written for another version", file=sys.stderr)
+            return {}
+        return entries
+
+    def entries(self) -> dict:
+        if self._entries is None:
+            self._entries = self._read()
+        return self._entries
+
+    def get(self, key: tuple, digest: str) -> list[str] | None:
+        """The stored order of candidate names for key, if it was chosen among the same candidates."""
+        entry = self.entries().get(_key_text(key))
+        if not isinstance(entry, dict) or entry.get("candidates") != digest:
+            return None
+        order = entry.get("order")
+        if not isinstance(order, list) or not order or not all(isinstance(n, str) for n in order):
+            return None
+        return order
+
+    def put(self, key: tuple, digest: str, order: list[str], medians_us: dict[str, float]) -> None:
+        """Store one shape's choice (merged with what another process wrote meanwhile)."""
+        self.entries()[_key_text(key)] = {"candidates": digest, "order": order, "median_us": medians_us}
+        merged = {**self._read_quietly(), **self._entries}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".choices-", suffix=".json")
+            with os.fdopen(fd, "w") as f:
+                json.dump({"stamp": self.stamp, "shapes": merged}, f, indent=1, sort_keys=True)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            print(f"moe-mxfp4 select: choice file {self.path} not written: {exc}", file=sys.stderr)
+
+    def _read_quietly(self) -> dict:
+        """The entries on disk now, if they are this stamp's (a write never reports twice)."""
+        try:
+            content = json.loads(self.path.read_text())
+            if content.get("stamp") == self.stamp and isinstance(content.get("shapes"), dict):
+                return content["shapes"]
+        except (OSError, ValueError, AttributeError):
+            pass
+        return {}

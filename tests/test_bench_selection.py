@@ -1,0 +1,106 @@
+"""The runner and the submission's selection: `auto` (static) against `select` in one run, the
+choice and first-call time per case, the rows that pin the choices, MOE_SELECT checked up front."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench import cli
+from bench.choice_rows import pin_rows, pins_text
+from bench.selection import SelectionError, check_select_env, parse_backend
+from tile_configs import ALTERNATES, NATIVE_ALTERNATES
+
+ROOT = Path(__file__).resolve().parents[1]
+
+FAKE_SUBMISSION = '''
+import os
+from reference import ref_kernel
+
+
+def custom_kernel(data):
+    return ref_kernel(data)
+
+
+def selection_choice(config):
+    """As submission.selection_choice: a name only where MOE_SELECT=1 made it select."""
+    return "triton:retune" if os.environ.get("MOE_SELECT") == "1" else None
+'''
+
+
+def test_auto_is_the_static_choice_and_select_the_selection():
+    assert parse_backend("auto", ROOT).env == {"MOE_SELECT": "0"}
+    assert parse_backend("select", ROOT).env == {"MOE_SELECT": "1"}
+    assert parse_backend("select", ROOT).moe_backend is None
+    assert parse_backend("triton", ROOT).env == {}
+    spec = parse_backend(f"{ROOT / 'submission.py'}@select", ROOT)
+    assert spec.env == {"MOE_SELECT": "1"} and spec.moe_backend is None
+
+
+@pytest.mark.parametrize(
+    "env, needle",
+    [
+        ({"MOE_SELECT": "on"}, "MOE_SELECT='on': expected one of auto, 1, 0"),
+        ({"MOE_SELECT_BUDGET_S": "-3"}, "MOE_SELECT_BUDGET_S='-3': expected seconds >= 0"),
+        ({"MOE_SELECT_BUDGET_S": "soon"}, "MOE_SELECT_BUDGET_S='soon': expected seconds >= 0"),
+    ],
+)
+def test_bad_selection_variables_are_refused_in_one_line(monkeypatch, capsys, env, needle):
+    with pytest.raises(SelectionError, match=needle):
+        check_select_env(env)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["--roofline", "off", "-q"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
+
+
+def test_the_report_shows_the_choice_and_the_first_calls_time_per_backend(tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("MOE_SELECT", raising=False)
+    sub = tmp_path / "fake_submission.py"
+    sub.write_text(FAKE_SUBMISSION)
+    argv = ["--backend", str(sub), f"{sub}@select", "--cases", "smoke:1", "--inline", "--roofline", "off"]
+    assert cli.main([*argv, "--out", str(tmp_path / "out"), "-q"]) == 0
+    rows = json.loads((tmp_path / "out" / "test.json").read_text())["rows"]
+    assert [(r["backend"], r["choice"]) for r in rows] == [(str(sub), None), (f"{sub}@select", "triton:retune")]
+    assert all(r["first_call_us"] > 0 for r in rows)
+    out = capsys.readouterr().out
+    table = out[: out.index("the selection's choices")]
+    assert "triton:retune" in table and "choice" in table
+    assert "no table row selects it" in (tmp_path / "out" / "test_pins.py").read_text()
+
+
+def _row(key, choice, backend="select", status="pass", mean_us=100.0):
+    h, i, e, k, bs = key
+    return {
+        "backend": backend,
+        "dhidden": h,
+        "dexpert": i,
+        "nroutedexperts": e - 1,
+        "nsharedexperts": 1,
+        "nexpertspertoken": k - 1,
+        "bs": bs,
+        "choice": choice,
+        "status": status,
+        "mean_us": mean_us,
+    }
+
+
+def test_the_pin_rows_name_the_backend_and_the_alternate_tile():
+    key, other = (7168, 256, 257, 9, 128), (7168, 512, 33, 9, 16)
+    rows = [
+        _row(key, "triton:retune"),
+        _row(key, "triton", backend="later"),  # one row per shape: the first
+        _row(other, "triton"),
+        _row((7168, 512, 33, 9, 512), "triton:block-m-64", status="fail"),
+    ]
+    nvidia = pin_rows(rows, amd=False)
+    assert nvidia == {"TUNED": [f"    {key}: {ALTERNATES[key]['retune']!r},  # selected by select, 100.0 us"]}
+    amd = pin_rows([_row(key, "aiter"), _row(other, "aiter-fused")], amd=True)
+    assert amd["MI355X_BACKENDS"] == [f"    {key}: 'aiter',  # selected by select, 100.0 us"]
+    assert "aiter-fused (no table row selects it)" in amd["not pinnable"][0]
+    assert pins_text(nvidia).startswith("# rows for TUNED\n")
+    if NATIVE_ALTERNATES.get(key):
+        name, tiles = next(iter(NATIVE_ALTERNATES[key].items()))
+        assert pin_rows([_row(key, f"triton:{name}")], amd=True)["NATIVE_TUNED"][0].startswith(f"    {key}: {tiles!r}")
