@@ -138,7 +138,8 @@ def _launch(fn, grid: tuple, *args, **kwargs) -> None:
 
 def _hooks_idle() -> bool:
     """No launch hook registered: the launcher may be called without launch metadata."""
-    hooks = (triton.knobs.runtime.launch_enter_hook, triton.knobs.runtime.launch_exit_hook)
+    runtime = triton.knobs.runtime
+    hooks = (runtime.launch_enter_hook, runtime.launch_exit_hook)  # HookChains (3.6+) or None
     return all(h is None or not getattr(h, "calls", True) for h in hooks)
 
 

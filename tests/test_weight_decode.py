@@ -44,6 +44,8 @@ def test_k_slot_permutes_within_each_32_block(triton_device):
     assert torch.equal(got // 32, torch.arange(128) // 32)
 
 
+# Scale byte 254 decodes to 6 x 2^127 in fp32, which the interpreter's numpy computes with a warning.
+@pytest.mark.filterwarnings("ignore:overflow encountered in multiply:RuntimeWarning:triton.runtime.interpreter")
 @pytest.mark.parametrize("scale", [0, 1, 57, 58, 100, 119, 127, 135, 191, 192, 200, 254, 255])
 def test_decode_matches_dequantize(triton_device, scale):
     fast = fast_decode(triton_device)
