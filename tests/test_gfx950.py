@@ -247,7 +247,7 @@ def test_todays_decode_path_fails_the_check(tmp_path):
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "GEMM with non-scaled MFMAs (v_mfma_f32_16x16x32_bf16)" in done.stdout
     text = md.read_text()
-    assert "| smoke0 | stage1 |" in text and "| smoke0 | stage2 |" in text and "ESTIMATE" in text
+    assert "| smoke0 | table | stage1 |" in text and "| smoke0 | table | stage2 |" in text and "ESTIMATE" in text
 
 
 def test_bad_case_selector_is_a_one_line_error():
@@ -266,3 +266,164 @@ def test_the_check_refuses_kernels_built_for_the_interpreter():
     with pytest.raises(RuntimeError, match="fresh process"):
         launch_case(SMOKE[0], "native")
     assert interpreting()  # the session's setting is left as it was
+
+
+# ---------------------------------------------------------------- variants and the ESTIMATE (issue 20)
+
+
+def test_fill_counts_the_last_partial_round_as_a_full_one():
+    assert model.fill(512, 256) == 1  # two full rounds
+    assert model.fill(300, 256) == pytest.approx(2 * 256 / 300)  # a second round of 44
+    assert model.fill(100, 256) == pytest.approx(2.56)  # one round, 100 of 256 slots busy
+    assert model.fill(0, 256) == 1  # nothing to run: no factor
+    assert model.resident_programs(4, 8) == 512  # 256 CUs x 4 SIMDs x 4 waves / 8 waves a program
+    assert model.resident_programs(3, 4) == 768
+
+
+def _report(name, warps=4, waves=2.0, mfma_cycles=0.0, gemm=True):
+    from bench.gfx950.check import KernelReport
+
+    dots = [asm.Dot(m=16, n=16, k=128, warps=(1, 1), instr=(16, 16), scaled=True)] if gemm else []
+    return KernelReport(
+        name=name,
+        num_warps=warps,
+        num_stages=2,
+        lds=0,
+        mfma={},
+        loop=asm.LoopCounts(instructions=0, mfma=0, valu=0) if gemm else None,
+        res=asm.Resources(vgpr=32, agpr=0, total_vgpr=32, sgpr=32, scratch=0, vgpr_spill=0, sgpr_spill=0),
+        waves=waves,
+        dots=dots,
+        loop_mfma_cycles=mfma_cycles,
+    )
+
+
+def test_estimate_adds_gaps_filled_weight_streams_compute_rounds_and_activations():
+    """One token, one expert (hit for sure), H 1024, I 512, block_m 16: every term by hand."""
+    from types import SimpleNamespace
+
+    from bench.gfx950.estimate import estimate
+
+    params = dict(dhidden=1024, dexpert=512, nroutedexperts=1, nexpertspertoken=1, nsharedexperts=0, bs=1)
+    block = {"BLOCK_M": 16}
+    launches = [
+        (_report("moe_native_prep_kernel", gemm=False, waves=8), SimpleNamespace(grid=(1, 1, 1), constexprs={})),
+        (_report("moe_native_stage1_kernel"), SimpleNamespace(grid=(1, 8, 1), constexprs=block)),
+        (_report("moe_native_stage2_kernel", mfma_cycles=1024), SimpleNamespace(grid=(1, 4, 1), constexprs=block)),
+    ]
+    est = estimate(params, launches, gap_us=2.0, fraction=0.5)
+    w1, w2 = 2 * 512 * 1024 * 17 / 32, 1024 * 512 * 17 / 32  # fp4 bytes and one scale byte per 32
+    activations = 1024 * 2 * 2 + 1 * (4 + 4)  # hidden in, output out, one id and weight
+    assert est.bytes_floor_us == pytest.approx((w1 + w2 + activations) / 8e12 * 1e6)
+    # Stage 1: 8 programs on 256 CUs stream at 8/256 of 0.5 x 8 TB/s; no compute.
+    assert est.per_launch[1].us == pytest.approx(w1 / 4e12 * 1e6 * 256 / 8)
+    # Stage 2: 256 K steps of 16x16x128 (16 rows x 1024 x 512) at 1024 cycles each, on 4 waves a
+    # program: spread over 1024 SIMDs that is 1024 x 1024 / (1024 x 2.4 GHz); 4 programs in 512 slots
+    # make one round at 4/512 busy: x128; one program's chain, 64 steps x 1024 cycles, is shorter.
+    spread_us = 1024 * 1024 / (1024 * 2.4e9) * 1e6
+    assert est.per_launch[2].compute_us == pytest.approx(spread_us * 512 / 4)
+    assert est.per_launch[2].compute_us > 64 * 1024 / 2.4e9 * 1e6 > est.per_launch[2].bytes_us
+    assert (est.per_launch[0].us, est.per_launch[0].programs, est.launches) == (0.0, 1, 3)
+    expected = 3 * 2.0 + w1 / 4e12 * 1e6 * 32 + spread_us * 128 + activations / 4e12 * 1e6
+    assert est.estimate_us == pytest.approx(expected)
+    assert est.estimate_us == pytest.approx(65.0708, abs=1e-3)
+
+
+def test_a_stage_in_two_launches_shares_its_weights_by_programs():
+    from types import SimpleNamespace
+
+    from bench.gfx950.estimate import estimate
+
+    params = dict(dhidden=1024, dexpert=512, nroutedexperts=1, nexpertspertoken=1, nsharedexperts=0, bs=1)
+    block = {"BLOCK_M": 16}
+    one = estimate(params, [(_report("s_stage1"), SimpleNamespace(grid=(1, 256, 1), constexprs=block))], 0, 1)
+    two = estimate(
+        params,
+        [
+            (_report("s_stage1"), SimpleNamespace(grid=(1, 192, 1), constexprs=block)),
+            (_report("s_stage1"), SimpleNamespace(grid=(1, 64, 1), constexprs=block)),
+        ],
+        0,
+        1,
+    )
+    w1_us = 2 * 512 * 1024 * 17 / 32 / 8e12 * 1e6
+    assert one.per_launch[0].us == pytest.approx(w1_us)  # 256 programs fill the CUs once
+    assert two.per_launch[0].us == pytest.approx(w1_us * 0.75 * 256 / 192)
+    assert two.per_launch[1].us == pytest.approx(w1_us * 0.25 * 256 / 64)
+
+
+def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
+    import tile_configs
+    from bench.gfx950.variants import tile_key, variants
+    from cases import SMOKE
+
+    params = SMOKE[0]
+    key = tile_key(params)
+    assert key == (512, 256, 9, 5, 8)  # shared experts counted in E and topk, as the launcher reads them
+    table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
+    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {})
+    assert variants(params) == [("table", table)]
+    wide = table._replace(block_n1=64, warps1=4)
+    deep = table._replace(stages2=3)
+    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"wide": wide, "deep": deep}, (1, 2, 3, 4, 5): {}})
+    assert variants(params) == [("table", table), ("wide", wide), ("deep", deep)]
+    assert variants(SMOKE[1]) == [("table", tile_configs.native_tile_config(5, 256, 512, 5, 3))]
+    decode = tile_configs.tile_config(8, 512, 256, 9, 5)
+    monkeypatch.setattr(tile_configs, "ALTERNATES", {key: {"n64": decode._replace(block_n1=64)}})
+    assert variants(params, "decode") == [("table", decode), ("n64", decode._replace(block_n1=64))]
+    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"table": wide}})
+    with pytest.raises(ValueError, match="named 'table'"):
+        variants(params)
+
+
+# Test-only alternates for smoke:0 (the native default tile there is 16 x 128 over 8 warps): one that
+# passes, one that replicates MFMA work (32x32 MFMAs on 16-row tiles).
+ALTERNATES_DRIVER = """
+import json, sys
+import tile_configs
+from tile_configs import NativeTileConfig
+
+table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
+tile_configs.NATIVE_ALTERNATES[(512, 256, 9, 5, 8)] = {
+    "n64": table._replace(block_n1=64, warps1=4),
+    "nk32": table._replace(nonkdim=32),
+}
+if sys.argv[1] == "rank":
+    from cases import SMOKE
+    from bench.gfx950.variants import rank_variants
+    print(json.dumps(rank_variants(SMOKE[0], gap_us=1.0)))
+else:
+    from bench.gfx950.run import main
+    sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_the_check_compiles_and_checks_every_variant(tmp_path):
+    md, ranking = tmp_path / "check.md", tmp_path / "ranking.json"
+    done = _run(["-c", ALTERNATES_DRIVER, "--cases", "smoke:0", "--md", str(md), "--ranking", str(ranking)])
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    text = md.read_text()
+    for name in ("table", "n64", "nk32"):
+        kernels = [line for line in text.splitlines() if line.startswith(f"| smoke0 | {name} | ")]
+        # One row per launch of the call (prep, route, stage 1, stage 2) and the case row.
+        assert len(kernels) == 4 + 1, (name, kernels)
+        assert any(" | 4 | " in line and "H512-I256" in line for line in kernels)
+    assert "(smoke0/nk32)" in done.stdout and "smoke0/table" not in done.stdout and "smoke0/n64" not in done.stdout
+    assert "moe_native_stage1_kernel: replicated MFMA work x16" in done.stdout
+    assert "ESTIMATE (static, not a time) = launches x 3.5 us gap" in text
+    order = json.loads(ranking.read_text())["cases"]["smoke0"]
+    assert order["key"] == [512, 256, 9, 5, 8]
+    assert sorted(name for name, _ in order["variants"]) == ["n64", "nk32", "table"]
+    assert [us for _, us in order["variants"]] == sorted(us for _, us in order["variants"])
+
+    only = _run(["-c", ALTERNATES_DRIVER, "--cases", "smoke:0", "--variants", "table", "--md", str(md)])
+    assert only.returncode == 0, only.stdout[-3000:] + only.stderr[-3000:]
+    assert "| smoke0 | table |" in md.read_text() and "| smoke0 | n64 |" not in md.read_text()
+
+
+def test_rank_variants_orders_every_variant_by_its_estimate():
+    done = _run(["-c", ALTERNATES_DRIVER, "rank"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranked = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(name for name, _ in ranked) == ["n64", "nk32", "table"]
+    assert [us for _, us in ranked] == sorted(us for _, us in ranked) and all(us > 4 * 1.0 for _, us in ranked)
