@@ -33,7 +33,8 @@ LEADERBOARD_BEST_US = 69.9  # the amd-moe-mxfp4 leaderboard's first place, geome
 # The estimate's two assumed figures (bench.gfx950.estimate; docs/gfx950.md, "The MI355X estimate").
 # No public gap between dependent kernels on an MI300X or MI355X was found; the nearest public figure is
 # 3.5 us per kernel for empty kernels dispatched in a batch through HSA on an AMD APU (AMD community
-# forum, "HSA: Kernel dispatch latencies (What are your experiences?)"), assumed here.
+# forum, "HSA: Kernel dispatch latencies (What are your experiences?)", community.amd.com/t5/
+# newcomers-start-here/hsa-kernel-dispatch-latencies-what-are-your-experiences/td-p/131511), assumed here.
 LAUNCH_GAP_US = 3.5
 # Achieved over peak HBM bandwidth, MI300X, BabelStream on large arrays: 81% of 5.3 TB/s ("AMD MI300X
 # GPU Performance Analysis", arXiv 2510.27583); no measured MI355X figure is public, so the same fraction
