@@ -427,3 +427,12 @@ def test_rank_variants_orders_every_variant_by_its_estimate():
     ranked = json.loads(done.stdout.strip().splitlines()[-1])
     assert sorted(name for name, _ in ranked) == ["n64", "nk32", "table"]
     assert [us for _, us in ranked] == sorted(us for _, us in ranked) and all(us > 4 * 1.0 for _, us in ranked)
+
+
+def test_the_estimates_capacity_is_the_launchers():
+    from bench.gfx950.estimate import capacity
+    from moe_triton import routing_capacity
+
+    for bs, routed, per_token, shared, block_m in [(16, 256, 8, 1, 16), (5, 4, 2, 1, 32), (512, 32, 8, 1, 64)]:
+        params = dict(bs=bs, nroutedexperts=routed, nexpertspertoken=per_token, nsharedexperts=shared)
+        assert capacity(params, block_m) == routing_capacity(bs * (per_token + shared), routed + shared, block_m)

@@ -27,7 +27,7 @@ def variants(params: dict, path: str = "native") -> list[tuple[str, object]]:
     import tile_configs
 
     key = tile_key(params)
-    n_tokens, d_hidden, d_inter, n_experts, topk = key[4], key[0], key[1], key[2], key[3]
+    d_hidden, d_inter, n_experts, topk, n_tokens = key
     if path == "native":
         table = tile_configs.native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
         alternates = tile_configs.NATIVE_ALTERNATES.get(key, {})
