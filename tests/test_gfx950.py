@@ -256,6 +256,14 @@ def test_bad_case_selector_is_a_one_line_error():
     assert done.stderr.strip().startswith("--cases: unknown case 'nonsense'") and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "option, value", [("--hbm-fraction", "0"), ("--hbm-fraction", "1.5"), ("--gap-us", "-1"), ("--gap-us", "nan")]
+)
+def test_the_estimates_parameters_are_checked(option, value):
+    done = _run(["-m", "bench.gfx950", option, value])
+    assert done.returncode == 2 and f"argument {option}" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_the_check_refuses_kernels_built_for_the_interpreter():
     from bench.gfx950.run import launch_case
     from cases import SMOKE
