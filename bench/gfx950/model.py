@@ -38,7 +38,8 @@ LEADERBOARD_BEST_US = 69.9  # the amd-moe-mxfp4 leaderboard's first place, geome
 LAUNCH_GAP_US = 3.5
 # Achieved over peak HBM bandwidth, MI300X, BabelStream on large arrays: 81% of 5.3 TB/s ("AMD MI300X
 # GPU Performance Analysis", arXiv 2510.27583); no measured MI355X figure is public, so the same fraction
-# of its 8 TB/s. The layer streams 190-790 MB of weights per call, far past the caches' sizes.
+# of its 8 TB/s. The layer streams 190-790 MB of weights per call, BabelStream-sized streams, from HBM:
+# the harness writes 64 GiB between timed calls.
 HBM_ACHIEVABLE_FRACTION = 0.81
 
 
