@@ -4,5 +4,6 @@ Modules: selection (cases, seeds, backend names), timing (statistics, stop rules
 flush), evaluate (the per-case loops of each mode), worker (one backend in one process),
 backends (loading submission files), preflight (checks before a run), estimate (the CPU
 interpreter's run time), roofline (floors and device ceilings), report (tables, JSON/CSV/Markdown,
-chart), cli (the command line). docs/runner.md describes it.
+chart), cli (the command line); job (the whole leaderboard job around eval.py). docs/runner.md
+describes them.
 """

@@ -10,6 +10,9 @@ python -m bench.tune.tiles --cases all --seeds 20
     check the configured tiles on leaderboard-style seeds (seed + 13 i).
 python -m bench.tune.tiles --variants block_n1=64,128 warps1=4,8
     time a grid of overrides of the configured tiles, the runner's way.
+python -m bench.tune.tiles --cases all --native --alternates --seeds 20
+    the native path (forced): check the table's tile and every tile_configs.NATIVE_ALTERNATES
+    entry of each case on leaderboard-style seeds, then time them (ALTERNATES without --native).
 """
 
 import argparse
@@ -25,7 +28,7 @@ import moe_triton
 from cases import BENCHMARKS, TESTS, case_name
 from moe_triton import fused_moe_triton
 from reference import check_implementation, generate_input
-from tile_configs import TileConfig, tile_config
+from tile_configs import ALTERNATES, NATIVE_ALTERNATES, TileConfig, native_tile_config, tile_config
 
 STAGE1_OPTIONS = [
     dict(block_n1=n, block_k1=k, warps1=w, stages1=s, max_regs1=r)
@@ -50,14 +53,27 @@ STAGE2_OPTIONS = [
 ]
 
 
-def run(data, tiles):
+def run(data, tiles, native: bool = False):
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles)
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles, native=native)
 
 
-def case_tiles(data) -> TileConfig:
+def shape_key(data) -> tuple[int, int, int, int, int]:
     n_tokens, d_hidden = data[0].shape
-    return tile_config(n_tokens, d_hidden, data[1].shape[1] // 2, data[1].shape[0], data[10].shape[1])
+    return (d_hidden, data[1].shape[1] // 2, data[1].shape[0], data[10].shape[1], n_tokens)
+
+
+def case_tiles(data, native: bool = False):
+    d_hidden, d_inter, n_experts, topk, n_tokens = shape_key(data)
+    return (native_tile_config if native else tile_config)(n_tokens, d_hidden, d_inter, n_experts, topk)
+
+
+def named_tiles(data, native: bool, alternates: bool) -> dict:
+    """The table's tile ("table") and, with alternates, the selection's named alternates."""
+    named = {"table": case_tiles(data, native)}
+    if alternates:
+        named.update((NATIVE_ALTERNATES if native else ALTERNATES).get(shape_key(data), {}))
+    return named
 
 
 def time_call(fn, reps: int, flush: torch.Tensor) -> list[float]:
@@ -154,6 +170,8 @@ def main() -> None:
     parser.add_argument("--names", nargs="*", default=[], help="only cases whose name contains one of these")
     parser.add_argument("--variants", nargs="*", default=[], help="field=v1,v2 ... overrides to time")
     parser.add_argument("--seeds", type=int, default=0, help="leaderboard-style seeds to check per case")
+    parser.add_argument("--native", action="store_true", help="the native MXFP4 path (forced), its tile tables")
+    parser.add_argument("--alternates", action="store_true", help="also the selection's alternates per case")
     parser.add_argument("--reps", type=int, default=30)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -169,13 +187,14 @@ def main() -> None:
         name = case_name(case)
         for i in range(args.seeds):
             data = generate_input(**{**case, "seed": case["seed"] + 13 * i})
-            ok, msg = check_implementation(data, run(data, None))
-            print(f"{name} seed+{13 * i}: {'ok' if ok else 'FAIL'} {msg.splitlines()[0]}", flush=True)
-            rows.append(dict(case=name, kind="check", seed=case["seed"] + 13 * i, ok=ok, message=msg))
-        if not (args.sweep or args.variants):
+            for label, tiles in named_tiles(data, args.native, args.alternates).items():
+                ok, msg = check_implementation(data, run(data, tiles, args.native))
+                print(f"{name} {label} seed+{13 * i}: {'ok' if ok else 'FAIL'} {msg.splitlines()[0]}", flush=True)
+                rows.append(dict(case=name, kind="check", tiles=label, seed=case["seed"] + 13 * i, ok=ok, message=msg))
+        if not (args.sweep or args.variants or args.alternates):
             continue
         data = generate_input(**case)
-        candidates = [case_tiles(data)]
+        candidates = list(named_tiles(data, args.native, args.alternates).values())
         if args.sweep:
             print(f"{name}: sweep", flush=True)
             best, log = sweep_case(data, flush, reps=5, keep_block_m=args.keep_block_m)
@@ -186,8 +205,8 @@ def main() -> None:
             kind = type(getattr(candidates[0], field))
             candidates = [c._replace(**{field: kind(int(v))}) for c in candidates for v in values.split(",")]
         for tiles in dict.fromkeys(candidates):
-            ok, msg = check_implementation(data, run(data, tiles))
-            times = time_call(lambda t=tiles, d=data: run(d, t), args.reps, flush)
+            ok, msg = check_implementation(data, run(data, tiles, args.native))
+            times = time_call(lambda t=tiles, d=data: run(d, t, args.native), args.reps, flush)
             mean = sum(times) / len(times)
             print(f"{name} {tiles}: {mean:8.1f} us {'ok' if ok else 'FAIL ' + msg.splitlines()[0]}", flush=True)
             rows.append(
@@ -196,9 +215,7 @@ def main() -> None:
                 )
             )
         if args.sweep:
-            n_tokens, d_hidden = data[0].shape
-            key = (d_hidden, data[1].shape[1] // 2, data[1].shape[0], data[10].shape[1], n_tokens)
-            tuned_lines.append(f"    {key}: {candidates[-1]!r},")
+            tuned_lines.append(f"    {shape_key(data)}: {candidates[-1]!r},")
     if tuned_lines:
         print("TUNED = {\n" + "\n".join(tuned_lines) + "\n}")
     if args.json:
