@@ -14,6 +14,7 @@ KERNEL_COLUMNS = (
     ("kernel", "kernel"),
     ("grid", "grid"),
     ("programs/slots", "programs"),
+    ("ESTIMATE us", "launch_us"),
     ("warps/stages", "ws"),
     ("dot tile", "tile"),
     ("MFMAs (static)", "mfma"),
@@ -51,7 +52,8 @@ def _short(name: str) -> str:
 
 
 def kernel_row(case, rep, launch, variant: str = "-", part=None) -> dict:
-    """part: the launch's LaunchEstimate (expected programs that do work, resident slots), if any."""
+    """part: the launch's LaunchEstimate (expected programs that do work, resident slots, its share of
+    the ESTIMATE without the gap), if any."""
     loop = rep.loop
     return {
         "case": case.label,
@@ -59,6 +61,7 @@ def kernel_row(case, rep, launch, variant: str = "-", part=None) -> dict:
         "kernel": _short(launch.function),
         "grid": "x".join(map(str, launch.grid)),
         "programs": f"{part.programs:.0f}/{part.slots:g}" if part else "-",
+        "launch_us": f"{part.us:.1f}" if part else "-",
         "ws": f"{rep.num_warps}/{rep.num_stages}",
         "tile": " + ".join(f"{d.m}x{d.n}x{d.k}" for d in rep.dots) or "-",
         "mfma": ", ".join(f"{m.removeprefix('v_mfma_').replace('f32_', '')} x{n}" for m, n in sorted(rep.mfma.items()))
@@ -132,8 +135,8 @@ def summary(case_rows) -> str:
 
 
 def _columns(columns, rows):
-    """The kernel table's columns less variant and programs where no row has them (aiter_compile's)."""
-    unset = [key for key in ("variant", "programs") if all(r.get(key, "-") == "-" for r in rows)]
+    """The kernel table's columns less the variant and estimate ones where no row has them (aiter_compile's)."""
+    unset = [key for key in ("variant", "programs", "launch_us") if all(r.get(key, "-") == "-" for r in rows)]
     return tuple(c for c in columns if c[1] not in unset)
 
 
