@@ -337,6 +337,17 @@ def test_estimate_adds_gaps_filled_weight_streams_compute_rounds_and_activations
     assert est.estimate_us == pytest.approx(65.0708, abs=1e-3)
 
 
+def test_gemm_programs_are_the_grid_times_the_expected_share_of_its_blocks():
+    from bench.gfx950.estimate import programs
+
+    # 2 tokens, each to 1 of 2 experts: an expert is hit with probability 3/4, so 1.5 blocks of 16 are
+    # expected out of the 2 the grid is sized for; 3 column tiles each, in a 2-D or a flattened grid.
+    params = dict(dhidden=1024, dexpert=512, nroutedexperts=2, nexpertspertoken=1, nsharedexperts=0, bs=2)
+    rep = _report("moe_native_stage1_kernel")
+    assert programs(rep, (2, 3, 1), {"BLOCK_M": 16}, params) == pytest.approx(4.5)
+    assert programs(rep, (6, 1, 1), {"BLOCK_M": 16}, params) == pytest.approx(4.5)
+
+
 def test_a_stage_in_two_launches_shares_its_weights_by_programs():
     from types import SimpleNamespace
 
