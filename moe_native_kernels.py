@@ -26,29 +26,106 @@ backend and under the interpreter.
 import triton
 import triton.language as tl
 
-from moe_triton_kernels import _chunk_histogram, _round_to_bf16, _routing_block, _skip_block
+from moe_triton_kernels import _chunk_histogram, _place_expert, _round_to_bf16
 from mxfp4_kernels import mx_encode_pairs
 
 
 @triton.jit
-def _mx_operand(ptr, scale_ptr, rows, k_dim, k0, BLOCK_K: tl.constexpr):
+def xcd_program(linear, grid, XCDS: tl.constexpr):
+    """The logical program that hardware program `linear` (of `grid`, flat) runs. The hardware
+    deals flat workgroup ids round-robin to XCDS dies (die linear % XCDS), each die with its own
+    L2: die d's programs get the d-th contiguous run of logical ids (the first grid % XCDS dies
+    one more than the others), so neighbouring logical programs share a die. A permutation of
+    [0, grid) for every grid > 0."""
+    per_die = grid // XCDS
+    die = linear % XCDS
+    return die * per_die + tl.minimum(die, grid % XCDS) + linear // XCDS
+
+
+@triton.jit
+def _program_tile(XCDS: tl.constexpr):
+    """(routing block, column tile) of this program. With XCDS > 0 the flat id is remapped by
+    xcd_program, blocks fastest: a die runs consecutive blocks at one column tile, which are
+    mostly the same expert's, so they read its weight tile through one L2."""
+    if XCDS > 0:
+        n_blocks = tl.num_programs(0)
+        linear = tl.program_id(1) * n_blocks + tl.program_id(0)
+        logical = xcd_program(linear, n_blocks * tl.num_programs(1), XCDS)
+        block, column = logical % n_blocks, logical // n_blocks
+    else:
+        block, column = tl.program_id(0), tl.program_id(1)
+    return block, column
+
+
+@triton.jit
+def _block_rows(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr):
+    """moe_triton_kernels._routing_block for an explicit block: its rows, packed ids, tokens,
+    which rows are real, and its expert."""
+    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+    packed = tl.load(sorted_ids_ptr + rows)
+    tokens = packed & 0xFFFFFF
+    expert = tl.load(sorted_expert_ids_ptr + block).to(tl.int64)
+    return rows, packed, tokens, tokens < n_tokens, expert
+
+
+@triton.jit
+def _mx_operand(ptr, scale_ptr, rows, k_dim, k0, BLOCK_K: tl.constexpr, CACHE: tl.constexpr):
     """MXFP4 rows[:, k0:k0+BLOCK_K] of a [*, k_dim] matrix stored as bytes [*, k_dim/2] at ptr and
     scales [*, k_dim/32] at scale_ptr: (bytes [R, BLOCK_K/2], scales [R, BLOCK_K/32]). rows are
     32-bit and relative to the (scalar) base pointers, so on AMD the loads can be buffer loads
-    (a scalar base and 32-bit offsets) rather than 64-bit address arithmetic per element."""
+    (a scalar base and 32-bit offsets) rather than 64-bit address arithmetic per element. CACHE
+    is tl.load's cache modifier ("" the default)."""
     # k_dim is a multiple of 256 (validation.py): rows start 128-byte aligned, scale rows 8-byte.
     row_bytes = tl.multiple_of(k_dim // 2, 128)
     row_scales = tl.multiple_of(k_dim // 32, 8)
     kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     ks = k0 // 32 + tl.arange(0, BLOCK_K // 32)
-    values = tl.load(ptr + (rows[:, None] * row_bytes + kb[None, :]))
-    return values, tl.load(scale_ptr + (rows[:, None] * row_scales + ks[None, :]))
+    values = tl.load(ptr + (rows[:, None] * row_bytes + kb[None, :]), cache_modifier=CACHE)
+    return values, tl.load(scale_ptr + (rows[:, None] * row_scales + ks[None, :]), cache_modifier=CACHE)
+
+
+@triton.jit
+def _quantized_rows(hidden_ptr, rows, d_hidden, k0, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """_mx_operand's pair for bf16 rows quantized on the fly (SPEC 3.3, mxfp4_kernels' encoder):
+    hidden_ptr holds the hidden states' bf16 bits as int32 pairs [*, d_hidden/2]."""
+    row_pairs = tl.multiple_of(d_hidden // 2, 128)
+    kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
+    bits = tl.reshape(tl.load(hidden_ptr + (rows[:, None] * row_pairs + kp[None, :])), (ROWS, BLOCK_K // 32, 16))
+    fp4, scale = mx_encode_pairs(bits & 0xFFFF, (bits >> 16) & 0xFFFF, 7)
+    return tl.reshape(fp4, (ROWS, BLOCK_K // 2)), scale
 
 
 @triton.jit
 def _mx_step(acc, w, w_scale, a, a_scale):
     """acc [N, R] += W [N, K] @ A[R, K]^T, both MXFP4 (bytes and scales as _mx_operand gives)."""
     return tl.dot_scaled(w, w_scale, "e2m1", tl.trans(a), a_scale, "e2m1", acc)
+
+
+@triton.jit
+def _quantize_and_zero(
+    hidden_ptr,
+    a1_ptr,
+    a1_scale_ptr,
+    out_ptr,
+    program,
+    n_tokens,
+    d_hidden,
+    QUANT_BLOCKS: tl.constexpr,
+    QUANT: tl.constexpr,
+):
+    """Program `program` of the a1 work: QUANT_BLOCKS 32-blocks of the hidden states taken as one
+    flat array (no block straddles two rows), quantized to a1 bytes and scales when QUANT, and
+    the output elements they cover zeroed. hidden_ptr: the bf16 bits as int32 pairs."""
+    blocks = program * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
+    valid = blocks < n_tokens * (d_hidden // 32)
+    if QUANT:
+        pairs = blocks[:, None].to(tl.int64) * 16 + tl.arange(0, 16)[None, :]
+        bits = tl.reshape(tl.load(hidden_ptr + pairs, mask=valid[:, None], other=0), (QUANT_BLOCKS, 1, 16))
+        fp4, scale = mx_encode_pairs(bits & 0xFFFF, (bits >> 16) & 0xFFFF, 7)
+        tl.store(a1_ptr + pairs, tl.reshape(fp4, (QUANT_BLOCKS, 16)), mask=valid[:, None])
+        tl.store(a1_scale_ptr + blocks, tl.reshape(scale, (QUANT_BLOCKS,)), mask=valid)
+    offs = blocks[:, None].to(tl.int64) * 32 + tl.arange(0, 32)[None, :]
+    tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=valid[:, None])
 
 
 @triton.jit
@@ -66,24 +143,128 @@ def moe_native_prep_kernel(
     EXPERT_BINS: tl.constexpr,
     HIST_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
+    QUANT: tl.constexpr,
 ):
-    """hidden_ptr: the hidden states' bf16 bits as int32 pairs. Programs below n_chunks count
-    the experts of one chunk of topk_ids; the others quantize QUANT_BLOCKS 32-blocks of the
-    hidden states, taken as one flat array (no block straddles two rows), and zero the output
-    elements they cover."""
+    """Programs below n_chunks count the experts of one chunk of topk_ids; the others zero the
+    output and, with QUANT, write a1 (_quantize_and_zero)."""
     pid = tl.program_id(0)
     if pid < n_chunks:
         _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
     else:
-        blocks = (pid - n_chunks) * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
-        valid = blocks < n_tokens * (d_hidden // 32)
-        pairs = blocks[:, None].to(tl.int64) * 16 + tl.arange(0, 16)[None, :]
-        bits = tl.reshape(tl.load(hidden_ptr + pairs, mask=valid[:, None], other=0), (QUANT_BLOCKS, 1, 16))
-        fp4, scale = mx_encode_pairs(bits & 0xFFFF, (bits >> 16) & 0xFFFF, 7)
-        tl.store(a1_ptr + pairs, tl.reshape(fp4, (QUANT_BLOCKS, 16)), mask=valid[:, None])
-        tl.store(a1_scale_ptr + blocks, tl.reshape(scale, (QUANT_BLOCKS,)), mask=valid)
-        offs = blocks[:, None].to(tl.int64) * 32 + tl.arange(0, 32)[None, :]
-        tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=valid[:, None])
+        _quantize_and_zero(
+            hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, pid - n_chunks, n_tokens, d_hidden, QUANT_BLOCKS, QUANT
+        )
+
+
+@triton.jit
+def _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS: tl.constexpr, SLOT_CHUNK: tl.constexpr):
+    """The whole expert histogram of topk_ids [EXPERT_BINS] (zero past the experts), counted by
+    this one program: no chunk-count pass, so nothing to wait for."""
+    counts = tl.zeros((EXPERT_BINS,), dtype=tl.int32)
+    for start in range(0, n_slots, SLOT_CHUNK):
+        offs = start + tl.arange(0, SLOT_CHUNK)
+        ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=EXPERT_BINS - 1)
+        counts += tl.histogram(ids, EXPERT_BINS)
+    return tl.where(tl.arange(0, EXPERT_BINS) < n_experts, counts, 0)
+
+
+@triton.jit
+def moe_native_route_kernel(
+    topk_ids_ptr,
+    hidden_ptr,
+    a1_ptr,
+    a1_scale_ptr,
+    out_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    n_experts,
+    n_slots,
+    d_hidden,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+    MAX_EXPERT_BLOCKS: tl.constexpr,
+    QUANT_BLOCKS: tl.constexpr,
+    QUANT: tl.constexpr,
+):
+    """The prep and route launches in one: programs below n_experts each count the whole
+    histogram and place their expert's slots (moe_triton_kernels._place_expert); the others zero
+    the output and, with QUANT, write a1."""
+    pid = tl.program_id(0)
+    if pid < n_experts:
+        counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
+        _place_expert(
+            pid,
+            counts,
+            topk_ids_ptr,
+            sorted_ids_ptr,
+            sorted_expert_ids_ptr,
+            num_valid_ids_ptr,
+            n_tokens,
+            n_slots,
+            TOPK,
+            BLOCK_M,
+            EXPERT_BINS,
+            SLOT_CHUNK,
+            MAX_EXPERT_BLOCKS,
+        )
+    else:
+        _quantize_and_zero(
+            hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, pid - n_experts, n_tokens, d_hidden, QUANT_BLOCKS, QUANT
+        )
+
+
+@triton.jit
+def _route_own_block(
+    topk_ids_ptr,
+    block,
+    n_tokens,
+    n_experts,
+    n_slots,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+):
+    """Routing block `block` of the aiter-compatible layout, computed by this program alone from
+    topk_ids: (packed ids [BLOCK_M], its expert, the padded total). The block lies inside one
+    expert's padded group (groups are whole blocks); its row r is that expert's slot of rank
+    block * BLOCK_M - group start + r in slot order, or padding (TOPK << 24 | n_tokens). The
+    rank match is BLOCK_M x n_slots compares: for small slot counts."""
+    counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    ends = tl.cumsum(padded, axis=0)
+    start = block * BLOCK_M
+    # The group holding row `start`: the first expert whose group ends past it.
+    expert = tl.sum((ends <= start).to(tl.int32), axis=0)
+    bins = tl.arange(0, EXPERT_BINS)
+    group_start = tl.sum(tl.where(bins < expert, padded, 0), axis=0)
+    count = tl.sum(tl.where(bins == expert, counts, 0), axis=0)
+    ranks = start - group_start + tl.arange(0, BLOCK_M)
+    slots = tl.zeros((BLOCK_M,), dtype=tl.int32)
+    placed = 0
+    for first in range(0, n_slots, SLOT_CHUNK):
+        offs = first + tl.arange(0, SLOT_CHUNK)
+        hit = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1) == expert
+        rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+        match = hit[None, :] & (rank[None, :] == ranks[:, None])
+        slots += tl.sum(tl.where(match, offs[None, :], 0), axis=1)
+        placed += tl.sum(hit.to(tl.int32), axis=0)
+    packed = tl.where(ranks < count, ((slots % TOPK) << 24) | (slots // TOPK), (TOPK << 24) | n_tokens)
+    return packed, expert, tl.sum(padded, axis=0)
+
+
+@triton.jit
+def _zero_share(out_ptr, n_out, ZERO_BLOCK: tl.constexpr):
+    """This program's share of zeroing the output (n_out elements, strided by the whole grid)."""
+    n_programs = tl.num_programs(0) * tl.num_programs(1)
+    program = tl.program_id(1) * tl.num_programs(0) + tl.program_id(0)
+    for first in range(program * ZERO_BLOCK, n_out, n_programs * ZERO_BLOCK):
+        offs = first + tl.arange(0, ZERO_BLOCK)
+        tl.store(out_ptr + offs, tl.zeros((ZERO_BLOCK,), dtype=out_ptr.dtype.element_ty), mask=offs < n_out)
 
 
 @triton.jit
@@ -97,19 +278,55 @@ def moe_native_stage1_kernel(
     sorted_ids_ptr,
     sorted_expert_ids_ptr,
     num_valid_ids_ptr,
+    topk_ids_ptr,
+    out_ptr,
     n_tokens,
+    n_experts,
+    n_slots,
     d_hidden,
     d_inter,
+    TOPK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    XCDS: tl.constexpr,
+    W_CACHE: tl.constexpr,
+    QUANT_A: tl.constexpr,
+    ROUTE: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+    ZERO_BLOCK: tl.constexpr,
 ):
-    if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
-        return
-    rows, _packed, tokens, valid, expert = _routing_block(
-        sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
-    )
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    """QUANT_A: a1_ptr holds the hidden states' bf16 bits as int32 pairs, quantized here per K
+    step (a1_scale_ptr unused). ROUTE (with QUANT_A): no routing launch before this one: each
+    program computes its own block's routing from topk_ids (_route_own_block), column tile 0
+    writes it for stage 2, and every program zeroes a share of the output (stage 2 adds into it
+    after this launch has finished)."""
+    block, column = _program_tile(XCDS)
+    if ROUTE:
+        _zero_share(out_ptr, n_tokens * d_hidden, ZERO_BLOCK)
+        packed, expert, n_valid = _route_own_block(
+            topk_ids_ptr, block, n_tokens, n_experts, n_slots, TOPK, BLOCK_M, EXPERT_BINS, SLOT_CHUNK
+        )
+        rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
+        tokens = packed & 0xFFFFFF
+        valid = tokens < n_tokens
+        if (block == 0) & (column == 0):
+            tl.store(num_valid_ids_ptr, n_valid)
+            tl.store(num_valid_ids_ptr + 1, n_tokens)
+        if block * BLOCK_M >= n_valid:
+            return
+        if column == 0:
+            tl.store(sorted_ids_ptr + rows, packed)
+            tl.store(sorted_expert_ids_ptr + block, expert)
+        expert = expert.to(tl.int64)
+    else:
+        if block * BLOCK_M >= tl.load(num_valid_ids_ptr):
+            return
+        rows, _packed, tokens, valid, expert = _block_rows(
+            block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M
+        )
+    cols = column * BLOCK_N + tl.arange(0, BLOCK_N)
     # The expert's weights as scalar base pointers (64-bit), its rows as 32-bit offsets. Gate and
     # up rows interleaved (gate col 0, up col 0, ...): one K loop and one activation tile per
     # step feed both, and the epilogue splits them apart in registers.
@@ -122,16 +339,19 @@ def moe_native_stage1_kernel(
     # depends on its own activation row only, and stage 2 adds nothing from padding rows.
     a_rows = tl.where(valid, tokens, 0)
     for k0 in range(0, d_hidden, BLOCK_K):
-        a, a_scale = _mx_operand(a1_ptr, a1_scale_ptr, a_rows, d_hidden, k0, BLOCK_K)
-        w, w_scale = _mx_operand(w_base, w_scale_base, w_rows, d_hidden, k0, BLOCK_K)
+        if QUANT_A:
+            a, a_scale = _quantized_rows(a1_ptr, a_rows, d_hidden, k0, BLOCK_M, BLOCK_K)
+        else:
+            a, a_scale = _mx_operand(a1_ptr, a1_scale_ptr, a_rows, d_hidden, k0, BLOCK_K, "")
+        w, w_scale = _mx_operand(w_base, w_scale_base, w_rows, d_hidden, k0, BLOCK_K, W_CACHE)
         acc = _mx_step(acc, w, w_scale, a, a_scale)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
     h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
     bits = tl.reshape(h.to(tl.int32, bitcast=True), (BLOCK_M, BLOCK_N // 32, 16, 2))
     h_even, h_odd = tl.split(bits)
     fp4, scale = mx_encode_pairs(h_even, h_odd, 23)
-    byte_cols = tl.program_id(1) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
-    scale_cols = tl.program_id(1) * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)
+    byte_cols = column * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
+    scale_cols = column * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)
     tl.store(
         a2_ptr + (rows[:, None] * (d_inter // 2) + byte_cols[None, :]),
         tl.reshape(fp4, (BLOCK_M, BLOCK_N // 2)),
@@ -165,12 +385,13 @@ def moe_native_stage2_kernel(
     K_STEPS: tl.constexpr,
     N_TILES: tl.constexpr,
     EVEN_N: tl.constexpr,
+    XCDS: tl.constexpr,
+    W_CACHE: tl.constexpr,
 ):
-    if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
+    block, column = _program_tile(XCDS)
+    if block * BLOCK_M >= tl.load(num_valid_ids_ptr):
         return
-    rows, packed, tokens, valid, expert = _routing_block(
-        sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
-    )
+    rows, packed, tokens, valid, expert = _block_rows(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M)
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
     weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
     # The expert's weights and the output as scalar base pointers, moved along by whole tiles;
@@ -184,9 +405,9 @@ def moe_native_stage2_kernel(
     # partial tile (EVEN_N false) reads the last weight row for its columns past d_hidden and
     # masks them out of the add.
     if K_STEPS == 1:
-        a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, 0, BLOCK_K)
+        a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, 0, BLOCK_K, "")
     # The program's tiles that lie inside d_hidden (a runtime count: no work past the end).
-    first_tile = tl.program_id(1) * N_TILES
+    first_tile = column * N_TILES
     for tile in range(first_tile, tl.minimum(first_tile + N_TILES, tl.cdiv(d_hidden, BLOCK_N))):
         w_ptr = w_base + tile * BLOCK_N * (d_inter // 2)
         w_scale_ptr = w_scale_base + tile * BLOCK_N * (d_inter // 32)
@@ -200,12 +421,12 @@ def moe_native_stage2_kernel(
         if K_STEPS == 1:
             # No K loop: the tile loop is the innermost one, which the pipeliner software-pipelines
             # (the next tile's weights load during this one's epilogue).
-            w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, 0, BLOCK_K)
+            w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, 0, BLOCK_K, W_CACHE)
             acc = _mx_step(acc, w, w_scale, a, a_scale)
         else:
             for k0 in range(0, d_inter, BLOCK_K):
-                a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, k0, BLOCK_K)
-                w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, k0, BLOCK_K)
+                a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, k0, BLOCK_K, "")
+                w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, k0, BLOCK_K, W_CACHE)
                 acc = _mx_step(acc, w, w_scale, a, a_scale)
         y = tl.trans(acc) * weight[:, None]
         tl.atomic_add(out_ptr + tile * BLOCK_N + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask, sem="relaxed")

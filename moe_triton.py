@@ -20,7 +20,12 @@ import torch
 import triton
 
 from buffers import get_buffer
-from moe_native_kernels import moe_native_prep_kernel, moe_native_stage1_kernel, moe_native_stage2_kernel
+from moe_native_kernels import (
+    moe_native_prep_kernel,
+    moe_native_route_kernel,
+    moe_native_stage1_kernel,
+    moe_native_stage2_kernel,
+)
 from moe_triton_kernels import moe_prep_kernel, moe_route_kernel, moe_stage1_kernel, moe_stage2_kernel
 from tile_configs import NativeTileConfig, TileConfig, native_tile_config, tile_config
 
@@ -28,6 +33,10 @@ from tile_configs import NativeTileConfig, TileConfig, native_tile_config, tile_
 # (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of the route loop.
 QUANT_BLOCKS = 16
 ROUTE_CHUNK = 4096
+# The native stage 1 that routes its own block (route_launches 0): slots per step of its rank
+# match (a [block_m, chunk] compare per step) and output elements zeroed per step.
+OWN_ROUTE_CHUNK = 256
+ZERO_BLOCK = 1024
 
 
 def interpreting() -> bool:
@@ -102,12 +111,16 @@ def route_and_quantize(
     block_m: int,
     out: torch.Tensor,
     native: bool = False,
+    quantize: bool = True,
+    launches: int = 2,
 ):
     """Launches 1 and 2: the aiter-compatible routing of topk_ids for routing blocks of block_m
     rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activations a1 (hidden_states
     quantized), and `out` zeroed. Returns (sorted_ids, sorted_expert_ids, num_valid_ids, a1), all
     from the buffers pool; a1 is the decode path's bf16 buffer (in _k_slot column order), or with
-    native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32])."""
+    native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32]). The native path's variants:
+    quantize=False writes no a1 (None; stage 1 quantizes), launches=1 does it all in one launch
+    (moe_native_route_kernel)."""
     n_tokens, d_hidden = hidden_states.shape
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
@@ -127,13 +140,41 @@ def route_and_quantize(
     pdl = pdl_options(fast)
     if native:
         a1 = (
-            get_buffer("a1_fp4", (n_tokens, d_hidden // 2), torch.uint8, device),
-            get_buffer("a1_scale", (n_tokens, d_hidden // 32), torch.uint8, device),
+            (
+                get_buffer("a1_fp4", (n_tokens, d_hidden // 2), torch.uint8, device),
+                get_buffer("a1_scale", (n_tokens, d_hidden // 32), torch.uint8, device),
+            )
+            if quantize
+            else None
         )
+        # Without a1 its pointers are the hidden states' (never written: QUANT is off).
+        a1_ptrs = a1 or (hidden_states, hidden_states)
+        if launches == 1:
+            moe_native_route_kernel[(n_experts + quant_programs,)](
+                topk_ids,
+                hidden_states.view(torch.int32),
+                *a1_ptrs,
+                out,
+                sorted_ids,
+                sorted_expert_ids,
+                num_valid_ids,
+                n_tokens,
+                n_experts,
+                n_slots,
+                d_hidden,
+                TOPK=topk,
+                BLOCK_M=block_m,
+                EXPERT_BINS=expert_bins,
+                SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
+                MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
+                QUANT_BLOCKS=QUANT_BLOCKS,
+                QUANT=quantize,
+            )
+            return sorted_ids, sorted_expert_ids, num_valid_ids, a1
         moe_native_prep_kernel[(n_chunks + quant_programs,)](
             topk_ids,
             hidden_states.view(torch.int32),
-            *a1,
+            *a1_ptrs,
             out,
             chunk_counts,
             n_tokens,
@@ -143,6 +184,7 @@ def route_and_quantize(
             EXPERT_BINS=expert_bins,
             HIST_CHUNK=hist_chunk,
             QUANT_BLOCKS=QUANT_BLOCKS,
+            QUANT=quantize,
         )
     else:
         a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
@@ -284,6 +326,21 @@ def fused_moe_triton(
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)
 
 
+def native_launches(cfg: NativeTileConfig) -> int:
+    """Kernel launches of one native-path call under these tiles: the routing's, then stage 1
+    and stage 2."""
+    return cfg.route_launches + 2
+
+
+def _check_native_tiles(cfg) -> None:
+    if not isinstance(cfg, NativeTileConfig):
+        raise ValueError(f"tiles: the native path takes a NativeTileConfig, got {type(cfg).__name__}")
+    if cfg.route_launches not in (0, 1, 2):
+        raise ValueError(f"tiles: route_launches must be 0, 1 or 2, got {cfg.route_launches}")
+    if cfg.route_launches == 0 and not cfg.fused_quant:
+        raise ValueError("tiles: route_launches 0 (stage 1 routes its own block) needs fused_quant")
+
+
 def _fused_moe_native(
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
@@ -294,17 +351,17 @@ def _fused_moe_native(
     topk_ids: torch.Tensor,
     tiles: NativeTileConfig | None,
 ) -> torch.Tensor:
-    """fused_moe_triton's native path: the routing and a1 (route_and_quantize), then stage 1 and
-    stage 2 on packed MXFP4 operands (moe_native_kernels)."""
+    """fused_moe_triton's native path: the routing and a1 (route_and_quantize; none with
+    route_launches 0), then stage 1 and stage 2 on packed MXFP4 operands (moe_native_kernels)."""
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
     d_inter = two_inter // 2
     topk = topk_ids.shape[1]
+    n_slots = n_tokens * topk
     cfg = tiles or native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
-    if not isinstance(cfg, NativeTileConfig):
-        raise ValueError(f"tiles: the native path takes a NativeTileConfig, got {type(cfg).__name__}")
+    _check_native_tiles(cfg)
     block_m = cfg.block_m
-    n_blocks = routing_capacity(n_tokens * topk, n_experts, block_m)
+    n_blocks = routing_capacity(n_slots, n_experts, block_m)
     # The native kernels address within an expert, a1, a2 and the output with 32-bit offsets.
     largest = max(n_tokens * d_hidden, n_blocks * block_m * d_inter // 2, 2 * d_inter * d_hidden // 2)
     if largest >= 2**31:
@@ -314,13 +371,20 @@ def _fused_moe_native(
     a2_scale = get_buffer("a2_scale", (n_blocks * block_m, d_inter // 32), torch.uint8, device)
     acc_dtype = torch.float32 if interpreting() else torch.bfloat16
     out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
-    sorted_ids, sorted_expert_ids, num_valid_ids, (a1, a1_scale) = route_and_quantize(
-        hidden_states, topk_ids, n_experts, block_m, out, native=True
-    )
+    if cfg.route_launches:
+        sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
+            hidden_states, topk_ids, n_experts, block_m, out, True, not cfg.fused_quant, cfg.route_launches
+        )
+    else:
+        sorted_ids = get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device)
+        sorted_expert_ids = get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device)
+        num_valid_ids = get_buffer("num_valid_ids", (2,), torch.int32, device)
+        a1 = None
+    # With fused_quant stage 1 reads the hidden states' bf16 bits as int32 pairs (and no scales).
+    a1_ptrs = a1 or (hidden_states.view(torch.int32),) * 2
     amd = amd_options(cfg.nonkdim, cfg.waves_per_eu)
     moe_native_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
-        a1,
-        a1_scale,
+        *a1_ptrs,
         w1.view(torch.uint8),
         w1_scale.view(torch.uint8),
         a2,
@@ -328,12 +392,24 @@ def _fused_moe_native(
         sorted_ids,
         sorted_expert_ids,
         num_valid_ids,
+        topk_ids,
+        out,
         n_tokens,
+        n_experts,
+        n_slots,
         d_hidden,
         d_inter,
+        TOPK=topk,
         BLOCK_M=block_m,
         BLOCK_N=cfg.block_n1,
         BLOCK_K=cfg.block_k1,
+        XCDS=cfg.xcds,
+        W_CACHE=cfg.weight_cache,
+        QUANT_A=cfg.fused_quant,
+        ROUTE=cfg.route_launches == 0,
+        EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
+        SLOT_CHUNK=min(OWN_ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
+        ZERO_BLOCK=ZERO_BLOCK,
         num_warps=cfg.warps1,
         num_stages=cfg.stages1,
         **amd,
@@ -358,6 +434,8 @@ def _fused_moe_native(
         K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
         N_TILES=cfg.n_tiles2,
         EVEN_N=d_hidden % cfg.block_n2 == 0,
+        XCDS=cfg.xcds,
+        W_CACHE=cfg.weight_cache,
         num_warps=cfg.warps2,
         num_stages=cfg.stages2,
         **amd,

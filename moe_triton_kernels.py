@@ -167,6 +167,43 @@ def moe_route_kernel(
         chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
     )
     counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
+    _place_expert(
+        pid,
+        counts,
+        topk_ids_ptr,
+        sorted_ids_ptr,
+        sorted_expert_ids_ptr,
+        num_valid_ids_ptr,
+        n_tokens,
+        n_slots,
+        TOPK,
+        BLOCK_M,
+        EXPERT_BINS,
+        SLOT_CHUNK,
+        MAX_EXPERT_BLOCKS,
+    )
+
+
+@triton.jit
+def _place_expert(
+    pid,
+    counts,
+    topk_ids_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    n_slots,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+    MAX_EXPERT_BLOCKS: tl.constexpr,
+):
+    """Expert pid's part of the routing from the whole histogram (counts [EXPERT_BINS], zero past
+    the experts): its slots, in slot order, after the padded groups of the lower experts, then
+    its padding and its blocks' expert id; program 0 also writes num_valid_ids."""
+    bins = tl.arange(0, EXPERT_BINS)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     offset = tl.sum(tl.where(bins < pid, padded, 0), axis=0)
     my_count = tl.sum(tl.where(bins == pid, counts, 0), axis=0)

@@ -75,7 +75,13 @@ def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk
 class NativeTileConfig(NamedTuple):
     """Tiles of the native gfx950 path. nonkdim is the AMD backend's matrix_instr_nonkdim (16:
     v_mfma_scale_f32_16x16x128_f8f6f4, 32: the 32x32x64 one); waves_per_eu its occupancy hint
-    (0: the compiler's choice)."""
+    (0: the compiler's choice). The kernel variants (docs/gfx950.md), each off by default:
+    xcds > 0 remaps both GEMMs' programs so that one die of that many (8 on an MI355X) runs
+    consecutive routing blocks of a column tile (moe_native_kernels.xcd_program); weight_cache
+    is tl.load's cache modifier for the weights (".cg": streaming); fused_quant has stage 1
+    quantize the bf16 hidden states itself (no a1 buffer); route_launches counts the launches
+    before stage 1 (2: histograms then placement, 1: one launch that does both, 0: stage 1
+    routes its own block and zeroes the output, with fused_quant only)."""
 
     block_m: int
     block_n1: int
@@ -89,6 +95,10 @@ class NativeTileConfig(NamedTuple):
     n_tiles2: int
     nonkdim: int = 16
     waves_per_eu: int = 0
+    xcds: int = 0
+    weight_cache: str = ""
+    fused_quant: bool = False
+    route_launches: int = 2
 
 
 # Chosen from offline gfx950 compiles (bench/gfx950/run.py, triton 3.6 and 3.9), never timed on an

@@ -9,11 +9,16 @@ leaderboard's tolerance.
 
 import pytest
 import torch
+import triton
+import triton.language as tl
+from aiter_double import sorted_buffers
 from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, small_case
+from test_routing import skewed_topk_ids
 
 import buffers
 from cases import SMOKE
-from moe_triton import fused_moe_triton, native_default, route_and_quantize
+from moe_native_kernels import xcd_program
+from moe_triton import fused_moe_triton, native_default, native_launches, route_and_quantize
 from mxfp4 import quantize_activation
 from reference import generate_input
 from tile_configs import NATIVE_TUNED, NativeTileConfig, TileConfig, native_default_config, native_tile_config
@@ -24,6 +29,27 @@ needs_dot_scaled = pytest.mark.skipif(not HAS_DOT_SCALED, reason="this Triton's 
 def run_native(data, tiles=None):
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
     return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles, native=True)
+
+
+def table_tiles(data):
+    hidden, w1, *_, topk_ids, _config = data
+    n_experts, two_inter, _ = w1.shape
+    return native_tile_config(hidden.shape[0], hidden.shape[1], two_inter // 2, n_experts, topk_ids.shape[1])
+
+
+# The kernel variants' fields, combined so that four runs per case reach every code path: the XCD
+# remap and streaming weight loads (neither changes a value) with the one-launch routing that
+# quantizes a1; stage 1 quantizing behind the two routing launches, behind the one, and routing
+# its own block.
+VARIANTS = {
+    "xcd8-cg-route1": dict(xcds=8, weight_cache=".cg", route_launches=1),
+    "quant": dict(fused_quant=True),
+    "quant-route1": dict(fused_quant=True, route_launches=1),
+    "quant-route0-xcd8": dict(fused_quant=True, route_launches=0, xcds=8),
+}
+VARIANT_CASES = {**{f"bs{c['bs']}-E{c['nroutedexperts']}": c for c in SMOKE}} | {
+    name: small_case(**overrides) for name, overrides in ODD_SHAPES.items()
+}
 
 
 @needs_dot_scaled
@@ -38,6 +64,85 @@ def test_smoke_cases_match_reference(case):
 def test_odd_shapes(overrides):
     data = generate_input(**small_case(**overrides))
     assert_matches_reference(data, run_native(data))
+
+
+@needs_dot_scaled
+@pytest.mark.parametrize("variant", VARIANTS.values(), ids=VARIANTS.keys())
+@pytest.mark.parametrize("case", VARIANT_CASES.values(), ids=VARIANT_CASES.keys())
+def test_kernel_variants_match_reference(case, variant):
+    data = generate_input(**case)
+    assert_matches_reference(data, run_native(data, table_tiles(data)._replace(**variant)))
+
+
+@triton.jit
+def _xcd_table(out_ptr, grid, XCDS: tl.constexpr, SIZE: tl.constexpr):
+    linear = tl.arange(0, SIZE)
+    tl.store(out_ptr + linear, xcd_program(linear, grid, XCDS), mask=linear < grid)
+
+
+@pytest.mark.parametrize("xcds", [8, 3, 1])
+def test_the_xcd_remap_is_a_permutation_with_one_run_per_die(triton_device, xcds):
+    # Every grid up to 300 (most not divisible by 8) and a few of the official launches' sizes.
+    for grid in [*range(1, 301), 144 * 14, 257 * 2, 1777]:
+        table = torch.full((2048,), -1, dtype=torch.int32, device=triton_device)
+        _xcd_table[(1,)](table, grid, XCDS=xcds, SIZE=2048)
+        logical = table[:grid].cpu().long()
+        assert torch.equal(logical.sort().values, torch.arange(grid)), grid
+        # Die d runs hardware programs d, d + xcds, ...: one contiguous, ascending run of logical ids.
+        for die in range(min(xcds, grid)):
+            run = logical[die::xcds]
+            assert torch.equal(run, torch.arange(int(run[0]), int(run[0]) + len(run))), (grid, die)
+
+
+@pytest.mark.parametrize(("n_tokens", "topk", "n_experts", "block_m"), [(5, 3, 4, 16), (700, 7, 40, 32)])
+def test_one_routing_launch_writes_the_aiter_layout(triton_device, n_tokens, topk, n_experts, block_m):
+    # 4900 slots: the histogram and placement loops take two steps of 4096.
+    topk_ids = skewed_topk_ids(n_tokens, topk, n_experts, seed=n_tokens).to(triton_device)
+    hidden = torch.randn(n_tokens, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    out = torch.full((n_tokens, 64), float("nan"), device=triton_device)
+    sorted_ids, sorted_experts, num_valid, a1 = route_and_quantize(
+        hidden.to(triton_device), topk_ids, n_experts, block_m, out, native=True, quantize=False, launches=1
+    )
+    want_ids, _, want_experts, want_valid = sorted_buffers(
+        topk_ids.cpu().long(), torch.ones(topk_ids.shape), n_experts, block_m
+    )
+    total = int(want_valid[0])
+    assert a1 is None and num_valid.cpu().tolist() == [total, n_tokens]
+    assert torch.equal(sorted_ids[:total].cpu(), want_ids[:total])
+    assert torch.equal(sorted_experts[: total // block_m].cpu(), want_experts[: total // block_m])
+    assert torch.equal(out.cpu(), torch.zeros(n_tokens, 64))
+
+
+@needs_dot_scaled
+def test_stage1_routing_its_own_block_writes_the_aiter_layout():
+    # 280 slots: the rank match takes two steps of 256; 16-row blocks, so several per expert.
+    data = generate_input(**small_case(bs=70))
+    tiles = table_tiles(data)._replace(fused_quant=True, route_launches=0)
+    assert native_launches(tiles) == 2
+    for key, buf in list(buffers._pool.items()):
+        if key[0] in ("sorted_ids", "sorted_expert_ids", "num_valid_ids"):
+            buf.fill_(-7)
+    assert_matches_reference(data, run_native(data, tiles))
+    topk_ids, block_m = data[-2], tiles.block_m
+    n_experts = data[1].shape[0]
+    want_ids, _, want_experts, want_valid = sorted_buffers(
+        topk_ids.cpu().long(), torch.ones(topk_ids.shape), n_experts, block_m
+    )
+    total = int(want_valid[0])
+    pool = {key[0]: buf for key, buf in buffers._pool.items()}
+    assert pool["num_valid_ids"].cpu().tolist() == [total, topk_ids.shape[0]]
+    assert torch.equal(pool["sorted_ids"][:total].cpu(), want_ids[:total])
+    assert torch.equal(pool["sorted_expert_ids"][: total // block_m].cpu(), want_experts[: total // block_m])
+
+
+def test_variant_tiles_are_checked_and_count_their_launches():
+    data = generate_input(**small_case())
+    tiles = table_tiles(data)
+    assert [native_launches(tiles._replace(route_launches=r)) for r in (2, 1, 0)] == [4, 3, 2]
+    with pytest.raises(ValueError, match="route_launches 0 .* needs fused_quant"):
+        run_native(data, tiles._replace(route_launches=0))
+    with pytest.raises(ValueError, match="route_launches must be 0, 1 or 2"):
+        run_native(data, tiles._replace(route_launches=3))
 
 
 @needs_dot_scaled
