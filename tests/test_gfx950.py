@@ -395,31 +395,33 @@ def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
         variants(params)
 
 
-# Test-only alternates for smoke:0 (the native default tile there is 16 x 128 over 8 warps): one that
-# passes, one that replicates MFMA work (32x32 MFMAs on 16-row tiles).
+# Test-only alternates for smoke:0 (the native default tile there is 16 x 128 over 8 warps), given as
+# field overrides of the table's tile: one that passes, one that replicates MFMA work (32x32 MFMAs on
+# 16-row tiles).
+TEST_ALTERNATES = json.dumps({"n64": {"block_n1": 64, "warps1": 4}, "nk32": {"nonkdim": 32}})
 ALTERNATES_DRIVER = """
 import json, sys
 import tile_configs
-from tile_configs import NativeTileConfig
 
 table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
 tile_configs.NATIVE_ALTERNATES[(512, 256, 9, 5, 8)] = {
-    "n64": table._replace(block_n1=64, warps1=4),
-    "nk32": table._replace(nonkdim=32),
+    name: table._replace(**fields) for name, fields in json.loads(sys.argv[1]).items()
 }
-if sys.argv[1] == "rank":
+if sys.argv[2] == "rank":
     from cases import SMOKE
     from bench.gfx950.variants import rank_variants
     print(json.dumps(rank_variants(SMOKE[0], gap_us=1.0)))
 else:
     from bench.gfx950.run import main
-    sys.exit(main(sys.argv[1:]))
+    sys.exit(main(sys.argv[2:]))
 """
 
 
 def test_the_check_compiles_and_checks_every_variant(tmp_path):
     md, ranking = tmp_path / "check.md", tmp_path / "ranking.json"
-    done = _run(["-c", ALTERNATES_DRIVER, "--cases", "smoke:0", "--md", str(md), "--ranking", str(ranking)])
+    done = _run(
+        ["-c", ALTERNATES_DRIVER, TEST_ALTERNATES, "--cases", "smoke:0", "--md", str(md), "--ranking", str(ranking)]
+    )
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     text = md.read_text()
     for name in ("table", "n64", "nk32"):
@@ -435,13 +437,15 @@ def test_the_check_compiles_and_checks_every_variant(tmp_path):
     assert sorted(name for name, _ in order["variants"]) == ["n64", "nk32", "table"]
     assert [us for _, us in order["variants"]] == sorted(us for _, us in order["variants"])
 
-    only = _run(["-c", ALTERNATES_DRIVER, "--cases", "smoke:0", "--variants", "table", "--md", str(md)])
+    only = _run(
+        ["-c", ALTERNATES_DRIVER, TEST_ALTERNATES, "--cases", "smoke:0", "--variants", "table", "--md", str(md)]
+    )
     assert only.returncode == 0, only.stdout[-3000:] + only.stderr[-3000:]
     assert "| smoke0 | table |" in md.read_text() and "| smoke0 | n64 |" not in md.read_text()
 
 
 def test_rank_variants_orders_every_variant_by_its_estimate():
-    done = _run(["-c", ALTERNATES_DRIVER, "rank"])
+    done = _run(["-c", ALTERNATES_DRIVER, TEST_ALTERNATES, "rank"])
     assert done.returncode == 0, done.stderr[-3000:]
     ranked = json.loads(done.stdout.strip().splitlines()[-1])
     assert sorted(name for name, _ in ranked) == ["n64", "nk32", "table"]
@@ -455,3 +459,30 @@ def test_the_estimates_capacity_is_the_launchers():
     for bs, routed, per_token, shared, block_m in [(16, 256, 8, 1, 16), (5, 4, 2, 1, 32), (512, 32, 8, 1, 64)]:
         params = dict(bs=bs, nroutedexperts=routed, nexpertspertoken=per_token, nsharedexperts=shared)
         assert capacity(params, block_m) == routing_capacity(bs * (per_token + shared), routed + shared, block_m)
+
+
+def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp_path):
+    """The launcher's own count (moe_triton.native_launches) against the launches the check saw."""
+    import tile_configs
+    from moe_triton import native_launches
+
+    kernel_variants = {
+        "xcd": {"xcds": 8},
+        "cg": {"weight_cache": ".cg"},
+        "route1": {"route_launches": 1},
+        "fused": {"fused_quant": True},
+        "fused-route0": {"fused_quant": True, "route_launches": 0},
+    }
+    md = tmp_path / "check.md"
+    done = _run(["-c", ALTERNATES_DRIVER, json.dumps(kernel_variants), "--cases", "smoke:0", "--md", str(md)])
+    assert done.returncode in (0, 1) and "0 variants failed" in done.stdout or "PASS" in done.stdout, done.stdout[
+        -3000:
+    ]
+    table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
+    rows = {line.split(" | ")[1]: line for line in md.read_text().splitlines() if "| H512-I256" in line}
+    for name, fields in {"table": {}, **kernel_variants}.items():
+        launches = native_launches(table._replace(**fields))
+        assert f" | {launches} | " in rows[name], (name, rows[name])
+        kernels = [line for line in md.read_text().splitlines() if line.startswith(f"| smoke0 | {name} | ")]
+        assert len(kernels) == launches + 1  # its launches and its case row
+    assert {native_launches(table._replace(**f)) for f in kernel_variants.values()} == {2, 3, 4}
