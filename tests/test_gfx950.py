@@ -391,8 +391,12 @@ def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
     monkeypatch.setattr(tile_configs, "ALTERNATES", {key: {"n64": decode._replace(block_n1=64)}})
     assert variants(params, "decode") == [("table", decode), ("n64", decode._replace(block_n1=64))]
     monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"table": wide}})
-    with pytest.raises(ValueError, match="named 'table'"):
+    with pytest.raises(ValueError, match="table named twice"):
         variants(params)
+    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"wide": wide}})
+    assert variants(params, extra={"deep": {"stages2": 3}}) == [("table", table), ("wide", wide), ("deep", deep)]
+    with pytest.raises(ValueError, match="wide named twice"):
+        variants(params, extra={"wide": {"stages2": 3}})
 
 
 # Test-only alternates for smoke:0 (the native default tile there is 16 x 128 over 8 warps), given as
@@ -462,7 +466,8 @@ def test_the_estimates_capacity_is_the_launchers():
 
 
 def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp_path):
-    """The launcher's own count (moe_triton.native_launches) against the launches the check saw."""
+    """The launcher's own count (moe_triton.native_launches) against the launches the check saw, for
+    variants given as --extra-variants."""
     import tile_configs
     from moe_triton import native_launches
 
@@ -473,8 +478,9 @@ def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp
         "fused": {"fused_quant": True},
         "fused-route0": {"fused_quant": True, "route_launches": 0},
     }
-    md = tmp_path / "check.md"
-    done = _run(["-c", ALTERNATES_DRIVER, json.dumps(kernel_variants), "--cases", "smoke:0", "--md", str(md)])
+    md, extra = tmp_path / "check.md", tmp_path / "variants.json"
+    extra.write_text(json.dumps(kernel_variants))
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra), "--md", str(md)])
     assert done.returncode in (0, 1) and "0 variants failed" in done.stdout or "PASS" in done.stdout, done.stdout[
         -3000:
     ]
@@ -486,3 +492,21 @@ def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp
         kernels = [line for line in md.read_text().splitlines() if line.startswith(f"| smoke0 | {name} | ")]
         assert len(kernels) == launches + 1  # its launches and its case row
     assert {native_launches(table._replace(**f)) for f in kernel_variants.values()} == {2, 3, 4}
+
+
+def test_extra_variants_name_only_tile_fields(tmp_path):
+    extra = tmp_path / "variants.json"
+    extra.write_text(json.dumps({"x": {"bogus": 1}}))
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"--extra-variants: {extra}: x: no tile field bogus (fields: block_m,")
+    extra.write_text("[1]")
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
+    assert done.returncode == 2 and "expected an object of name -> {field: value}" in done.stderr
+
+
+def test_the_kernel_variants_file_names_tile_fields():
+    import tile_configs
+
+    found = json.loads((ROOT / "bench/gfx950/kernel_variants.json").read_text())
+    assert found and all(set(fields) <= set(tile_configs.NativeTileConfig._fields) for fields in found.values())

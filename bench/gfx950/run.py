@@ -105,6 +105,18 @@ def _fraction(text: str) -> float:
     return value
 
 
+def extra_variants(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:
+    """--extra-variants' file: name -> {field: value}, every field one of the path's tile fields."""
+    found = json.loads(path.read_text())
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise ValueError(f"{path}: expected an object of name -> {{field: value}}")
+    for name, changes in found.items():
+        unknown = sorted(set(changes) - set(fields))
+        if unknown:
+            raise ValueError(f"{path}: {name}: no tile field {', '.join(unknown)} (fields: {', '.join(fields)})")
+    return found
+
+
 def ranking_json(title: str, footnote: str, ranking: dict) -> str:
     """--ranking's file: per case its shape key and [variant, ESTIMATE us] lowest first, one case a line."""
     cases = [
@@ -139,6 +151,13 @@ def parse_args(argv):
         "its shape; table: the table tile only",
     )
     p.add_argument(
+        "--extra-variants",
+        type=Path,
+        metavar="JSON",
+        help="also compile, per case, these variants of the table's tile: a JSON file of name -> "
+        "{field: value} (e.g. bench/gfx950/kernel_variants.json)",
+    )
+    p.add_argument(
         "--gap-us",
         type=_non_negative,
         default=model.LAUNCH_GAP_US,
@@ -166,7 +185,7 @@ def main(argv=None) -> int:
     from bench.gfx950 import report
     from bench.gfx950.check import analyse
     from bench.gfx950.estimate import assumptions, estimate
-    from bench.gfx950.variants import tile_key, variants
+    from bench.gfx950.variants import config_fields, tile_key, variants
     from bench.report import aiter_times
     from bench.selection import SelectionError, select_cases
 
@@ -175,10 +194,15 @@ def main(argv=None) -> int:
     except SelectionError as exc:
         print(f"--cases: {exc}", file=sys.stderr)
         return 2
+    try:
+        extra = extra_variants(args.extra_variants, config_fields(args.path)) if args.extra_variants else {}
+    except (OSError, ValueError) as exc:
+        print(f"--extra-variants: {exc}", file=sys.stderr)
+        return 2
     aiter = aiter_times()
     kernel_rows, case_rows, ranking, failed = [], [], {}, False
     for case in cases:
-        tiles = variants(case.params, args.path)
+        tiles = variants(case.params, args.path, extra)
         for name, cfg in tiles[:1] if args.variants == "table" else tiles:
             try:
                 launches, note = launch_case(case.params, args.path, cfg)

@@ -22,8 +22,10 @@ def tile_key(params: dict) -> tuple[int, int, int, int, int]:
     )
 
 
-def variants(params: dict, path: str = "native") -> list[tuple[str, object]]:
-    """(name, tiles) per variant of a case: the table's tile first, then the alternates in their order."""
+def variants(params: dict, path: str = "native", extra: dict | None = None) -> list[tuple[str, object]]:
+    """(name, tiles) per variant of a case: the table's tile first, then the alternates in their order,
+    then `extra` (name -> fields to replace in the table's tile: variants tried before they are named
+    in tile_configs)."""
     import tile_configs
 
     key = tile_key(params)
@@ -34,9 +36,20 @@ def variants(params: dict, path: str = "native") -> list[tuple[str, object]]:
     else:
         table = tile_configs.tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
         alternates = tile_configs.ALTERNATES.get(key, {})
-    if TABLE in alternates:
-        raise ValueError(f"tile_configs: an alternate of {key} is named {TABLE!r}, the table tile's name")
-    return [(TABLE, table), *alternates.items()]
+    found = [(TABLE, table), *alternates.items()]
+    found += [(name, table._replace(**fields)) for name, fields in (extra or {}).items()]
+    names = [name for name, _ in found]
+    clash = sorted({name for name in names if names.count(name) > 1})
+    if clash:
+        raise ValueError(f"variants of {key}: {', '.join(clash)} named twice (the table tile is {TABLE!r})")
+    return found
+
+
+def config_fields(path: str = "native") -> tuple[str, ...]:
+    """The fields a variant of this path may set."""
+    import tile_configs
+
+    return (tile_configs.NativeTileConfig if path == "native" else tile_configs.TileConfig)._fields
 
 
 def rank_variants(params: dict, path: str = "native", **estimate_options) -> list[tuple[str, float]]:
