@@ -437,8 +437,8 @@ def test_the_check_compiles_and_checks_every_variant(tmp_path):
     assert "moe_native_stage1_kernel: replicated MFMA work x16" in done.stdout
     assert "ESTIMATE (static, not a time) = launches x 3.5 us gap" in text
     order = json.loads(ranking.read_text())["cases"]["smoke0"]
-    assert order["key"] == [512, 256, 9, 5, 8]
-    assert sorted(name for name, _ in order["variants"]) == ["n64", "nk32", "table"]
+    assert order["key"] == [512, 256, 9, 5, 8] and order["broken"] == ["nk32"]
+    assert sorted(name for name, _ in order["variants"]) == ["n64", "table"]
     assert [us for _, us in order["variants"]] == sorted(us for _, us in order["variants"])
 
     only = _run(
@@ -452,7 +452,7 @@ def test_rank_variants_orders_every_variant_by_its_estimate():
     done = _run(["-c", ALTERNATES_DRIVER, TEST_ALTERNATES, "rank"])
     assert done.returncode == 0, done.stderr[-3000:]
     ranked = json.loads(done.stdout.strip().splitlines()[-1])
-    assert sorted(name for name, _ in ranked) == ["n64", "nk32", "table"]
+    assert sorted(name for name, _ in ranked) == ["n64", "table"]  # nk32 breaks a limit: no candidate
     assert [us for _, us in ranked] == sorted(us for _, us in ranked) and all(us > 4 * 1.0 for _, us in ranked)
 
 

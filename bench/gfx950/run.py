@@ -118,10 +118,11 @@ def extra_variants(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:
 
 
 def ranking_json(title: str, footnote: str, ranking: dict) -> str:
-    """--ranking's file: per case its shape key and [variant, ESTIMATE us] lowest first, one case a line."""
+    """--ranking's file, one case a line: its shape key, [variant, ESTIMATE us] lowest first for the
+    variants within the limits, and the names of those that break one (no candidates)."""
     cases = [
         f"  {json.dumps(label)}: "
-        + json.dumps({"key": entry["key"], "variants": sorted(entry["variants"], key=lambda item: item[1])})
+        + json.dumps({**entry, "variants": sorted(entry["variants"], key=lambda item: item[1])})
         for label, entry in ranking.items()
     ]
     head = f'{{"title": {json.dumps(title)},\n "estimate": {json.dumps(footnote)},\n "cases": {{\n'
@@ -215,13 +216,16 @@ def main(argv=None) -> int:
             est = estimate(case.params, analysed, args.gap_us, args.hbm_fraction)
             for (rep, launch), part in zip(analysed, est.per_launch, strict=True):
                 kernel_rows.append(report.kernel_row(case, rep, launch, name, part))
-                failed |= bool(rep.violations)
                 if args.asm_dir:
                     dump_asm(args.asm_dir, f"{case.label}-{name}", launch)
-            case_rows.append(report.case_row(case, note, est, aiter.get(case.shape_key()), name))
-            ranking.setdefault(case.label, {"key": list(tile_key(case.params)), "variants": []})["variants"].append(
-                [name, round(est.estimate_us, 2)]
-            )
+            broken = any(rep.violations for rep, _ in analysed)
+            failed |= broken
+            case_rows.append(report.case_row(case, note, est, aiter.get(case.shape_key()), name, broken))
+            entry = ranking.setdefault(case.label, {"key": list(tile_key(case.params)), "variants": [], "broken": []})
+            if broken:
+                entry["broken"].append(name)
+            else:
+                entry["variants"].append([name, round(est.estimate_us, 2)])
     title = f"gfx950 compile check, triton {triton.__version__}, --path {args.path}"
     footnote = assumptions(args.gap_us, args.hbm_fraction)
     report.print_tables(title, kernel_rows, case_rows, footnote)

@@ -53,8 +53,9 @@ def config_fields(path: str = "native") -> tuple[str, ...]:
 
 
 def rank_variants(params: dict, path: str = "native", **estimate_options) -> list[tuple[str, float]]:
-    """(name, ESTIMATE us) of every variant of a case, lowest first: compiled for gfx950 here, in a
-    process whose kernel modules were not imported under TRITON_INTERPRET=1."""
+    """(name, ESTIMATE us) of every variant of a case within the check's limits (one that breaks a
+    limit is no candidate), lowest first: compiled for gfx950 here, in a process whose kernel
+    modules were not imported under TRITON_INTERPRET=1."""
     from bench.gfx950.check import analyse
     from bench.gfx950.estimate import estimate
     from bench.gfx950.run import launch_case
@@ -62,6 +63,7 @@ def rank_variants(params: dict, path: str = "native", **estimate_options) -> lis
     ranked = []
     for name, tiles in variants(params, path):
         launches, _ = launch_case(params, path, tiles)
-        est = estimate(params, [(analyse(launch.kernel), launch) for launch in launches], **estimate_options)
-        ranked.append((name, est.estimate_us))
+        analysed = [(analyse(launch.kernel), launch) for launch in launches]
+        if not any(rep.violations for rep, _ in analysed):
+            ranked.append((name, estimate(params, analysed, **estimate_options).estimate_us))
     return sorted(ranked, key=lambda item: item[1])
