@@ -510,3 +510,16 @@ def test_the_kernel_variants_file_names_tile_fields():
 
     found = json.loads((ROOT / "bench/gfx950/kernel_variants.json").read_text())
     assert found and all(set(fields) <= set(tile_configs.NativeTileConfig._fields) for fields in found.values())
+
+
+def test_the_summary_takes_the_table_tiles_and_the_lowest_variant_within_the_limits():
+    from bench.gfx950.report import summary
+
+    def row(case, variant, us, broken=False):
+        return {"case": case, "variant": variant, "_estimate": us, "_aiter": 100.0, "_broken": broken}
+
+    rows = [row("b0", "table", 40.0), row("b0", "fast", 10.0), row("b1", "table", 90.0), row("b1", "x", 1.0, True)]
+    line = summary(rows)
+    assert "ESTIMATE 60.0 us on the table's tiles" in line  # sqrt(40 x 90)
+    assert "30.0 us on each case's lowest-ESTIMATE variant within the limits" in line  # sqrt(10 x 90)
+    assert "aiter 100.0 us" in line
