@@ -17,6 +17,11 @@ order), and the weights are read as the input tuple carries them: raw [E, N, K/2
                             quantized to a2 bytes and scales in sorted order.
   moe_native_stage2_kernel  down GEMM of those rows, times the routing weight, added atomically
                             into the output; N_TILES output tiles per program.
+Kernel variants (tile_configs.NativeTileConfig's variant fields, docs/gfx950.md): both GEMMs can
+run their programs in XCD order (xcd_program); the weights can be loaded with a cache modifier;
+moe_native_route_kernel does the prep and route launches' work in one launch; and stage 1 can
+quantize the hidden states itself (QUANT_A) and, with that, route its own block and zero the
+output (ROUTE), which leaves two launches per call.
 The weights are the MMA's left operand ([weight rows, K] x [K, routing rows]): the routing
 block is the narrow side, which the MFMA's 16-wide N dimension takes without padding at
 block_m 16. The quantizer is mxfp4_kernels' integer one, which quant.py uses too: exact on every
@@ -187,15 +192,16 @@ def moe_native_route_kernel(
     EXPERT_BINS: tl.constexpr,
     SLOT_CHUNK: tl.constexpr,
     MAX_EXPERT_BLOCKS: tl.constexpr,
+    COUNT_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
 ):
     """The prep and route launches in one: programs below n_experts each count the whole
-    histogram and place their expert's slots (moe_triton_kernels._place_expert); the others zero
-    the output and, with QUANT, write a1."""
+    histogram (COUNT_CHUNK slots per step) and place their expert's slots
+    (moe_triton_kernels._place_expert); the others zero the output and, with QUANT, write a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
-        counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
+        counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
         _place_expert(
             pid,
             counts,

@@ -33,6 +33,9 @@ from tile_configs import NativeTileConfig, TileConfig, native_tile_config, tile_
 # (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of the route loop.
 QUANT_BLOCKS = 16
 ROUTE_CHUNK = 4096
+# Slots per step where one routing program counts all of topk_ids (route_launches 1): 4096
+# (ROUTE_CHUNK) spilled 33 SGPRs into a 512-bin histogram on gfx950 (E-257 bs-512, triton 3.9).
+COUNT_CHUNK = 1024
 # The native stage 1 that routes its own block (route_launches 0): slots per step of its rank
 # match (a [block_m, chunk] compare per step) and output elements zeroed per step.
 OWN_ROUTE_CHUNK = 256
@@ -167,6 +170,7 @@ def route_and_quantize(
                 EXPERT_BINS=expert_bins,
                 SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
                 MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
+                COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
                 QUANT_BLOCKS=QUANT_BLOCKS,
                 QUANT=quantize,
             )

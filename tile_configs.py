@@ -151,4 +151,46 @@ def native_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: in
 # ALTERNATES are the decode path's (runners-up of the H200 sweep), NATIVE_ALTERNATES the native
 # path's (tiles and kernel variants that pass python -m bench.gfx950).
 ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {}
-NATIVE_ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, NativeTileConfig]] = {}
+
+# The native kernel variants (NativeTileConfig's variant fields; docs/gfx950.md, "Kernel variants"),
+# applied to a shape's NATIVE_TUNED row. Figures are per K step of one wave on gfx950 (instructions /
+# MFMAs / VALU, triton 3.9 ; 3.6), compiled offline, never timed.
+NATIVE_VARIANTS: dict[str, dict] = {
+    # 3 launches: one routing launch counts, places, zeroes the output and writes a1; GEMMs as the row.
+    "route1": dict(route_launches=1),
+    # route1 with the weights loaded non-temporally (".cg" compiles to sc0 nt): for shapes where
+    # each weight tile is read by one program (about one routing block per expert).
+    "route1-cg": dict(route_launches=1, weight_cache=".cg"),
+    # Both GEMMs' programs in XCD order: consecutive blocks of one expert at one column tile run on
+    # one die and read its weight tile through one L2; GEMM loops as the row.
+    "xcd8": dict(xcds=8),
+    "route1-xcd8": dict(route_launches=1, xcds=8),
+    # The 32x32x64 scaled MFMA (nonkdim 32) at blocks of 32 rows or more, same work per step: on
+    # 3.6 stage 1 71 / 4 / 17 against 94 / 8 / 37 (32 rows) and 100 / 8 / 23 against 151 / 16 / 67
+    # (64 rows); on 3.9 a tie (93 / 4 / 23 against 89 / 8 / 21), except stage 2 at d_inter 256
+    # (its step holds the epilogue): 125 / 4 / 62 against 149 / 8 / 70.
+    "route1-mfma32": dict(route_launches=1, nonkdim=32),
+    "route1-xcd8-mfma32": dict(route_launches=1, xcds=8, nonkdim=32),
+}
+
+# Which variants suit which shape: shapes of about one block per expert take streaming; shapes with
+# several blocks per expert (or a shared expert of 8-16 blocks) the XCD order; 32 rows and more the
+# 32x32 MFMA. Stage 1 quantizing its own rows (fused_quant, and the 2-launch route_launches 0 it
+# enables) is listed nowhere: its encoder costs about 45 VALU per element per K step and lane
+# (docs/gfx950.md), far more than the launch it saves.
+_NATIVE_VARIANTS_BY_SHAPE: dict[tuple[int, int, int, int, int], tuple[str, ...]] = {
+    (7168, 256, 257, 9, 16): ("route1", "route1-cg"),
+    (7168, 256, 257, 9, 128): ("route1", "route1-cg", "route1-xcd8"),
+    (7168, 256, 257, 9, 512): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
+    (7168, 512, 33, 9, 16): ("route1", "route1-cg"),
+    (7168, 512, 33, 9, 128): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
+    (7168, 512, 33, 9, 512): ("route1", "xcd8", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
+    (7168, 2048, 33, 9, 512): ("route1", "xcd8", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
+    (4096, 1024, 257, 9, 8): ("route1", "route1-cg"),
+    (7168, 2048, 33, 9, 32): ("route1", "route1-cg"),
+    (4096, 1536, 65, 7, 128): ("route1", "route1-xcd8"),
+}
+NATIVE_ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, NativeTileConfig]] = {
+    key: {name: NATIVE_TUNED[key]._replace(**NATIVE_VARIANTS[name]) for name in names}
+    for key, names in _NATIVE_VARIANTS_BY_SHAPE.items()
+}

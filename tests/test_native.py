@@ -21,7 +21,15 @@ from moe_native_kernels import xcd_program
 from moe_triton import fused_moe_triton, native_default, native_launches, route_and_quantize
 from mxfp4 import quantize_activation
 from reference import generate_input
-from tile_configs import NATIVE_TUNED, NativeTileConfig, TileConfig, native_default_config, native_tile_config
+from tile_configs import (
+    NATIVE_ALTERNATES,
+    NATIVE_TUNED,
+    NATIVE_VARIANTS,
+    NativeTileConfig,
+    TileConfig,
+    native_default_config,
+    native_tile_config,
+)
 
 needs_dot_scaled = pytest.mark.skipif(not HAS_DOT_SCALED, reason="this Triton's interpreter has no dot_scaled")
 
@@ -223,6 +231,11 @@ def test_native_tiles_cover_every_official_shape():
         assert key in NATIVE_TUNED
         cfg = native_tile_config(case["bs"], case["dhidden"], case["dexpert"], experts, topk)
         assert cfg.block_m in (16, 32, 64) and cfg.block_n1 % 32 == 0
+        # The selection's candidates: kernel variants of the row, each with its launch count.
+        for name, alt in NATIVE_ALTERNATES[key].items():
+            assert alt != cfg and alt._replace(**NATIVE_VARIANTS[name]) == alt, name
+            assert alt.nonkdim == 16 or alt.block_m >= 32, name
+            assert native_launches(alt) == 2 + alt.route_launches
     # The default rule: routing blocks by rows per expert, at most 64.
     assert native_default_config(16, 7168, 256, 257, 9).block_m == 16
     assert native_default_config(4096, 7168, 256, 8, 9).block_m == 64
