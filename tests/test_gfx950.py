@@ -503,6 +503,16 @@ def test_extra_variants_name_only_tile_fields(tmp_path):
     extra.write_text("[1]")
     done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
     assert done.returncode == 2 and "expected an object of name -> {field: value}" in done.stderr
+    extra.write_text(json.dumps({"table": {"stages2": 3}}))
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
+    assert done.returncode == 2 and done.stderr.strip().endswith("table named twice (the table tile is 'table')")
+
+
+def test_the_kernel_options_file_names_no_alternate_of_tile_configs():
+    import tile_configs
+
+    names = set(json.loads((ROOT / "bench/gfx950/kernel_variants.json").read_text()))
+    assert not names & {name for named in tile_configs.NATIVE_ALTERNATES.values() for name in named}
 
 
 def test_the_kernel_variants_file_names_tile_fields():

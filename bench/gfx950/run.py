@@ -200,10 +200,14 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         print(f"--extra-variants: {exc}", file=sys.stderr)
         return 2
+    try:
+        plans = [(case, variants(case.params, args.path, extra)) for case in cases]
+    except ValueError as exc:  # two variants of a case under one name
+        print(exc, file=sys.stderr)
+        return 2
     aiter = aiter_times()
     kernel_rows, case_rows, ranking, failed = [], [], {}, False
-    for case in cases:
-        tiles = variants(case.params, args.path, extra)
+    for case, tiles in plans:
         for name, cfg in tiles[:1] if args.variants == "table" else tiles:
             try:
                 launches, note = launch_case(case.params, args.path, cfg)
