@@ -254,7 +254,7 @@ def test_todays_decode_path_fails_the_check(tmp_path):
     assert "not shown at 100 columns: replication, AGPR" in done.stdout
     assert "Warning" not in done.stderr, done.stderr
     text = md.read_text()
-    assert "| smoke0 | stage1 |" in text and "| smoke0 | stage2 |" in text and "ESTIMATE" in text
+    assert "| smoke0 | table | stage1 |" in text and "| smoke0 | table | stage2 |" in text and "ESTIMATE" in text
 
 
 def test_the_help_says_the_decode_path_is_expected_to_fail(capsys):
@@ -271,6 +271,14 @@ def test_bad_case_selector_is_a_one_line_error():
     assert done.stderr.strip().startswith("--cases: unknown case 'nonsense'") and "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    "option, value", [("--hbm-fraction", "0"), ("--hbm-fraction", "1.5"), ("--gap-us", "-1"), ("--gap-us", "nan")]
+)
+def test_the_estimates_parameters_are_checked(option, value):
+    done = _run(["-m", "bench.gfx950", option, value])
+    assert done.returncode == 2 and f"argument {option}" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_the_check_refuses_kernels_built_for_the_interpreter():
     from bench.gfx950.run import launch_case
     from cases import SMOKE
@@ -281,3 +289,262 @@ def test_the_check_refuses_kernels_built_for_the_interpreter():
     with pytest.raises(RuntimeError, match="fresh process"):
         launch_case(SMOKE[0], "native")
     assert interpreting()  # the session's setting is left as it was
+
+
+# ---------------------------------------------------------------- variants and the ESTIMATE (issue 20)
+
+
+def test_fill_counts_the_last_partial_round_as_a_full_one():
+    assert model.fill(512, 256) == 1  # two full rounds
+    assert model.fill(300, 256) == pytest.approx(2 * 256 / 300)  # a second round of 44
+    assert model.fill(100, 256) == pytest.approx(2.56)  # one round, 100 of 256 slots busy
+    assert model.fill(0, 256) == 1  # nothing to run: no factor
+    assert model.resident_programs(4, 8) == 512  # 256 CUs x 4 SIMDs x 4 waves / 8 waves a program
+    assert model.resident_programs(3, 4) == 768
+
+
+def _report(name, warps=4, waves=2.0, mfma_cycles=0.0, gemm=True):
+    from bench.gfx950.check import KernelReport
+
+    dots = [asm.Dot(m=16, n=16, k=128, warps=(1, 1), instr=(16, 16), scaled=True)] if gemm else []
+    return KernelReport(
+        name=name,
+        num_warps=warps,
+        num_stages=2,
+        lds=0,
+        mfma={},
+        loop=asm.LoopCounts(instructions=0, mfma=0, valu=0) if gemm else None,
+        res=asm.Resources(vgpr=32, agpr=0, total_vgpr=32, sgpr=32, scratch=0, vgpr_spill=0, sgpr_spill=0),
+        waves=waves,
+        dots=dots,
+        loop_mfma_cycles=mfma_cycles,
+    )
+
+
+def test_estimate_adds_gaps_filled_weight_streams_compute_rounds_and_activations():
+    """One token, one expert (hit for sure), H 1024, I 512, block_m 16: every term by hand."""
+    from types import SimpleNamespace
+
+    from bench.gfx950.estimate import estimate
+
+    params = dict(dhidden=1024, dexpert=512, nroutedexperts=1, nexpertspertoken=1, nsharedexperts=0, bs=1)
+    block = {"BLOCK_M": 16}
+    launches = [
+        (_report("moe_native_prep_kernel", gemm=False, waves=8), SimpleNamespace(grid=(1, 1, 1), constexprs={})),
+        (_report("moe_native_stage1_kernel"), SimpleNamespace(grid=(1, 8, 1), constexprs=block)),
+        (_report("moe_native_stage2_kernel", mfma_cycles=1024), SimpleNamespace(grid=(1, 4, 1), constexprs=block)),
+    ]
+    est = estimate(params, launches, gap_us=2.0, fraction=0.5)
+    w1, w2 = 2 * 512 * 1024 * 17 / 32, 1024 * 512 * 17 / 32  # fp4 bytes and one scale byte per 32
+    activations = 1024 * 2 * 2 + 1 * (4 + 4)  # hidden in, output out, one id and weight
+    assert est.bytes_floor_us == pytest.approx((w1 + w2 + activations) / 8e12 * 1e6)
+    # Stage 1: 8 programs on 256 CUs stream at 8/256 of 0.5 x 8 TB/s; no compute.
+    assert est.per_launch[1].us == pytest.approx(w1 / 4e12 * 1e6 * 256 / 8)
+    # Stage 2: 256 K steps of 16x16x128 (16 rows x 1024 x 512) at 1024 cycles each, on 4 waves a
+    # program: spread over 1024 SIMDs that is 1024 x 1024 / (1024 x 2.4 GHz); 4 programs in 512 slots
+    # make one round at 4/512 busy: x128; one program's chain, 64 steps x 1024 cycles, is shorter.
+    spread_us = 1024 * 1024 / (1024 * 2.4e9) * 1e6
+    assert est.per_launch[2].compute_us == pytest.approx(spread_us * 512 / 4)
+    assert est.per_launch[2].compute_us > 64 * 1024 / 2.4e9 * 1e6 > est.per_launch[2].bytes_us
+    assert (est.per_launch[0].us, est.per_launch[0].programs, est.launches) == (0.0, 1, 3)
+    expected = 3 * 2.0 + w1 / 4e12 * 1e6 * 32 + spread_us * 128 + activations / 4e12 * 1e6
+    assert est.estimate_us == pytest.approx(expected)
+    assert est.estimate_us == pytest.approx(65.0708, abs=1e-3)
+
+
+def test_gemm_programs_are_the_grid_times_the_expected_share_of_its_blocks():
+    from bench.gfx950.estimate import programs
+
+    # 2 tokens, each to 1 of 2 experts: an expert is hit with probability 3/4, so 1.5 blocks of 16 are
+    # expected out of the 2 the grid is sized for; 3 column tiles each, in a 2-D or a flattened grid.
+    params = dict(dhidden=1024, dexpert=512, nroutedexperts=2, nexpertspertoken=1, nsharedexperts=0, bs=2)
+    rep = _report("moe_native_stage1_kernel")
+    assert programs(rep, (2, 3, 1), {"BLOCK_M": 16}, params) == pytest.approx(4.5)
+    assert programs(rep, (6, 1, 1), {"BLOCK_M": 16}, params) == pytest.approx(4.5)
+
+
+def test_a_stage_in_two_launches_shares_its_weights_by_programs():
+    from types import SimpleNamespace
+
+    from bench.gfx950.estimate import estimate
+
+    params = dict(dhidden=1024, dexpert=512, nroutedexperts=1, nexpertspertoken=1, nsharedexperts=0, bs=1)
+    block = {"BLOCK_M": 16}
+    one = estimate(params, [(_report("s_stage1"), SimpleNamespace(grid=(1, 256, 1), constexprs=block))], 0, 1)
+    two = estimate(
+        params,
+        [
+            (_report("s_stage1"), SimpleNamespace(grid=(1, 192, 1), constexprs=block)),
+            (_report("s_stage1"), SimpleNamespace(grid=(1, 64, 1), constexprs=block)),
+        ],
+        0,
+        1,
+    )
+    w1_us = 2 * 512 * 1024 * 17 / 32 / 8e12 * 1e6
+    assert one.per_launch[0].us == pytest.approx(w1_us)  # 256 programs fill the CUs once
+    assert two.per_launch[0].us == pytest.approx(w1_us * 0.75 * 256 / 192)
+    assert two.per_launch[1].us == pytest.approx(w1_us * 0.25 * 256 / 64)
+
+
+def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
+    import tile_configs
+    from bench.gfx950.variants import tile_key, variants
+    from cases import SMOKE
+
+    params = SMOKE[0]
+    key = tile_key(params)
+    assert key == (512, 256, 9, 5, 8)  # shared experts counted in E and topk, as the launcher reads them
+    table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
+    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {})
+    assert variants(params) == [("table", table)]
+    wide = table._replace(block_n1=64, warps1=4)
+    deep = table._replace(stages2=3)
+    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"wide": wide, "deep": deep}, (1, 2, 3, 4, 5): {}})
+    assert variants(params) == [("table", table), ("wide", wide), ("deep", deep)]
+    assert variants(SMOKE[1]) == [("table", tile_configs.native_tile_config(5, 256, 512, 5, 3))]
+    decode = tile_configs.tile_config(8, 512, 256, 9, 5)
+    monkeypatch.setattr(tile_configs, "ALTERNATES", {key: {"n64": decode._replace(block_n1=64)}})
+    assert variants(params, "decode") == [("table", decode), ("n64", decode._replace(block_n1=64))]
+    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"table": wide}})
+    with pytest.raises(ValueError, match="table named twice"):
+        variants(params)
+    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"wide": wide}})
+    assert variants(params, extra={"deep": {"stages2": 3}}) == [("table", table), ("wide", wide), ("deep", deep)]
+    with pytest.raises(ValueError, match="wide named twice"):
+        variants(params, extra={"wide": {"stages2": 3}})
+
+
+# Test-only alternates for smoke:0 (the native default tile there is 16 x 128 over 8 warps), given as
+# field overrides of the table's tile: one that passes, one that replicates MFMA work (32x32 MFMAs on
+# 16-row tiles).
+TEST_ALTERNATES = json.dumps({"n64": {"block_n1": 64, "warps1": 4}, "nk32": {"nonkdim": 32}})
+ALTERNATES_DRIVER = """
+import json, sys
+import tile_configs
+
+table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
+tile_configs.NATIVE_ALTERNATES[(512, 256, 9, 5, 8)] = {
+    name: table._replace(**fields) for name, fields in json.loads(sys.argv[1]).items()
+}
+if sys.argv[2] == "rank":
+    from cases import SMOKE
+    from bench.gfx950.variants import rank_variants
+    print(json.dumps(rank_variants(SMOKE[0], gap_us=1.0)))
+else:
+    from bench.gfx950.run import main
+    sys.exit(main(sys.argv[2:]))
+"""
+
+
+def test_the_check_compiles_and_checks_every_variant(tmp_path):
+    md, ranking = tmp_path / "check.md", tmp_path / "ranking.json"
+    done = _run(
+        ["-c", ALTERNATES_DRIVER, TEST_ALTERNATES, "--cases", "smoke:0", "--md", str(md), "--ranking", str(ranking)]
+    )
+    assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
+    text = md.read_text()
+    for name in ("table", "n64", "nk32"):
+        kernels = [line for line in text.splitlines() if line.startswith(f"| smoke0 | {name} | ")]
+        # One row per launch of the call (prep, route, stage 1, stage 2) and the case row.
+        assert len(kernels) == 4 + 1, (name, kernels)
+        assert any(" | 4 | " in line and "H512-I256" in line for line in kernels)
+    assert "(smoke0/nk32)" in done.stdout and "smoke0/table" not in done.stdout and "smoke0/n64" not in done.stdout
+    assert "moe_native_stage1_kernel: replicated MFMA work x16" in done.stdout
+    assert "ESTIMATE (static, not a time) = launches x 3.5 us gap" in text
+    order = json.loads(ranking.read_text())["cases"]["smoke0"]
+    assert order["key"] == [512, 256, 9, 5, 8] and order["broken"] == ["nk32"]
+    assert sorted(name for name, _ in order["variants"]) == ["n64", "table"]
+    assert [us for _, us in order["variants"]] == sorted(us for _, us in order["variants"])
+
+    only = _run(
+        ["-c", ALTERNATES_DRIVER, TEST_ALTERNATES, "--cases", "smoke:0", "--variants", "table", "--md", str(md)]
+    )
+    assert only.returncode == 0, only.stdout[-3000:] + only.stderr[-3000:]
+    assert "| smoke0 | table |" in md.read_text() and "| smoke0 | n64 |" not in md.read_text()
+
+
+def test_rank_variants_orders_every_variant_by_its_estimate():
+    done = _run(["-c", ALTERNATES_DRIVER, TEST_ALTERNATES, "rank"])
+    assert done.returncode == 0, done.stderr[-3000:]
+    ranked = json.loads(done.stdout.strip().splitlines()[-1])
+    assert sorted(name for name, _ in ranked) == ["n64", "table"]  # nk32 breaks a limit: no candidate
+    assert [us for _, us in ranked] == sorted(us for _, us in ranked) and all(us > 4 * 1.0 for _, us in ranked)
+
+
+def test_the_estimates_capacity_is_the_launchers():
+    from bench.gfx950.estimate import capacity
+    from moe_triton import routing_capacity
+
+    for bs, routed, per_token, shared, block_m in [(16, 256, 8, 1, 16), (5, 4, 2, 1, 32), (512, 32, 8, 1, 64)]:
+        params = dict(bs=bs, nroutedexperts=routed, nexpertspertoken=per_token, nsharedexperts=shared)
+        assert capacity(params, block_m) == routing_capacity(bs * (per_token + shared), routed + shared, block_m)
+
+
+def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp_path):
+    """The launcher's own count (moe_triton.native_launches) against the launches the check saw, for
+    variants given as --extra-variants."""
+    import tile_configs
+    from moe_triton import native_launches
+
+    kernel_variants = {
+        "xcd": {"xcds": 8},
+        "cg": {"weight_cache": ".cg"},
+        "route1": {"route_launches": 1},
+        "fused": {"fused_quant": True},
+        "fused-route0": {"fused_quant": True, "route_launches": 0},
+    }
+    md, extra = tmp_path / "check.md", tmp_path / "variants.json"
+    extra.write_text(json.dumps(kernel_variants))
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra), "--md", str(md)])
+    assert done.returncode in (0, 1) and "0 variants failed" in done.stdout or "PASS" in done.stdout, done.stdout[
+        -3000:
+    ]
+    table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
+    rows = {line.split(" | ")[1]: line for line in md.read_text().splitlines() if "| H512-I256" in line}
+    for name, fields in {"table": {}, **kernel_variants}.items():
+        launches = native_launches(table._replace(**fields))
+        assert f" | {launches} | " in rows[name], (name, rows[name])
+        kernels = [line for line in md.read_text().splitlines() if line.startswith(f"| smoke0 | {name} | ")]
+        assert len(kernels) == launches + 1  # its launches and its case row
+    assert {native_launches(table._replace(**f)) for f in kernel_variants.values()} == {2, 3, 4}
+
+
+def test_extra_variants_name_only_tile_fields(tmp_path):
+    extra = tmp_path / "variants.json"
+    extra.write_text(json.dumps({"x": {"bogus": 1}}))
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith(f"--extra-variants: {extra}: x: no tile field bogus (fields: block_m,")
+    extra.write_text("[1]")
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
+    assert done.returncode == 2 and "expected an object of name -> {field: value}" in done.stderr
+    extra.write_text(json.dumps({"table": {"stages2": 3}}))
+    done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
+    assert done.returncode == 2 and done.stderr.strip().endswith("table named twice (the table tile is 'table')")
+
+
+def test_the_kernel_options_file_names_no_alternate_of_tile_configs():
+    import tile_configs
+
+    names = set(json.loads((ROOT / "bench/gfx950/kernel_variants.json").read_text()))
+    assert not names & {name for named in tile_configs.NATIVE_ALTERNATES.values() for name in named}
+
+
+def test_the_kernel_variants_file_names_tile_fields():
+    import tile_configs
+
+    found = json.loads((ROOT / "bench/gfx950/kernel_variants.json").read_text())
+    assert found and all(set(fields) <= set(tile_configs.NativeTileConfig._fields) for fields in found.values())
+
+
+def test_the_summary_takes_the_table_tiles_and_the_lowest_variant_within_the_limits():
+    from bench.gfx950.report import summary
+
+    def row(case, variant, us, broken=False):
+        return {"case": case, "variant": variant, "_estimate": us, "_aiter": 100.0, "_broken": broken}
+
+    rows = [row("b0", "table", 40.0), row("b0", "fast", 10.0), row("b1", "table", 90.0), row("b1", "x", 1.0, True)]
+    line = summary(rows)
+    assert "ESTIMATE 60.0 us on the table's tiles" in line  # sqrt(40 x 90)
+    assert "30.0 us on each case's lowest-ESTIMATE variant within the limits" in line  # sqrt(10 x 90)
+    assert "aiter 100.0 us" in line

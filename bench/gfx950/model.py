@@ -30,6 +30,18 @@ FLOPS_PER_SIMD_CYCLE = {"fp4": 4096, "fp6": 4096, "bf6": 4096, "fp8": 2048, "bf8
 
 LEADERBOARD_BEST_US = 69.9  # the amd-moe-mxfp4 leaderboard's first place, geomean over its 7 benchmarks
 
+# The estimate's two assumed figures (bench.gfx950.estimate; docs/gfx950.md, "The MI355X estimate").
+# No public gap between dependent kernels on an MI300X or MI355X was found; the nearest public figure is
+# 3.5 us per kernel for empty kernels dispatched in a batch through HSA on an AMD APU (AMD community
+# forum, "HSA: Kernel dispatch latencies (What are your experiences?)", community.amd.com/t5/
+# newcomers-start-here/hsa-kernel-dispatch-latencies-what-are-your-experiences/td-p/131511), assumed here.
+LAUNCH_GAP_US = 3.5
+# Achieved over peak HBM bandwidth, MI300X, BabelStream on large arrays: 81% of 5.3 TB/s ("AMD MI300X
+# GPU Performance Analysis", arXiv 2510.27583); no measured MI355X figure is public, so the same fraction
+# of its 8 TB/s. The layer streams 190-790 MB of weights per call, BabelStream-sized streams, from HBM:
+# the harness writes 64 GiB between timed calls.
+HBM_ACHIEVABLE_FRACTION = 0.81
+
 
 def waves_per_simd(total_vgpr: int, lds_bytes: int, num_warps: int) -> float:
     """The module docstring's formula."""
@@ -38,6 +50,19 @@ def waves_per_simd(total_vgpr: int, lds_bytes: int, num_warps: int) -> float:
     by_vgpr = SIMDS_PER_CU * vgpr_waves // num_warps
     by_lds = LDS_PER_CU // lds_bytes if lds_bytes else by_vgpr
     return min(vgpr_waves, min(by_vgpr, by_lds) * num_warps / SIMDS_PER_CU)
+
+
+def resident_programs(waves: float, num_warps: int) -> float:
+    """Workgroups of num_warps waves that the whole GPU holds at once at `waves` waves per SIMD."""
+    return CUS * SIMDS_PER_CU * waves / num_warps
+
+
+def fill(programs: float, slots: float) -> float:
+    """How much longer `programs` equal programs take on `slots` concurrent slots than a perfect
+    spread would: every round of slots, the last partial one included, takes as long as a full one."""
+    if programs <= 0 or slots <= 0:
+        return 1.0
+    return math.ceil(programs / slots - 1e-9) * slots / programs
 
 
 def mfma_cycles(shape: tuple[int, int, int], operand_format: str) -> float:

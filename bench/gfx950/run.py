@@ -2,20 +2,25 @@
 
 It calls the package's own launcher (moe_triton.fused_moe_triton) on empty CPU tensors of each
 case's shapes while a compile-only gfx950 driver is active (bench.gfx950.driver), so every kernel
-compiles as the launcher would launch it on an MI355X, and nothing runs. Per launch it prints what
-the kernel compiled to (bench.gfx950.asm) and the limits it breaks (bench.gfx950.check); per case
-a static time ESTIMATE (bench.gfx950.estimate) beside aiter's MI355X time. Exit status 1 on any
-broken limit or failed compile, 2 on bad options. docs/gfx950.md, "The offline check", explains
-how to read it.
+compiles as the launcher would launch it on an MI355X, and nothing runs. Each case is compiled once
+per variant (bench.gfx950.variants: the table's tile and every alternate tile_configs names for the
+shape, passed as tiles=). Per launch it prints what the kernel compiled to (bench.gfx950.asm) and
+the limits it breaks (bench.gfx950.check); per case and variant the launches of one call and a
+static ESTIMATE (bench.gfx950.estimate) beside aiter's MI355X time. Exit status 1 on any broken
+limit or failed compile, 2 on bad options. docs/gfx950.md, "The offline check", explains how to
+read it.
 """
 
 from __future__ import annotations
 
 import argparse
 import inspect
+import json
 import os
 import sys
 from pathlib import Path
+
+from bench.gfx950 import model
 
 PATHS = ("native", "decode")
 ROOT = Path(__file__).resolve().parents[2]  # the package's modules sit at the repository root
@@ -51,8 +56,9 @@ def _launcher():
     return moe_triton.fused_moe_triton
 
 
-def launch_case(params: dict, path: str):
-    """Compile (never run) every launch of one case; returns (launches, note on the path taken)."""
+def launch_case(params: dict, path: str, tiles=None):
+    """Compile (never run) every launch of one call of a case, on the given tiles (None: the
+    launcher's table); returns (launches, note on the path taken)."""
     from bench.gfx950.driver import compile_only_gfx950
     from validation import validate_inputs
 
@@ -60,7 +66,7 @@ def launch_case(params: dict, path: str):
     data = compile_inputs(params)
     validate_inputs(data)
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
-    kwargs, note = {}, f"{path} path"
+    kwargs, note = {} if tiles is None else {"tiles": tiles}, f"{path} path"
     if "native" in inspect.signature(fused).parameters:
         kwargs["native"] = path == "native"
     elif path == "native":
@@ -85,6 +91,44 @@ def dump_asm(directory: Path, label: str, launch) -> None:
         (directory / f"{stem}.{ext}").write_text(launch.kernel.asm[ext])
 
 
+def _non_negative(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
+    return value
+
+
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1]")
+    return value
+
+
+def extra_variants(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:
+    """--extra-variants' file: name -> {field: value}, every field one of the path's tile fields."""
+    found = json.loads(path.read_text())
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise ValueError(f"{path}: expected an object of name -> {{field: value}}")
+    for name, changes in found.items():
+        unknown = sorted(set(changes) - set(fields))
+        if unknown:
+            raise ValueError(f"{path}: {name}: no tile field {', '.join(unknown)} (fields: {', '.join(fields)})")
+    return found
+
+
+def ranking_json(title: str, footnote: str, ranking: dict) -> str:
+    """--ranking's file, one case a line: its shape key, [variant, ESTIMATE us] lowest first for the
+    variants within the limits, and the names of those that break one (no candidates)."""
+    cases = [
+        f"  {json.dumps(label)}: "
+        + json.dumps({**entry, "variants": sorted(entry["variants"], key=lambda item: item[1])})
+        for label, entry in ranking.items()
+    ]
+    head = f'{{"title": {json.dumps(title)},\n "estimate": {json.dumps(footnote)},\n "cases": {{\n'
+    return head + ",\n".join(cases) + "\n}}\n"
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="python -m bench.gfx950", description=__doc__.split("\n\n")[0])
     p.add_argument(
@@ -101,7 +145,36 @@ def parse_args(argv):
         help="the launcher's native gfx950 path (default) or the decode path, which is expected to fail: its "
         "GEMMs are bf16 MFMAs on decoded weights, no scaled MFMAs (exit status 1)",
     )
+    p.add_argument(
+        "--variants",
+        choices=("all", "table"),
+        default="all",
+        help="all (default): each case on its table tile and on every alternate tile_configs names for "
+        "its shape; table: the table tile only",
+    )
+    p.add_argument(
+        "--extra-variants",
+        type=Path,
+        metavar="JSON",
+        help="also compile, per case, these variants of the table's tile: a JSON file of name -> "
+        "{field: value} (e.g. bench/gfx950/kernel_variants.json)",
+    )
+    p.add_argument(
+        "--gap-us",
+        type=_non_negative,
+        default=model.LAUNCH_GAP_US,
+        help=f"the ESTIMATE's gap per launch, us (default {model.LAUNCH_GAP_US:g}: docs/gfx950.md says why)",
+    )
+    p.add_argument(
+        "--hbm-fraction",
+        type=_fraction,
+        default=model.HBM_ACHIEVABLE_FRACTION,
+        help=f"the ESTIMATE's achievable fraction of 8 TB/s (default {model.HBM_ACHIEVABLE_FRACTION:g})",
+    )
     p.add_argument("--md", type=Path, help="also write the tables as Markdown to this file")
+    p.add_argument(
+        "--ranking", type=Path, help="also write each case's variants ranked by the ESTIMATE as JSON to this file"
+    )
     p.add_argument("--asm-dir", type=Path, help="write each compiled kernel's AMDGCN and TTGIR here")
     return p.parse_args(argv)
 
@@ -113,7 +186,8 @@ def main(argv=None) -> int:
 
     from bench.gfx950 import report
     from bench.gfx950.check import analyse
-    from bench.gfx950.estimate import estimate
+    from bench.gfx950.estimate import assumptions, estimate
+    from bench.gfx950.variants import config_fields, tile_key, variants
     from bench.report import aiter_times
     from bench.selection import SelectionError, select_cases
 
@@ -122,33 +196,55 @@ def main(argv=None) -> int:
     except SelectionError as exc:
         print(f"--cases: {exc}", file=sys.stderr)
         return 2
+    try:
+        extra = extra_variants(args.extra_variants, config_fields(args.path)) if args.extra_variants else {}
+    except (OSError, ValueError) as exc:
+        print(f"--extra-variants: {exc}", file=sys.stderr)
+        return 2
+    try:
+        plans = [(case, variants(case.params, args.path, extra)) for case in cases]
+    except ValueError as exc:  # two variants of a case under one name
+        print(exc, file=sys.stderr)
+        return 2
     aiter = aiter_times()
-    kernel_rows, case_rows, failed = [], [], False
-    for case in cases:
-        try:
-            launches, note = launch_case(case.params, args.path)
-        except Exception as exc:  # a kernel that does not compile for gfx950 is a finding, not a crash
-            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            case_rows.append(report.failed_case_row(case, f"{type(exc).__name__}: {first}"))
-            failed = True
-            continue
-        analysed = [(analyse(launch.kernel), launch) for launch in launches]
-        for rep, launch in analysed:
-            kernel_rows.append(report.kernel_row(case, rep, launch))
-            failed |= bool(rep.violations)
-            if args.asm_dir:
-                dump_asm(args.asm_dir, case.label, launch)
-        case_rows.append(report.case_row(case, note, estimate(case.params, analysed), aiter.get(case.shape_key())))
+    kernel_rows, case_rows, ranking, failed = [], [], {}, False
+    for case, tiles in plans:
+        for name, cfg in tiles[:1] if args.variants == "table" else tiles:
+            try:
+                launches, note = launch_case(case.params, args.path, cfg)
+            except Exception as exc:  # a kernel that does not compile for gfx950 is a finding, not a crash
+                first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+                case_rows.append(report.failed_case_row(case, f"{type(exc).__name__}: {first}", name))
+                failed = True
+                continue
+            analysed = [(analyse(launch.kernel), launch) for launch in launches]
+            est = estimate(case.params, analysed, args.gap_us, args.hbm_fraction)
+            for (rep, launch), part in zip(analysed, est.per_launch, strict=True):
+                kernel_rows.append(report.kernel_row(case, rep, launch, name, part))
+                if args.asm_dir:
+                    dump_asm(args.asm_dir, f"{case.label}-{name}", launch)
+            broken = any(rep.violations for rep, _ in analysed)
+            failed |= broken
+            case_rows.append(report.case_row(case, note, est, aiter.get(case.shape_key()), name, broken))
+            entry = ranking.setdefault(case.label, {"key": list(tile_key(case.params)), "variants": [], "broken": []})
+            if broken:
+                entry["broken"].append(name)
+            else:
+                entry["variants"].append([name, round(est.estimate_us, 2)])
     title = f"gfx950 compile check, triton {triton.__version__}, --path {args.path}"
-    report.print_tables(title, kernel_rows, case_rows)
+    footnote = assumptions(args.gap_us, args.hbm_fraction)
+    report.print_tables(title, kernel_rows, case_rows, footnote)
     if args.md:
-        args.md.write_text(report.markdown(title, kernel_rows, case_rows))
+        args.md.write_text(report.markdown(title, kernel_rows, case_rows, footnote))
+    if args.ranking:
+        args.ranking.write_text(ranking_json(title, footnote, ranking))
     broken = sum(bool(r["violations"]) for r in kernel_rows)
     errors = sum(bool(r.get("error")) for r in case_rows)
+    compiled = len(case_rows) - errors
     if failed:
-        print(f"FAIL: {broken} of {len(kernel_rows)} launches break the limits, {errors} cases failed to compile")
+        print(f"FAIL: {broken} of {len(kernel_rows)} launches break the limits, {errors} variants failed to compile")
     else:
-        print(f"PASS: {len(kernel_rows)} launches over {len(cases)} cases within the limits")
+        print(f"PASS: {len(kernel_rows)} launches of {compiled} variants over {len(cases)} cases within the limits")
     return 1 if failed else 0
 
 

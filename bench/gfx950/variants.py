@@ -1,0 +1,69 @@
+"""The tiles the check compiles per case: the path's table tile and every alternate that
+tile_configs names for the shape (the selection's candidates), and their ranking by the ESTIMATE.
+
+rank_variants compiles for gfx950 (a CPU and Triton's HIP backend, no GPU), so the selection on the
+MI355X cannot call it there; `python -m bench.gfx950 --ranking FILE` writes its result as data.
+"""
+
+from __future__ import annotations
+
+TABLE = "table"  # the name of the tile table's own entry, always the first variant
+
+
+def tile_key(params: dict) -> tuple[int, int, int, int, int]:
+    """tile_configs' shape key: (d_hidden, d_inter, n_experts, topk, n_tokens), shared experts counted."""
+    shared = params["nsharedexperts"]
+    return (
+        params["dhidden"],
+        params["dexpert"],
+        params["nroutedexperts"] + shared,
+        params["nexpertspertoken"] + shared,
+        params["bs"],
+    )
+
+
+def variants(params: dict, path: str = "native", extra: dict | None = None) -> list[tuple[str, object]]:
+    """(name, tiles) per variant of a case: the table's tile first, then the alternates in their order,
+    then `extra` (name -> fields to replace in the table's tile: variants tried before they are named
+    in tile_configs)."""
+    import tile_configs
+
+    key = tile_key(params)
+    d_hidden, d_inter, n_experts, topk, n_tokens = key
+    if path == "native":
+        table = tile_configs.native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+        alternates = tile_configs.NATIVE_ALTERNATES.get(key, {})
+    else:
+        table = tile_configs.tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+        alternates = tile_configs.ALTERNATES.get(key, {})
+    found = [(TABLE, table), *alternates.items()]
+    found += [(name, table._replace(**fields)) for name, fields in (extra or {}).items()]
+    names = [name for name, _ in found]
+    clash = sorted({name for name in names if names.count(name) > 1})
+    if clash:
+        raise ValueError(f"variants of {key}: {', '.join(clash)} named twice (the table tile is {TABLE!r})")
+    return found
+
+
+def config_fields(path: str = "native") -> tuple[str, ...]:
+    """The fields a variant of this path may set."""
+    import tile_configs
+
+    return (tile_configs.NativeTileConfig if path == "native" else tile_configs.TileConfig)._fields
+
+
+def rank_variants(params: dict, path: str = "native", **estimate_options) -> list[tuple[str, float]]:
+    """(name, ESTIMATE us) of every variant of a case within the check's limits (one that breaks a
+    limit is no candidate), lowest first: compiled for gfx950 here, in a process whose kernel
+    modules were not imported under TRITON_INTERPRET=1."""
+    from bench.gfx950.check import analyse
+    from bench.gfx950.estimate import estimate
+    from bench.gfx950.run import launch_case
+
+    ranked = []
+    for name, tiles in variants(params, path):
+        launches, _ = launch_case(params, path, tiles)
+        analysed = [(analyse(launch.kernel), launch) for launch in launches]
+        if not any(rep.violations for rep, _ in analysed):
+            ranked.append((name, estimate(params, analysed, **estimate_options).estimate_us))
+    return sorted(ranked, key=lambda item: item[1])
