@@ -56,8 +56,9 @@ def selected_backend(config: dict | None = None) -> str:
 
 def selection_on() -> bool:
     """Whether custom_kernel selects: MOE_SELECT=1 always, 0 never, auto (default) where a GPU
-    runs the kernels (not under Triton's CPU interpreter); never while MOE_BACKEND is set."""
-    value = os.environ.get(SELECT_ENV, "auto")
+    runs the kernels (not under Triton's CPU interpreter); never while MOE_BACKEND is set. Unset
+    or empty is auto, as an empty MOE_BACKEND is no backend."""
+    value = os.environ.get(SELECT_ENV) or "auto"
     if value not in SELECT_VALUES:
         raise ValueError(f"{SELECT_ENV}: expected one of {', '.join(SELECT_VALUES)}, got {value!r}")
     if os.environ.get("MOE_BACKEND"):

@@ -413,6 +413,7 @@ def stub_selector(monkeypatch, expected):
         ({"MOE_SELECT": "0"}, "static"),
         ({"MOE_SELECT": "1", "MOE_BACKEND": "triton"}, "static"),
         ({}, "static"),  # auto: off under the CPU interpreter
+        ({"MOE_SELECT": ""}, "static"),  # empty is auto, as an empty MOE_BACKEND is none
         ({"MOE_SELECT": "1"}, "selector"),
     ],
 )
