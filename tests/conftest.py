@@ -1,5 +1,5 @@
 """Shared test setup: Triton's interpreter on GPU-less machines, import paths, the hypothesis
-profile, and the `device` and `triton_device` fixtures."""
+profile, the `device` and `triton_device` fixtures, and the cpu_only marker."""
 
 import os
 import sys
@@ -47,3 +47,14 @@ def device(request) -> torch.device:
 def triton_device(request) -> torch.device:
     """Where Triton kernels run: the CPU under the interpreter, and CUDA where present."""
     return torch.device(request.param)
+
+
+def pytest_collection_modifyitems(config, items):
+    """cpu_only tests (the offline gfx950 compile check, a CPU tool that CI runs) are skipped where
+    a GPU is present, which keeps the whole suite on a GPU machine to what needs the GPU."""
+    if not torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="cpu_only: CI runs it on the CPU")
+    for item in items:
+        if item.get_closest_marker("cpu_only"):
+            item.add_marker(skip)
