@@ -213,15 +213,17 @@ NATIVE_VARIANTS: dict[str, dict] = {
 # several blocks per expert (or a shared expert of 8-16 blocks) the XCD order; 32 rows and more the
 # 32x32 MFMA. Stage 1 quantizing its own rows (fused_quant, and the 2-launch route_launches 0 it
 # enables) is listed nowhere: its encoder costs about 45 VALU per element per K step and lane
-# (docs/gfx950.md), far more than the launch it saves.
+# (docs/gfx950.md), far more than the launch it saves. Each shape's names are in the order of the
+# offline ESTIMATE's ranking (bench/results/gfx950/native-triton-3.6.0-ranking.json, ties as
+# listed): the selection tries them in this order, so a spent budget skips the lowest ranked.
 _NATIVE_VARIANTS_BY_SHAPE: dict[tuple[int, int, int, int, int], tuple[str, ...]] = {
     (7168, 256, 257, 9, 16): ("route1", "route1-cg"),
     (7168, 256, 257, 9, 128): ("route1", "route1-cg", "route1-xcd8"),
     (7168, 256, 257, 9, 512): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
     (7168, 512, 33, 9, 16): ("route1", "route1-cg"),
     (7168, 512, 33, 9, 128): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
-    (7168, 512, 33, 9, 512): ("route1", "xcd8", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
-    (7168, 2048, 33, 9, 512): ("route1", "xcd8", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
+    (7168, 512, 33, 9, 512): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32", "xcd8"),
+    (7168, 2048, 33, 9, 512): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32", "xcd8"),
     (4096, 1024, 257, 9, 8): ("route1", "route1-cg"),
     (7168, 2048, 33, 9, 32): ("route1", "route1-cg"),
     (4096, 1536, 65, 7, 128): ("route1", "route1-xcd8"),

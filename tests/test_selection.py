@@ -18,7 +18,7 @@ import submission
 from backend_table import shape_key
 from cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import ATOL, RTOL, check_implementation, generate_input, make_config, ref_kernel
-from tile_configs import ALTERNATES, TUNED, tile_config
+from tile_configs import ALTERNATES, NATIVE_ALTERNATES, TUNED, tile_config
 
 
 @pytest.fixture(scope="module")
@@ -505,3 +505,21 @@ def test_end_to_end_the_real_cpu_candidates_select_and_the_output_is_correct(mon
         assert not [line for line in capfd.readouterr().err.splitlines() if line.startswith("moe-mxfp4 select")]
     finally:
         submission.selector.cache_clear()
+
+
+RANKING = "bench/results/gfx950/native-triton-3.6.0-ranking.json"  # bench/gfx950/write_results.sh
+
+
+def test_the_native_alternates_follow_the_offline_estimates_ranking():
+    """The budget skips the last candidates first: NATIVE_ALTERNATES lists each shape's variants
+    in the order of the ESTIMATE's ranking for triton 3.6 (ties keep the table's order)."""
+    ranking = json.loads((Path(__file__).resolve().parents[1] / RANKING).read_text())
+    seen = 0
+    for case in ranking["cases"].values():
+        names = list(NATIVE_ALTERNATES.get(tuple(case["key"]), {}))
+        if not names:
+            continue
+        estimate = dict(case["variants"])
+        assert sorted(names, key=lambda n: estimate[n]) == names, case["key"]
+        seen += 1
+    assert seen == len(NATIVE_ALTERNATES)
