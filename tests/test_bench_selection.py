@@ -104,3 +104,25 @@ def test_the_pin_rows_name_the_backend_and_the_alternate_tile():
     if NATIVE_ALTERNATES.get(key):
         name, tiles = next(iter(NATIVE_ALTERNATES[key].items()))
         assert pin_rows([_row(key, f"triton:{name}")], amd=True)["NATIVE_TUNED"][0].startswith(f"    {key}: {tiles!r}")
+
+
+def test_seed_check_runs_custom_kernel_on_fresh_seeds_and_reports_each_case(monkeypatch, capsys):
+    from bench import seed_check
+
+    monkeypatch.setenv("MOE_SELECT", "0")
+    monkeypatch.delenv("MOE_BACKEND", raising=False)
+    case = "dhidden=256,dexpert=256,nroutedexperts=4,nexpertspertoken=2,nsharedexperts=1,bs=3"
+    assert seed_check.main(["--cases", case, "--seeds", "2"]) == 0
+    line = capsys.readouterr().out.strip().splitlines()[-1]
+    assert line.startswith("custom0 H256-I256-E4+1-k2+1-bs3: 2/2 passed, worst error ")
+    assert "choice static" in line
+
+
+def test_seed_check_refuses_bad_options(capsys):
+    from bench import seed_check
+
+    assert seed_check.main(["--cases", "nope"]) == 2
+    assert capsys.readouterr().err.startswith("--cases: ")
+    with pytest.raises(SystemExit) as exc:
+        seed_check.main(["--seeds", "0"])
+    assert exc.value.code == 2
