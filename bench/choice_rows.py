@@ -41,4 +41,7 @@ def pin_rows(rows: Sequence[dict], amd: bool) -> dict[str, list[str]]:
 
 
 def pins_text(tables: dict[str, list[str]]) -> str:
-    return "".join(f"# rows for {name}\n" + "\n".join(lines) + "\n" for name, lines in tables.items())
+    heads = {"not pinnable": "# choices that no table row can pin"}
+    return "".join(
+        heads.get(name, f"# rows for {name}") + "\n" + "\n".join(lines) + "\n" for name, lines in tables.items()
+    )

@@ -101,6 +101,7 @@ def test_the_pin_rows_name_the_backend_and_the_alternate_tile():
     assert amd["MI355X_BACKENDS"] == [f"    {key}: 'aiter',  # selected by select, 100.0 us"]
     assert "aiter-fused (no table row selects it)" in amd["not pinnable"][0]
     assert pins_text(nvidia).startswith("# rows for TUNED\n")
+    assert "# choices that no table row can pin\n    # " in pins_text(amd)
     if NATIVE_ALTERNATES.get(key):
         name, tiles = next(iter(NATIVE_ALTERNATES[key].items()))
         assert pin_rows([_row(key, f"triton:{name}")], amd=True)["NATIVE_TUNED"][0].startswith(f"    {key}: {tiles!r}")
