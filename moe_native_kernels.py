@@ -31,7 +31,7 @@ backend and under the interpreter.
 import triton
 import triton.language as tl
 
-from moe_triton_kernels import _chunk_histogram, _place_expert, _round_to_bf16
+from moe_triton_kernels import _chunk_histogram, _place_expert, _round_to_bf16, _routing_block, _skip_block
 from mxfp4_kernels import mx_encode_pairs
 
 
@@ -60,17 +60,6 @@ def _program_tile(XCDS: tl.constexpr):
     else:
         block, column = tl.program_id(0), tl.program_id(1)
     return block, column
-
-
-@triton.jit
-def _block_rows(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr):
-    """moe_triton_kernels._routing_block for an explicit block: its rows, packed ids, tokens,
-    which rows are real, and its expert."""
-    rows = block * BLOCK_M + tl.arange(0, BLOCK_M)
-    packed = tl.load(sorted_ids_ptr + rows)
-    tokens = packed & 0xFFFFFF
-    expert = tl.load(sorted_expert_ids_ptr + block).to(tl.int64)
-    return rows, packed, tokens, tokens < n_tokens, expert
 
 
 @triton.jit
@@ -327,10 +316,10 @@ def moe_native_stage1_kernel(
             tl.store(sorted_expert_ids_ptr + block, expert)
         expert = expert.to(tl.int64)
     else:
-        if block * BLOCK_M >= tl.load(num_valid_ids_ptr):
+        if _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
             return
-        rows, _packed, tokens, valid, expert = _block_rows(
-            block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M
+        rows, _packed, tokens, valid, expert = _routing_block(
+            block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
         )
     cols = column * BLOCK_N + tl.arange(0, BLOCK_N)
     # The expert's weights as scalar base pointers (64-bit), its rows as 32-bit offsets. Gate and
@@ -395,9 +384,11 @@ def moe_native_stage2_kernel(
     W_CACHE: tl.constexpr,
 ):
     block, column = _program_tile(XCDS)
-    if block * BLOCK_M >= tl.load(num_valid_ids_ptr):
+    if _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
         return
-    rows, packed, tokens, valid, expert = _block_rows(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M)
+    rows, packed, tokens, valid, expert = _routing_block(
+        block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
+    )
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
     weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
     # The expert's weights and the output as scalar base pointers, moved along by whole tiles;

@@ -333,14 +333,14 @@ def _weight_step(
 
 @triton.jit
 def _skip_block(
-    sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr
+    block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr
 ):
-    """Whether this program's routing block is not this launch's to compute: it lies past the
+    """Whether routing block `block` is not this launch's to compute: it lies past the
     valid rows, or the stage runs in two launches (TAIL_M > 0) and the block belongs to the
     other one. Blocks with at most TAIL_M real rows go to the tail launch (ROWS = TAIL_M), the
     rest to the full one (ROWS = BLOCK_M); an expert's real rows come before its padding, so
     row TAIL_M of the block tells which."""
-    start = tl.program_id(0) * BLOCK_M
+    start = block * BLOCK_M
     skip = start >= tl.load(num_valid_ids_ptr)
     if TAIL_M > 0:
         is_tail = (tl.load(sorted_ids_ptr + start + TAIL_M) & 0xFFFFFF) >= n_tokens
@@ -349,14 +349,14 @@ def _skip_block(
 
 
 @triton.jit
-def _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
-    """This program's share of the sorted routing: the first ROWS of its block_m sorted rows,
-    their packed ids (slot << 24 | token), tokens and which of them are real (padding holds token
-    n_tokens), and the block's expert."""
-    rows = tl.program_id(0) * BLOCK_M + tl.arange(0, ROWS)
+def _routing_block(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
+    """Routing block `block`'s share of the sorted routing: the first ROWS of its block_m sorted
+    rows, their packed ids (slot << 24 | token), tokens and which of them are real (padding holds
+    token n_tokens), and the block's expert."""
+    rows = block * BLOCK_M + tl.arange(0, ROWS)
     packed = tl.load(sorted_ids_ptr + rows)
     tokens = packed & 0xFFFFFF
-    expert = tl.load(sorted_expert_ids_ptr + tl.program_id(0)).to(tl.int64)
+    expert = tl.load(sorted_expert_ids_ptr + block).to(tl.int64)
     return rows, packed, tokens, tokens < n_tokens, expert
 
 
@@ -382,10 +382,10 @@ def moe_stage1_kernel(
     PDL: tl.constexpr,
 ):
     _after_previous_launch(PDL)
-    if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+    if _skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
     rows, _packed, tokens, valid, expert = _routing_block(
-        sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
+        tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     # One GEMM over the gate and up rows interleaved (gate col 0, up col 0, gate col 1, ...):
@@ -430,9 +430,11 @@ def moe_stage2_kernel(
     PDL: tl.constexpr,
 ):
     _after_previous_launch(PDL)
-    if _skip_block(sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+    if _skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
-    rows, packed, tokens, valid, expert = _routing_block(sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS)
+    rows, packed, tokens, valid, expert = _routing_block(
+        tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
+    )
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
     weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
     # N_TILES output tiles of BLOCK_N columns in one loop over (tile, K step): the routing and
