@@ -154,8 +154,8 @@ class _Launch:
         self.fn, self.grid = fn, tuple(grid) + (1,) * (3 - len(grid))
         self.args, self.kwargs = list(args), kwargs
         self.slots = [(k, where[id(a)]) for k, a in enumerate(args) if id(a) in where]
-        names = inspect.signature(fn.fn).parameters
-        bound = inspect.signature(fn.fn).bind(*args, **{k: v for k, v in kwargs.items() if k in names})
+        signature = inspect.signature(fn.fn)
+        bound = signature.bind(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})
         bound.apply_defaults()
         self.params = list(bound.arguments.values())
         self.param_slots = [(k, where[id(a)]) for k, a in enumerate(self.params) if id(a) in where]
@@ -204,6 +204,16 @@ class _DecodePlan:
         return out
 
 
+def routing_buffers(n_slots: int, n_experts: int, block_m: int, device: torch.device) -> tuple:
+    """The routing arrays from the buffers pool: sorted_ids, sorted_expert_ids, num_valid_ids."""
+    n_blocks = routing_capacity(n_slots, n_experts, block_m)
+    return (
+        get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device),
+        get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device),
+        get_buffer("num_valid_ids", (2,), torch.int32, device),
+    )
+
+
 def route_and_quantize(
     hidden_states: torch.Tensor,
     topk_ids: torch.Tensor,
@@ -224,11 +234,8 @@ def route_and_quantize(
     n_tokens, d_hidden = hidden_states.shape
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
-    n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
-    sorted_ids = get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device)
-    sorted_expert_ids = get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device)
-    num_valid_ids = get_buffer("num_valid_ids", (2,), torch.int32, device)
+    sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
     # A handful of histogram programs (at most 8): few enough for each route program to sum
     # their counts in one load, large enough chunks for their histograms to be cheap.
     hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
@@ -510,12 +517,17 @@ def _fused_moe_native(
     out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
     if cfg.route_launches:
         sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
-            hidden_states, topk_ids, n_experts, block_m, out, True, not cfg.fused_quant, cfg.route_launches
+            hidden_states,
+            topk_ids,
+            n_experts,
+            block_m,
+            out,
+            native=True,
+            quantize=not cfg.fused_quant,
+            launches=cfg.route_launches,
         )
     else:
-        sorted_ids = get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device)
-        sorted_expert_ids = get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device)
-        num_valid_ids = get_buffer("num_valid_ids", (2,), torch.int32, device)
+        sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
         a1 = None
     # With fused_quant stage 1 reads the hidden states' bf16 bits as int32 pairs (and no scales).
     a1_ptrs = a1 or (hidden_states.view(torch.int32),) * 2
