@@ -23,6 +23,8 @@ from candidates import Candidate
 from cases import case_name
 from reference import ATOL, RTOL, compare, ref_kernel
 
+SELECT_ENV = "MOE_SELECT"
+SELECT_VALUES = ("auto", "1", "0")
 BUDGET_ENV = "MOE_SELECT_BUDGET_S"
 DEFAULT_BUDGET_S = 20.0
 # A candidate's worst error may not pass max(MIN_MARGIN, the incumbent's): a margin against the
@@ -37,9 +39,17 @@ FLUSH_BYTES = 512 << 20
 FLUSH_PASSES = 8
 
 
-def budget_s() -> float:
+def select_mode(environ=None) -> str:
+    """MOE_SELECT: auto (also when unset or empty, as an empty MOE_BACKEND is no backend), 1 or 0."""
+    value = (os.environ if environ is None else environ).get(SELECT_ENV) or "auto"
+    if value not in SELECT_VALUES:
+        raise ValueError(f"{SELECT_ENV}: expected one of {', '.join(SELECT_VALUES)}, got {value!r}")
+    return value
+
+
+def budget_s(environ=None) -> float:
     """MOE_SELECT_BUDGET_S (seconds per shape, compiles included), default 20."""
-    text = os.environ.get(BUDGET_ENV, "")
+    text = (os.environ if environ is None else environ).get(BUDGET_ENV, "")
     if not text:
         return DEFAULT_BUDGET_S
     try:

@@ -29,12 +29,11 @@ if not torch.cuda.is_available():
 
 from backend_table import backend_for  # noqa: E402
 from candidates import BACKEND_RUNNERS, candidates_for, platform  # noqa: E402
+from selector import select_mode  # noqa: E402
 from task import input_t, output_t  # noqa: E402
 from validation import validate_inputs  # noqa: E402
 
 BACKENDS = ("aiter", "aiter-fused", "triton", "reference")
-SELECT_ENV = "MOE_SELECT"
-SELECT_VALUES = ("auto", "1", "0")
 
 
 def default_backend() -> str:
@@ -58,9 +57,7 @@ def selection_on() -> bool:
     """Whether custom_kernel selects: MOE_SELECT=1 always, 0 never, auto (default) where a GPU
     runs the kernels (not under Triton's CPU interpreter); never while MOE_BACKEND is set. Unset
     or empty is auto, as an empty MOE_BACKEND is no backend."""
-    value = os.environ.get(SELECT_ENV) or "auto"
-    if value not in SELECT_VALUES:
-        raise ValueError(f"{SELECT_ENV}: expected one of {', '.join(SELECT_VALUES)}, got {value!r}")
+    value = select_mode()
     if os.environ.get("MOE_BACKEND"):
         return False
     return platform() != "cpu" if value == "auto" else value == "1"

@@ -31,7 +31,6 @@ MOE_BACKENDS = ("aiter", "aiter-fused", "triton", "reference")  # the values of 
 # the first-call selection (MOE_SELECT=1), so that one run can time both.
 NAMED_BACKENDS = ("auto", "select", *MOE_BACKENDS)
 SELECT_ENV = {"auto": "0", "select": "1"}
-SELECT_VALUES = ("auto", "1", "0")
 
 _GROUP_ALIASES = {
     "tests": "tests",
@@ -282,19 +281,19 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def check_select_env(environ: Mapping[str, str] | None = None) -> None:
-    """MOE_SELECT and MOE_SELECT_BUDGET_S as submission.py reads them (for backends that leave
-    MOE_SELECT to the environment); a bad value is a usage error naming the variable."""
+    """MOE_SELECT and MOE_SELECT_BUDGET_S by the submission's own rules (selector.py), for backends
+    that leave MOE_SELECT to the environment; a bad value is a usage error naming the variable."""
+    from selector import SELECT_VALUES, budget_s, select_mode
+
     env = os.environ if environ is None else environ
-    value = env.get("MOE_SELECT", "auto")
-    if value not in SELECT_VALUES:
-        raise SelectionError(f"MOE_SELECT={value!r}: expected one of {', '.join(SELECT_VALUES)}")
-    budget = env.get("MOE_SELECT_BUDGET_S", "")
     try:
-        ok = not budget or float(budget) >= 0
+        select_mode(env)
     except ValueError:
-        ok = False
-    if not ok:
-        raise SelectionError(f"MOE_SELECT_BUDGET_S={budget!r}: expected seconds >= 0")
+        raise SelectionError(f"MOE_SELECT={env['MOE_SELECT']!r}: expected one of {', '.join(SELECT_VALUES)}") from None
+    try:
+        budget_s(env)
+    except ValueError:
+        raise SelectionError(f"MOE_SELECT_BUDGET_S={env['MOE_SELECT_BUDGET_S']!r}: expected seconds >= 0") from None
 
 
 def apply_env_backend(specs: list[BackendSpec], env_backend: str | None) -> list[str]:

@@ -56,6 +56,11 @@ def test_bad_selection_variables_are_refused_in_one_line(monkeypatch, capsys, en
     assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
 
 
+def test_the_runner_accepts_what_the_submission_accepts():
+    for env in ({}, {"MOE_SELECT": ""}, {"MOE_SELECT": "auto"}, {"MOE_SELECT": "0", "MOE_SELECT_BUDGET_S": "2.5"}):
+        check_select_env(env)
+
+
 def test_the_report_shows_the_choice_and_the_first_calls_time_per_backend(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("MOE_SELECT", raising=False)
     sub = tmp_path / "fake_submission.py"
