@@ -9,13 +9,12 @@ from collections.abc import Sequence
 def backend_rows(rows: Sequence[dict]) -> list[str]:
     """Python lines for MI355X_BACKENDS from report rows (report.build_row), one per shape that
     both backends ran and passed; empty unless both ran."""
+    from cases import table_key
+
     times: dict[tuple, dict[str, float]] = {}
     for r in rows:
         if r["backend"] in ("aiter", "triton") and r["status"] == "pass" and r["mean_us"] is not None:
-            experts = r["nroutedexperts"] + r["nsharedexperts"]
-            topk = r["nexpertspertoken"] + r["nsharedexperts"]
-            key = (r["dhidden"], r["dexpert"], experts, topk, r["bs"])
-            times.setdefault(key, {})[r["backend"]] = r["mean_us"]
+            times.setdefault(table_key(r), {})[r["backend"]] = r["mean_us"]
     lines = []
     for key, t in times.items():
         if len(t) == 2:

@@ -8,15 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
-def _key(r: dict) -> tuple[int, int, int, int, int]:
-    experts = r["nroutedexperts"] + r["nsharedexperts"]
-    topk = r["nexpertspertoken"] + r["nsharedexperts"]
-    return (r["dhidden"], r["dexpert"], experts, topk, r["bs"])
-
-
 def pin_rows(rows: Sequence[dict], amd: bool) -> dict[str, list[str]]:
     """{table: Python lines} from report rows that passed with a choice, one shape each (its first
     row); amd says which tile table an alternate tile belongs to."""
+    from cases import table_key
     from tile_configs import ALTERNATES, NATIVE_ALTERNATES
 
     tile_table, alternates = ("NATIVE_TUNED", NATIVE_ALTERNATES) if amd else ("TUNED", ALTERNATES)
@@ -24,7 +19,7 @@ def pin_rows(rows: Sequence[dict], amd: bool) -> dict[str, list[str]]:
     seen = set()
     for r in rows:
         choice = r.get("choice")
-        key = _key(r)
+        key = table_key(r)
         if not choice or r["status"] != "pass" or key in seen:
             continue
         seen.add(key)

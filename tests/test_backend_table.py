@@ -67,3 +67,12 @@ def test_rows_name_the_faster_passing_backend_per_shape():
         "    (7168, 256, 257, 9, 128): 'aiter',  # aiter 100.0 us, triton 120.0 us",
     ]
     assert backend_rows([_row("triton", 16, 80.0), _row("reference", 16, 50.0)]) == []
+
+
+def test_a_cases_table_key_is_its_configs_shape_key():
+    from cases import BENCHMARKS, SMOKE, TESTS, table_key
+    from reference import make_config
+
+    for case in TESTS + BENCHMARKS + SMOKE:
+        shape = {k: v for k, v in case.items() if k != "seed"}
+        assert table_key(case) == backend_table.shape_key(make_config(**shape))

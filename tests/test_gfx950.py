@@ -391,11 +391,11 @@ def test_a_stage_in_two_launches_shares_its_weights_by_programs():
 
 def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
     import tile_configs
-    from bench.gfx950.variants import tile_key, variants
-    from cases import SMOKE
+    from bench.gfx950.variants import variants
+    from cases import SMOKE, table_key
 
     params = SMOKE[0]
-    key = tile_key(params)
+    key = table_key(params)
     assert key == (512, 256, 9, 5, 8)  # shared experts counted in E and topk, as the launcher reads them
     table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
     monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {})

@@ -187,9 +187,10 @@ def main(argv=None) -> int:
     from bench.gfx950 import report
     from bench.gfx950.check import analyse
     from bench.gfx950.estimate import assumptions, estimate
-    from bench.gfx950.variants import config_fields, tile_key, variants
+    from bench.gfx950.variants import config_fields, variants
     from bench.report import aiter_times
     from bench.selection import SelectionError, select_cases
+    from cases import table_key
 
     try:
         cases = select_cases(args.cases)
@@ -226,7 +227,7 @@ def main(argv=None) -> int:
             broken = any(rep.violations for rep, _ in analysed)
             failed |= broken
             case_rows.append(report.case_row(case, note, est, aiter.get(case.shape_key()), name, broken))
-            entry = ranking.setdefault(case.label, {"key": list(tile_key(case.params)), "variants": [], "broken": []})
+            entry = ranking.setdefault(case.label, {"key": list(table_key(case.params)), "variants": [], "broken": []})
             if broken:
                 entry["broken"].append(name)
             else:

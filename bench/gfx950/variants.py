@@ -10,25 +10,14 @@ from __future__ import annotations
 TABLE = "table"  # the name of the tile table's own entry, always the first variant
 
 
-def tile_key(params: dict) -> tuple[int, int, int, int, int]:
-    """tile_configs' shape key: (d_hidden, d_inter, n_experts, topk, n_tokens), shared experts counted."""
-    shared = params["nsharedexperts"]
-    return (
-        params["dhidden"],
-        params["dexpert"],
-        params["nroutedexperts"] + shared,
-        params["nexpertspertoken"] + shared,
-        params["bs"],
-    )
-
-
 def variants(params: dict, path: str = "native", extra: dict | None = None) -> list[tuple[str, object]]:
     """(name, tiles) per variant of a case: the table's tile first, then the alternates in their order,
     then `extra` (name -> fields to replace in the table's tile: variants tried before they are named
     in tile_configs)."""
     import tile_configs
+    from cases import table_key
 
-    key = tile_key(params)
+    key = table_key(params)
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     if path == "native":
         table = tile_configs.native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
