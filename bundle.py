@@ -1,9 +1,11 @@
 """Write the package as ONE submission file for the leaderboard: `python bundle.py [-o PATH]`.
 
 The project's modules are the .py files at the repository root (task.py excepted: the runner
-provides it, so `from task import ...` stays). Starting from submission.py, every project module
-reachable through any import statement (top level or inside functions) is inlined once, in the
-order Python would first execute it:
+provides it, so `from task import ...` stays) and those of its packages (folders with an
+__init__.py, bench/ and tests/ excepted), named as Python names them (`moe_triton.fused_moe`). A
+package's __init__.py holds its docstring only, so that inlining a module never needs it. Starting
+from submission.py, every project module reachable through any import statement (top level or
+inside functions) is inlined once, in the order Python would first execute it:
   * an eager import (module level) inlines its module right before the statement that needs it;
   * modules only imported lazily (inside functions) are inlined after the entry module's own
     top-level code and before its `if __name__ == "__main__":` block;
@@ -12,7 +14,8 @@ a function, `pass`). The output starts with the two `#!POPCORN` directives, impo
 standard library, torch, triton, numpy, pandas, aiter and task, and compiles.
 
 An unknown --backend is a usage error (exit status 2). It fails loudly (exit status 1, nothing
-written) on: `import module` or `from module import *` of a project module, relative imports,
+written) on: `import module` or `from module import *` of a project module, `from package import
+module`, a package __init__.py with code in it, relative imports,
 dynamic imports of a project module, a circular module-level import, a name imported from a project
 module that does not define it, an import sharing its line with another statement, a disallowed
 import, and a top-level name defined differently in two modules (identical functions, classes,
@@ -33,6 +36,7 @@ DIRECTIVES = ("#!POPCORN leaderboard amd-moe-mxfp4", "#!POPCORN gpu MI355X")
 ALLOWED_PACKAGES = frozenset({"torch", "triton", "numpy", "pandas", "aiter", "task"})
 PROVIDED_MODULES = frozenset({"task"})  # beside the submission on the server; never inlined
 NOT_MODULES = frozenset({"bundle", "setup", "conftest"})
+NOT_PACKAGES = frozenset({"bench", "tests"})  # the package's tools and tests, never bundled
 
 
 class BundleError(Exception):
@@ -67,18 +71,57 @@ class Module:
     tree: ast.Module
     lines: list[str] = field(default_factory=list)
     sites: list[Site] = field(default_factory=list)
+    label: str = ""  # its path from the package root, as messages and the bundle's headers name it
+
+
+def project_packages(root: Path) -> dict[str, Path]:
+    """Dotted package name -> its __init__.py, for every package folder under root (nested ones
+    only inside a package) but the tools' and tests'."""
+    out = {}
+    todo = [(d, d.name) for d in sorted(root.iterdir()) if d.name not in NOT_PACKAGES]
+    while todo:
+        folder, name = todo.pop(0)
+        init = folder / "__init__.py"
+        if folder.is_dir() and folder.name.isidentifier() and init.is_file():
+            out[name] = init
+            todo += [(d, f"{name}.{d.name}") for d in sorted(folder.iterdir())]
+    return out
 
 
 def project_modules(root: Path) -> dict[str, Path]:
+    """Dotted module name -> file, for the root's modules and every package's."""
     out = {}
     for p in sorted(root.glob("*.py")):
         if p.stem not in NOT_MODULES and p.stem not in PROVIDED_MODULES and p.stem.isidentifier():
             out[p.stem] = p
+    for package, init in project_packages(root).items():
+        for p in sorted(init.parent.glob("*.py")):
+            if p.name != "__init__.py" and p.stem.isidentifier():
+                out[f"{package}.{p.stem}"] = p
     return out
 
 
+def check_package_inits(root: Path) -> None:
+    """A package's __init__.py holds a docstring only: the bundle inlines modules, never runs it."""
+    for package, init in project_packages(root).items():
+        body = ast.parse(init.read_text(), filename=str(init)).body
+        if body and isinstance(body[0], ast.Expr) and isinstance(getattr(body[0], "value", None), ast.Constant):
+            body = body[1:]
+        if body:
+            raise BundleError(
+                f"{init.relative_to(root)}:{body[0].lineno}: a package's __init__.py may hold its docstring only "
+                f"(the bundle inlines {package}'s modules and never runs it)"
+            )
+
+
 def _where(mod: Module, node: ast.AST) -> str:
-    return f"{mod.path.name}:{getattr(node, 'lineno', '?')}"
+    return f"{mod.label}:{getattr(node, 'lineno', '?')}"
+
+
+def _top_is_project(name: str, project: set[str]) -> bool:
+    """Whether a dotted name is, or lies in, one of the project's modules or packages."""
+    top = name.split(".")[0]
+    return any(m == top or m.startswith(top + ".") for m in project)
 
 
 def _scan_sites(mod: Module, project: set[str]) -> None:
@@ -95,19 +138,21 @@ def _scan_sites(mod: Module, project: set[str]) -> None:
                 child_scope = "compound"
             if isinstance(child, ast.Import):
                 for alias in child.names:
-                    top = alias.name.split(".")[0]
-                    if top in project:
+                    if _top_is_project(alias.name, project):
                         raise BundleError(
                             f"{_where(mod, child)}: `import {alias.name}`: project modules must be "
-                            f"imported as `from {top} import name`"
+                            f"imported as `from module import name`"
                         )
             elif isinstance(child, ast.ImportFrom):
                 if child.level:
-                    raise BundleError(f"{_where(mod, child)}: relative import; modules are flat at the root")
-                top = (child.module or "").split(".")[0]
+                    raise BundleError(f"{_where(mod, child)}: relative import; name the module in full")
+                top = child.module or ""
+                if top not in project and _top_is_project(top, project):
+                    raise BundleError(
+                        f"{_where(mod, child)}: `from {top} import ...`: {top} is a package or no project "
+                        f"module; import the names from the module that defines them (`from {top}.module import name`)"
+                    )
                 if top in project:
-                    if child.module != top:
-                        raise BundleError(f"{_where(mod, child)}: `from {child.module} import`: not a flat module")
                     if any(a.name == "*" for a in child.names):
                         raise BundleError(f"{_where(mod, child)}: `from {top} import *` cannot be bundled")
                     if scope == "compound" and _in_try(mod.tree.body[top_index], child):
@@ -223,9 +268,8 @@ def _definitions(mod: Module, project: set[str]) -> dict[str, list[tuple]]:
                     else:
                         add(a.name.split(".")[0], ("import", a.name.split(".")[0]))
             elif isinstance(s, ast.ImportFrom):
-                top = (s.module or "").split(".")[0]
                 for a in s.names:
-                    if top in project:
+                    if s.module in project:
                         if a.asname and a.asname != a.name:
                             add(a.asname, ("alias", s.module, a.name))
                     else:
@@ -298,9 +342,9 @@ def check_clashes(mods: list[Module], project: set[str]) -> None:
                 if same and any(h[0] in ("state", "global") for h in canon):
                     same = False
                 if not same:
-                    problems.append(f"`{name}` is defined in both {other}.py and {m.name}.py, differently")
+                    problems.append(f"`{name}` is defined in both {other} and {m.label}, differently")
             else:
-                owner[name] = (m.name, canon)
+                owner[name] = (m.label, canon)
     # Names imported from a project module must be defined there.
     for m in mods:
         for site in m.sites:
@@ -308,7 +352,7 @@ def check_clashes(mods: list[Module], project: set[str]) -> None:
             for name, _ in site.names:
                 if name not in defined and not _imported_plainly(mods, site.target, name):
                     problems.append(
-                        f"{_where(m, site.node)}: `{name}` is not defined at the top level of {site.target}.py"
+                        f"{_where(m, site.node)}: `{name}` is not defined at the top level of {site.target}"
                     )
     if problems:
         raise BundleError("top-level names clash:\n  " + "\n  ".join(problems))
@@ -349,6 +393,7 @@ class Bundler:
         self.paths = project_modules(root)
         if entry not in self.paths:
             raise BundleError(f"no {entry}.py in {root}")
+        check_package_inits(root)
         self.project = set(self.paths)
         self.mods: dict[str, Module] = {}
         self._load(entry)
@@ -367,8 +412,8 @@ class Bundler:
             try:
                 tree = ast.parse(source, filename=str(path))
             except SyntaxError as exc:
-                raise BundleError(f"{path.name}: {exc}") from None
-            mod = Module(n, path, source, tree, source.splitlines())
+                raise BundleError(f"{path.relative_to(self.root)}: {exc}") from None
+            mod = Module(n, path, source, tree, source.splitlines(), label=str(path.relative_to(self.root)))
             _scan_sites(mod, self.project)
             self.mods[n] = mod
             todo += [s.target for s in mod.sites if s.target not in self.mods]
@@ -399,7 +444,7 @@ class Bundler:
             repl[site.node.lineno] = lines
             skip.update(range(site.node.lineno + 1, site.node.end_lineno + 1))
         body = mod.tree.body
-        chunk: list[str] = [f"# {'=' * 20} {mod.path.name} {'=' * (60 - len(mod.path.name))}"]
+        chunk: list[str] = [f"# {'=' * 20} {mod.label} {'=' * max(4, 60 - len(mod.label))}"]
 
         def take(a: int, b: int) -> None:  # 1-based inclusive line range of the module
             for ln in range(a, b + 1):
@@ -438,11 +483,11 @@ class Bundler:
                     for other in self.reachable():
                         if other not in self.order and other not in stack:
                             self._emit_module(other, stack)
-                    chunk.append(f"# {'=' * 20} {mod.path.name} (script) {'=' * 40}")
+                    chunk.append(f"# {'=' * 20} {mod.label} (script) {'=' * 40}")
                     take(start, end)
                 else:
                     take(start, stmt.lineno - 1)
-                    chunk.append(f'# (bundled: the `if __name__ == "__main__":` block of {mod.path.name} dropped)')
+                    chunk.append(f'# (bundled: the `if __name__ == "__main__":` block of {mod.label} dropped)')
                 prev_end = end
                 continue
             deps = [s.target for s in mod.sites if s.top_index == i and s.eager]
@@ -451,7 +496,7 @@ class Bundler:
                 flush()
                 for d in pending:
                     self._emit_module(d, stack)
-                chunk.append(f"# {'=' * 20} {mod.path.name} (continued) {'=' * 37}")
+                chunk.append(f"# {'=' * 20} {mod.label} (continued) {'=' * 37}")
             take(start, end)
             prev_end = end
         take(prev_end + 1, len(mod.lines))
@@ -472,7 +517,7 @@ class Bundler:
             "#",
             f"# ONE-FILE BUNDLE of moe-mxfp4{f' ({git})' if git else ''}, written by bundle.py: "
             "edit the package, not this file.",
-            f"# Modules, in order of execution: {', '.join(m + '.py' for m in self.order_of_first_code())}",
+            f"# Modules, in order of execution: {', '.join(self.order_of_first_code())}",
         ]
         futures = list(dict.fromkeys(f for f in self.futures if f))
         # A pinned backend: set before any bundled code reads MOE_BACKEND; the environment still wins.
@@ -485,10 +530,9 @@ class Bundler:
         seen = []
         for line in self.out:
             if line.startswith("# " + "=" * 20 + " "):
-                name = line.split()[2]
-                stem = name[:-3] if name.endswith(".py") else name
-                if stem not in seen:
-                    seen.append(stem)
+                label = line.split()[2]
+                if label not in seen:
+                    seen.append(label)
         return seen
 
 

@@ -16,7 +16,7 @@ MoE stages:
 
 Numerics are SPEC 3.3 bit for bit, without aiter's saturating `s.to(uint8) + 127` cast: the byte
 is computed as s + 127 in integers, by mxfp4_kernels' encoder on the inputs' bit patterns (exact
-for subnormals, -0 and tiny negatives on every backend). Inf/NaN follow mxfp4.quantize_activation,
+for subnormals, -0 and tiny negatives on every backend). Inf/NaN follow mxfp4.codec.quantize_activation,
 which follows aiter's kernel: NaNs are left out of the block amax (aiter's tl.max ignores them), a
 NaN element gets code 7 with its sign bit, a block of NaNs only gets byte 254 (s = 127), and so
 does a block whose amax is Inf (its Inf elements code 7).
@@ -38,8 +38,8 @@ import triton
 import triton.language as tl
 
 from buffers import get_buffer
-from moe_triton import interpreting
-from mxfp4_kernels import mx_encode_pairs, mx_scale_byte
+from moe_triton.fused_moe import interpreting
+from mxfp4.encode import mx_encode_pairs, mx_scale_byte
 
 MXQ_BLOCK = 32  # elements per e8m0 scale (fixed by MXFP4)
 MXQ_ROWS = 32  # rows of one e8m0_shuffle tile

@@ -12,7 +12,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from mxfp4 import MX_BLOCK, dequantize, quantize_activation, quantize_weight, shuffle_scales, shuffle_weight
+from mxfp4.codec import MX_BLOCK, dequantize, quantize_activation, quantize_weight, shuffle_scales, shuffle_weight
 from task import input_t, output_t
 
 PAD_ALIGN = 256

@@ -10,11 +10,11 @@ not, run by Triton's CPU interpreter when there is no GPU) and "reference" (the 
 reference). The environment variable MOE_BACKEND overrides the choice. Inputs are validated
 (metadata only) and never written.
 
-On a GPU, the first call per shape selects among the candidates (candidates.py) on the machine
+On a GPU, the first call per shape selects among the candidates (selection/candidates.py) on the machine
 itself: the static choice above and its alternatives, each checked against the reference and
-timed (selector.py, docs/selection.md); MOE_SELECT=0 keeps the static choice, MOE_SELECT=1
+timed (selection/selector.py, docs/selection.md); MOE_SELECT=0 keeps the static choice, MOE_SELECT=1
 selects under the CPU interpreter too. `python3 submission.py` (the runner's pre-run) selects
-for the official shapes ahead of the evaluation and stores the choices (prerun.py).
+for the official shapes ahead of the evaluation and stores the choices (selection/prerun.py).
 """
 
 import functools
@@ -27,11 +27,11 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from backend_table import backend_for  # noqa: E402
-from candidates import BACKEND_RUNNERS, candidates_for, platform  # noqa: E402
-from selector import select_mode  # noqa: E402
+from problem.validation import validate_inputs  # noqa: E402
+from selection.backend_table import backend_for  # noqa: E402
+from selection.candidates import BACKEND_RUNNERS, candidates_for, platform  # noqa: E402
+from selection.selector import select_mode  # noqa: E402
 from task import input_t, output_t  # noqa: E402
-from validation import validate_inputs  # noqa: E402
 
 BACKENDS = ("aiter", "aiter-fused", "triton", "reference")
 
@@ -66,8 +66,8 @@ def selection_on() -> bool:
 @functools.cache
 def selector():
     """The process's selector: the candidates of this platform, choices stored per stamp."""
-    from choice_file import ChoiceFile, default_path, stamp
-    from selector import Selector
+    from selection.choice_file import ChoiceFile, default_path, stamp
+    from selection.selector import Selector
 
     def candidates(config: dict):
         return candidates_for(config, selected_backend(config), platform())
@@ -89,6 +89,6 @@ def custom_kernel(data: input_t) -> output_t:
 
 
 if __name__ == "__main__":
-    from prerun import prerun
+    from selection.prerun import prerun
 
     prerun(selected_backend(), selection_on(), selector)

@@ -1,4 +1,4 @@
-"""The rows of backend_table.MI355X_BACKENDS that a timed run of both the aiter and the triton
+"""The rows of selection.backend_table.MI355X_BACKENDS that a timed run of both the aiter and the triton
 backend supports: per shape, the faster backend that passed, with both times."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 def backend_rows(rows: Sequence[dict]) -> list[str]:
     """Python lines for MI355X_BACKENDS from report rows (report.build_row), one per shape that
     both backends ran and passed; empty unless both ran."""
-    from cases import table_key
+    from problem.cases import table_key
 
     times: dict[tuple, dict[str, float]] = {}
     for r in rows:

@@ -19,7 +19,7 @@ DISAGREE = "checks disagree"
 
 
 def _leaderboard_check(data, output) -> tuple[bool, str]:
-    from aiter_backend import fused_moe_aiter_template
+    from moe_aiter.backend import fused_moe_aiter_template
     from reference import compare
 
     return compare(output, fused_moe_aiter_template(data))

@@ -1,5 +1,5 @@
 """The table rows that pin the selection's choices (the report's `choice` column) for a fixed
-submission: backend_table.MI355X_BACKENDS for the backend, the tile table for an alternate tile
+submission: selection.backend_table.MI355X_BACKENDS for the backend, the tile table for an alternate tile
 (TUNED on NVIDIA, NATIVE_TUNED on gfx950). Pinned, a bundle made with MOE_SELECT=0 in its
 environment runs what the selection found, without selecting."""
 
@@ -11,8 +11,9 @@ from collections.abc import Sequence
 def pin_rows(rows: Sequence[dict], amd: bool) -> dict[str, list[str]]:
     """{table: Python lines} from report rows that passed with a choice, one shape each (its first
     row); amd says which tile table an alternate tile belongs to."""
-    from cases import table_key
-    from tile_configs import ALTERNATES, NATIVE_ALTERNATES
+    from moe_triton.tiles_amd import NATIVE_ALTERNATES
+    from moe_triton.tiles_nvidia import ALTERNATES
+    from problem.cases import table_key
 
     tile_table, alternates = ("NATIVE_TUNED", NATIVE_ALTERNATES) if amd else ("TUNED", ALTERNATES)
     tables: dict[str, list[str]] = {"MI355X_BACKENDS": [], tile_table: [], "not pinnable": []}

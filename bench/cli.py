@@ -611,7 +611,9 @@ def _main(argv: list[str] | None) -> int:
         console.print("wrote " + ", ".join(str(p) for p in written))
     table_rows = backend_rows(rows) if mode in report.TIMED_MODES else []
     if table_rows:
-        console.print("rows for backend_table.MI355X_BACKENDS (measured here):\n" + "\n".join(table_rows), markup=False)
+        console.print(
+            "rows for selection.backend_table.MI355X_BACKENDS (measured here):\n" + "\n".join(table_rows), markup=False
+        )
     pins = pin_rows(rows, amd=device == "cuda" and _is_rocm())
     if pins:
         console.print("the selection's choices, as table rows that pin them:\n" + pins_text(pins), markup=False)

@@ -39,7 +39,7 @@ def expected_blocks(n_tokens: int, n_routed: int, per_token: int, n_shared: int,
 
 def call_seconds(params: dict) -> float:
     """One interpreted custom_kernel call of the case."""
-    from tile_configs import tile_config
+    from moe_triton.tiles_nvidia import tile_config
 
     h, i, m = params["dhidden"], params["dexpert"], params["bs"]
     routed, shared, per_token = params["nroutedexperts"], params["nsharedexperts"], params["nexpertspertoken"]

@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 import bundle
-from cases import BENCHMARKS, TESTS
+from problem.cases import BENCHMARKS, TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("test", "benchmark", "leaderboard")
@@ -299,7 +299,8 @@ def markdown(job: dict) -> str:
         f"- POPCORN_SEED for the evals: {job['seed'] if job['seed'] is not None else 'unset (the public run)'}; "
         f"pre-runs: {PRERUN_SEED}",
         f"- one HOME for every step; unset: {', '.join(job['unset']) or 'nothing to unset'}",
-        f"- case files from cases.py; the same as task.yml's lists: {'yes' if job['cases_match_task_yml'] else 'NO'}",
+        f"- case files from problem/cases.py; the same as task.yml's lists: "
+        f"{'yes' if job['cases_match_task_yml'] else 'NO'}",
         f"- python: {job['python']}",
         "",
         f"**Total {job['total_s']:.1f} s of the {JOB_CAP_S // 60}-minute cap ({job['total_s'] / JOB_CAP_S:.0%})"

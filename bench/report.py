@@ -19,9 +19,9 @@ SUMMARY_MODES = (*TIMED_MODES, "host")  # the modes with a geomean table
 
 
 def aiter_times() -> dict[tuple, float]:
-    """Shape (without seed) -> aiter's MI355X time in us, from cases.py."""
+    """Shape (without seed) -> aiter's MI355X time in us, from problem/cases.py."""
     from bench.selection import SHAPE_KEYS
-    from cases import AITER_MI355X_US, BENCHMARKS
+    from problem.cases import AITER_MI355X_US, BENCHMARKS
 
     return {tuple(int(c[k]) for k in SHAPE_KEYS): float(t) for c, t in zip(BENCHMARKS, AITER_MI355X_US, strict=True)}
 

@@ -4,7 +4,7 @@ The leaderboard's leaderboard mode regenerates the inputs with seed + 13 before 
 and checks each output; this does the same for --seeds seeds per case, untimed, in one process,
 so that what the submission chose at its first call per shape (MOE_SELECT, docs/selection.md) is
 checked on inputs it never saw. Prints one line per case: passes, the worst error as a fraction
-of the tolerance (selector.worst_error: 1 is the edge) and the choice.
+of the tolerance (selection.selector.worst_error: 1 is the edge) and the choice.
 """
 
 import argparse
@@ -29,7 +29,7 @@ def main(argv=None) -> int:
         print(f"--cases: {exc}", file=sys.stderr)
         return 2
     from reference import compare, generate_input, ref_kernel
-    from selector import worst_error
+    from selection.selector import worst_error
     from submission import custom_kernel, selection_choice
 
     failed = 0

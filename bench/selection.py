@@ -1,7 +1,7 @@
 """What to run: cases (official lists, SMOKE, user-given), seeds, and backends.
 
 Case selectors (any number, in order; duplicates are kept):
-  tests | benchmarks | smoke         a whole list from cases.py (aliases: test, bench, benchmark)
+  tests | benchmarks | smoke         a whole list from problem/cases.py (aliases: test, bench, benchmark)
   official                          tests then benchmarks;  all: tests, benchmarks, smoke
   benchmarks:0,3  bench:2-4         entries of a list by 0-based index (ranges inclusive)
   dhidden=7168,dexpert=256,nroutedexperts=256,nexpertspertoken=8,nsharedexperts=1,bs=16[,seed=5]
@@ -59,7 +59,7 @@ class Case:
 
     @property
     def shape(self) -> str:
-        from cases import case_name
+        from problem.cases import case_name
 
         return case_name(self.params)
 
@@ -86,7 +86,7 @@ def secret_seed(cli_seed: int | None, environ: Mapping[str, str] | None = None) 
 
 
 def _official_lists() -> dict[str, list[dict]]:
-    from cases import BENCHMARKS, SMOKE, TESTS
+    from problem.cases import BENCHMARKS, SMOKE, TESTS
 
     return {"tests": TESTS, "benchmarks": BENCHMARKS, "smoke": SMOKE}
 
@@ -281,9 +281,9 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def check_select_env(environ: Mapping[str, str] | None = None) -> None:
-    """MOE_SELECT and MOE_SELECT_BUDGET_S by the submission's own rules (selector.py), for backends
+    """MOE_SELECT and MOE_SELECT_BUDGET_S by the submission's own rules (selection/selector.py), for backends
     that leave MOE_SELECT to the environment; a bad value is a usage error naming the variable."""
-    from selector import SELECT_VALUES, budget_s, select_mode
+    from selection.selector import SELECT_VALUES, budget_s, select_mode
 
     env = os.environ if environ is None else environ
     try:

@@ -1,5 +1,5 @@
 """TEST DOUBLE -- this is NOT aiter. A plain-torch stand-in for the part of ROCm aiter at
-f3be04a12a0cfd6b5e2c7a94edc774f1bc24460d that aiter_backend.py and shape_overrides.py touch,
+f3be04a12a0cfd6b5e2c7a94edc774f1bc24460d that moe_aiter/backend.py and moe_aiter/inject.py touch,
 for machines without ROCm (where `import aiter` fails). Nothing here was copied from aiter: each
 function states the aiter file it stands in for and reimplements the documented behaviour (and,
 for kernels, the tiling behaviour read from their sources) with the math of SPEC 1 in torch.
@@ -33,7 +33,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from mxfp4 import dequantize, quantize_activation, unshuffle_scales, unshuffle_weight
+from mxfp4.codec import dequantize, quantize_activation, unshuffle_scales, unshuffle_weight
 
 FP4 = torch.float4_e2m1fn_x2
 E8M0 = torch.float8_e8m0fnu

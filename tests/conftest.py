@@ -14,13 +14,13 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
-# The modules sit at the repository root (mxfp4, reference, cases, task), the oracle beside the
+# The modules and packages sit at the repository root (mxfp4, reference, problem, task), the oracle beside the
 # tests; both importable under any pytest import mode.
 for path in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parent):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from moe_triton import interpreting  # noqa: E402
+from moe_triton.fused_moe import interpreting  # noqa: E402
 
 # Fast property tests (the whole of test_mxfp4 + test_reference takes seconds on 2 CPU cores);
 # no example database written into the tree.

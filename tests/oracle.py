@@ -1,12 +1,12 @@
 """A second, independent implementation of the MXFP4 format and of the MoE layer (SPEC 1, 3).
 
-Written from the SPEC text only, deliberately differently from mxfp4.py and reference.py:
+Written from the SPEC text only, deliberately differently from mxfp4/codec.py and reference.py:
 scalar Python per 32-block for both quantizers (rounding by nearest-grid search with an explicit
 tie rule, scale bytes from the fp32 bit fields via struct), a 256-entry byte -> (low, high) value
 table for dequantization, and a dense per-token, per-slot loop for the layer, accumulated in
 float64. Nothing here imports mxfp4 or reference.
 
-Finite inputs only: the NaN policy is a documented choice of mxfp4.py, tested there directly.
+Finite inputs only: the NaN policy is a documented choice of mxfp4/codec.py, tested there directly.
 """
 
 import math

@@ -11,12 +11,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import aiter_backend as ab
-import shape_overrides as so
 from buffers import pool_size
-from cases import BENCHMARKS, SMOKE
-from moe_triton import interpreting
-from mxfp4 import dequantize
+from moe_aiter import backend as ab
+from moe_aiter import inject as so
+from moe_triton.fused_moe import interpreting
+from mxfp4.codec import dequantize
+from problem.cases import BENCHMARKS, SMOKE
 from reference import compare, generate_input, ref_kernel
 
 FP4, E8M0 = aiter_double.FP4, aiter_double.E8M0
@@ -91,7 +91,7 @@ def assert_unchanged(data, before):
 # ---------------------------------------------------------------------------------------------
 def test_modules_import_without_aiter():
     code = (
-        "import sys; import shape_overrides, quant, aiter_backend; "
+        "import sys; import shape_overrides, quant, moe_aiter.backend, moe_aiter.inject; "
         "assert not any(m == 'aiter' or m.startswith('aiter.') for m in sys.modules), 'aiter imported'"
     )
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, env={**os.environ, "PYTHONPATH": ROOT})

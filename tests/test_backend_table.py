@@ -2,9 +2,9 @@
 
 import pytest
 
-import backend_table
 import submission
 from bench.backend_rows import backend_rows
+from selection import backend_table
 
 CONFIG = dict(d_hidden=7168, d_expert=256, n_routed_experts=256, n_shared_experts=1, total_top_k=9, bs=16)
 KEY = (7168, 256, 257, 9, 16)
@@ -70,7 +70,7 @@ def test_rows_name_the_faster_passing_backend_per_shape():
 
 
 def test_a_cases_table_key_is_its_configs_shape_key():
-    from cases import BENCHMARKS, SMOKE, TESTS, table_key
+    from problem.cases import BENCHMARKS, SMOKE, TESTS, table_key
     from reference import make_config
 
     for case in TESTS + BENCHMARKS + SMOKE:

@@ -9,7 +9,8 @@ import pytest
 from bench import cli
 from bench.choice_rows import pin_rows, pins_text
 from bench.selection import SelectionError, check_select_env, parse_backend
-from tile_configs import ALTERNATES, NATIVE_ALTERNATES
+from moe_triton.tiles_amd import NATIVE_ALTERNATES
+from moe_triton.tiles_nvidia import ALTERNATES
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -142,7 +142,7 @@ if torch.cuda.is_available() and torch.version.hip is None:
     # can run without it, and the kernels below compile with it back.
     del sys.modules["triton.language.extra.cuda"]
 from reference import check_implementation, generate_input
-from cases import SMOKE
+from problem.cases import SMOKE
 import os
 for native in ("0", "1"):
     os.environ["MOE_TRITON_NATIVE"] = native
@@ -190,7 +190,7 @@ print(json.dumps(results))
 def test_bundle_passes_the_smoke_cases(runner_folder):
     """custom_kernel of the bundle (default backend: Triton, in the interpreter on a CPU) against the
     package's reference, in a process that can import nothing but the runner's folder."""
-    from cases import SMOKE
+    from problem.cases import SMOKE
 
     proc = subprocess.run(
         [sys.executable, "-c", CHECK_SMOKE, json.dumps(SMOKE)],
@@ -210,8 +210,8 @@ def test_bundle_passes_the_smoke_cases(runner_folder):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the pre-run selects the official shapes (bench.job)")
 def test_the_bundles_prerun_selects_under_the_interpreter_and_reuses_its_choice_file(tmp_path, bundled):
     """`python3 submission.py` with MOE_SELECT=1 (CI's stand-in for a GPU): it selects for
-    cases.TINY, writes the choice file under XDG_CACHE_HOME, and the next run reads it back."""
-    from cases import TINY, case_name
+    problem.cases.TINY, writes the choice file under XDG_CACHE_HOME, and the next run reads it back."""
+    from problem.cases import TINY, case_name
 
     (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
     script = tmp_path / "submission.py"
@@ -237,6 +237,7 @@ def test_the_bundles_prerun_selects_under_the_interpreter_and_reuses_its_choice_
 
 def _package(tmp_path: Path, files: dict[str, str]) -> Path:
     for name, src in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(textwrap.dedent(src))
     (tmp_path / "task.py").write_text("input_t = object\noutput_t = object\n")
     return tmp_path
@@ -307,6 +308,50 @@ def test_lazy_and_eager_imports_are_inlined_in_execution_order(tmp_path):
     assert proc.stdout.split() == ["entry-preamble,helpers,lazy", str(2 + 3 + 0 + 100)]
     assert text.index("# ==================== helpers.py") < text.index("# ==================== lazy.py")
     assert text.count("def double") == 1
+
+
+def test_modules_of_packages_are_inlined_under_their_paths(tmp_path):
+    root = _package(
+        tmp_path,
+        {
+            "submission.py": "from kernels.gemm import f\n\ndef custom_kernel(d):\n    return f(d)\n",
+            "kernels/__init__.py": '"""The kernels: a docstring only."""\n',
+            "kernels/gemm.py": "from kernels.deep.tiles import BLOCK\n\ndef f(x):\n    return x * BLOCK\n",
+            "kernels/deep/__init__.py": "",
+            "kernels/deep/tiles.py": "BLOCK = 32\n",
+            "bench/__init__.py": "raise RuntimeError('the tools are never bundled')\n",
+            "bench/tool.py": "raise RuntimeError('never bundled')\n",
+        },
+    )
+    text = bundler.bundle(root)
+    assert text.index("# ==================== kernels/deep/tiles.py") < text.index("def f(x)")
+    assert "never bundled" not in text and "from kernels" not in text.replace("# bundled: from kernels", "")
+    namespace = {}
+    exec(compile(text.replace("from task import input_t, output_t", ""), "bundle", "exec"), namespace)
+    assert namespace["custom_kernel"](2) == 64
+
+
+@pytest.mark.parametrize(
+    "entry, init, needle",
+    [
+        ("from kernels import gemm\n", '"""Doc."""\n', "kernels is a package"),
+        ("import kernels.gemm\n", '"""Doc."""\n', "import kernels.gemm"),
+        ("from kernels.gemm import f\n", '"""Doc."""\nfrom kernels.gemm import f\n', "docstring only"),
+        ("from kernels.nothing import f\n", '"""Doc."""\n', "no project module"),
+    ],
+)
+def test_package_forms_that_cannot_be_bundled_fail_loudly(tmp_path, entry, init, needle):
+    files = {"submission.py": entry, "kernels/__init__.py": init, "kernels/gemm.py": "def f():\n    return 1\n"}
+    root = _package(tmp_path, files)
+    with pytest.raises(BundleError, match=needle):
+        bundler.bundle(root)
+
+
+def test_every_package_of_the_submission_holds_a_docstring_only_in_its_init():
+    packages = bundler.project_packages(ROOT)
+    assert {"mxfp4", "moe_triton", "moe_triton.kernels", "selection", "moe_aiter", "problem"} <= set(packages)
+    assert "bench" not in packages and "tests" not in packages
+    bundler.check_package_inits(ROOT)
 
 
 def test_name_defined_differently_in_two_modules_fails(tmp_path):

@@ -4,9 +4,9 @@ because the reference reads the same table."""
 
 import pytest
 
-import aiter_backend
-import shape_overrides as so
 from bench import checks, cli
+from moe_aiter import backend as aiter_backend
+from moe_aiter import inject as so
 from reference import generate_input
 from tests import aiter_double
 

@@ -228,7 +228,7 @@ def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys
     row = json.loads((tmp_path / "test.json").read_text())["rows"][0]
     message = "ValueError: config: d_hidden_pad (512) != d_hidden (500); padded shapes are not supported"
     assert row["status"] == "error" and row["message"] == message
-    assert "validation.py" in row["traceback"] and "raise ValueError" in row["traceback"]
+    assert "problem/validation.py" in row["traceback"] and "raise ValueError" in row["traceback"]
     assert row["refused"] is True
     out = capsys.readouterr().out
     table_row = next(line for line in out.splitlines() if line.lstrip().startswith("custom0"))
@@ -237,7 +237,7 @@ def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys
     # the event line, whole and not padded to the 200 columns a pipe gets
     assert f"] reference: custom0 H500-I256-E8+1-k4+1-bs8 error - {message}\n" in out
     # refused by design: the line says it all; the traceback is in the JSON and behind --verbose
-    assert "raise ValueError" not in out and "validation.py" not in out
+    assert "raise ValueError" not in out and "problem/validation.py" not in out
     assert cli.main(argv + ["-q", "--verbose"]) == 1
     assert "raise ValueError" in capsys.readouterr().out
 

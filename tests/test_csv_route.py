@@ -1,11 +1,11 @@
-"""The AITER_CONFIG_FMOE route (shape_overrides.write_csv + aiter_config_fmoe) gives aiter the same
+"""The AITER_CONFIG_FMOE route (moe_aiter.inject.write_csv + aiter_config_fmoe) gives aiter the same
 table as inject, model_configs rows included; listing only tuned_fmoe.csv and the CSV would drop
 them (aiter/jit/core.py get_config_file merges only the listed files once the variable is set)."""
 
 import aiter_double
 import pytest
 
-import shape_overrides as so
+from moe_aiter import inject as so
 
 COMMON = aiter_double.OFFICIAL_ROW_FIELDS
 UNTUNED_COLUMNS = aiter_double.DOUBLE_CSV_COLUMNS[1:13]  # untuned_fmoe.csv: the key without cu_num

@@ -1,4 +1,4 @@
-"""The decode path's per-shape plans (moe_triton._DecodePlan): later calls of a shape replay the
+"""The decode path's per-shape plans (moe_triton.fused_moe._DecodePlan): later calls of a shape replay the
 first call's recorded launches with their own tensors; on the NVIDIA path through the compiled
 kernels' launchers, with the JIT launch as the fallback."""
 
@@ -8,7 +8,7 @@ import pytest
 import torch
 from layer_checks import assert_matches_reference, small_case
 
-import moe_triton
+from moe_triton import fused_moe as moe_triton
 from reference import generate_input
 
 

@@ -284,8 +284,8 @@ def test_the_estimates_parameters_are_checked(option, value):
 
 def test_the_check_refuses_kernels_built_for_the_interpreter():
     from bench.gfx950.run import launch_case
-    from cases import SMOKE
-    from moe_triton import interpreting
+    from moe_triton.fused_moe import interpreting
+    from problem.cases import SMOKE
 
     if not interpreting():
         pytest.skip("this session compiles kernels for a GPU, not for the interpreter")
@@ -390,28 +390,28 @@ def test_a_stage_in_two_launches_shares_its_weights_by_programs():
 
 
 def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
-    import tile_configs
     from bench.gfx950.variants import variants
-    from cases import SMOKE, table_key
+    from moe_triton import tiles_amd, tiles_nvidia
+    from problem.cases import SMOKE, table_key
 
     params = SMOKE[0]
     key = table_key(params)
     assert key == (512, 256, 9, 5, 8)  # shared experts counted in E and topk, as the launcher reads them
-    table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
-    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {})
+    table = tiles_amd.native_tile_config(8, 512, 256, 9, 5)
+    monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {})
     assert variants(params) == [("table", table)]
     wide = table._replace(block_n1=64, warps1=4)
     deep = table._replace(stages2=3)
-    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"wide": wide, "deep": deep}, (1, 2, 3, 4, 5): {}})
+    monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {key: {"wide": wide, "deep": deep}, (1, 2, 3, 4, 5): {}})
     assert variants(params) == [("table", table), ("wide", wide), ("deep", deep)]
-    assert variants(SMOKE[1]) == [("table", tile_configs.native_tile_config(5, 256, 512, 5, 3))]
-    decode = tile_configs.tile_config(8, 512, 256, 9, 5)
-    monkeypatch.setattr(tile_configs, "ALTERNATES", {key: {"n64": decode._replace(block_n1=64)}})
+    assert variants(SMOKE[1]) == [("table", tiles_amd.native_tile_config(5, 256, 512, 5, 3))]
+    decode = tiles_nvidia.tile_config(8, 512, 256, 9, 5)
+    monkeypatch.setattr(tiles_nvidia, "ALTERNATES", {key: {"n64": decode._replace(block_n1=64)}})
     assert variants(params, "decode") == [("table", decode), ("n64", decode._replace(block_n1=64))]
-    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"table": wide}})
+    monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {key: {"table": wide}})
     with pytest.raises(ValueError, match="table named twice"):
         variants(params)
-    monkeypatch.setattr(tile_configs, "NATIVE_ALTERNATES", {key: {"wide": wide}})
+    monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {key: {"wide": wide}})
     assert variants(params, extra={"deep": {"stages2": 3}}) == [("table", table), ("wide", wide), ("deep", deep)]
     with pytest.raises(ValueError, match="wide named twice"):
         variants(params, extra={"wide": {"stages2": 3}})
@@ -423,14 +423,14 @@ def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
 TEST_ALTERNATES = json.dumps({"n64": {"block_n1": 64, "warps1": 4}, "nk32": {"nonkdim": 32}})
 ALTERNATES_DRIVER = """
 import json, sys
-import tile_configs
+from moe_triton import tiles_amd
 
-table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
-tile_configs.NATIVE_ALTERNATES[(512, 256, 9, 5, 8)] = {
+table = tiles_amd.native_tile_config(8, 512, 256, 9, 5)
+tiles_amd.NATIVE_ALTERNATES[(512, 256, 9, 5, 8)] = {
     name: table._replace(**fields) for name, fields in json.loads(sys.argv[1]).items()
 }
 if sys.argv[2] == "rank":
-    from cases import SMOKE
+    from problem.cases import SMOKE
     from bench.gfx950.variants import rank_variants
     print(json.dumps(rank_variants(SMOKE[0], gap_us=1.0)))
 else:
@@ -476,7 +476,7 @@ def test_rank_variants_orders_every_variant_by_its_estimate():
 
 def test_the_estimates_capacity_is_the_launchers():
     from bench.gfx950.estimate import capacity
-    from moe_triton import routing_capacity
+    from moe_triton.fused_moe import routing_capacity
 
     for bs, routed, per_token, shared, block_m in [(16, 256, 8, 1, 16), (5, 4, 2, 1, 32), (512, 32, 8, 1, 64)]:
         params = dict(bs=bs, nroutedexperts=routed, nexpertspertoken=per_token, nsharedexperts=shared)
@@ -484,10 +484,10 @@ def test_the_estimates_capacity_is_the_launchers():
 
 
 def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp_path):
-    """The launcher's own count (moe_triton.native_launches) against the launches the check saw, for
+    """The launcher's own count (moe_triton.fused_moe.native_launches) against the launches the check saw, for
     variants given as --extra-variants."""
-    import tile_configs
-    from moe_triton import native_launches
+    from moe_triton import tiles_amd
+    from moe_triton.fused_moe import native_launches
 
     kernel_variants = {
         "xcd": {"xcds": 8},
@@ -502,7 +502,7 @@ def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp
     assert done.returncode in (0, 1) and "0 variants failed" in done.stdout or "PASS" in done.stdout, done.stdout[
         -3000:
     ]
-    table = tile_configs.native_tile_config(8, 512, 256, 9, 5)
+    table = tiles_amd.native_tile_config(8, 512, 256, 9, 5)
     rows = {line.split(" | ")[1]: line for line in md.read_text().splitlines() if "| H512-I256" in line}
     for name, fields in {"table": {}, **kernel_variants}.items():
         launches = native_launches(table._replace(**fields))
@@ -527,17 +527,17 @@ def test_extra_variants_name_only_tile_fields(tmp_path):
 
 
 def test_the_kernel_options_file_names_no_alternate_of_tile_configs():
-    import tile_configs
+    from moe_triton import tiles_amd
 
     names = set(json.loads((ROOT / "bench/gfx950/kernel_variants.json").read_text()))
-    assert not names & {name for named in tile_configs.NATIVE_ALTERNATES.values() for name in named}
+    assert not names & {name for named in tiles_amd.NATIVE_ALTERNATES.values() for name in named}
 
 
 def test_the_kernel_variants_file_names_tile_fields():
-    import tile_configs
+    from moe_triton import tiles
 
     found = json.loads((ROOT / "bench/gfx950/kernel_variants.json").read_text())
-    assert found and all(set(fields) <= set(tile_configs.NativeTileConfig._fields) for fields in found.values())
+    assert found and all(set(fields) <= set(tiles.NativeTileConfig._fields) for fields in found.values())
 
 
 def test_the_summary_takes_the_table_tiles_and_the_lowest_variant_within_the_limits():

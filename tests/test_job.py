@@ -11,7 +11,7 @@ import pytest
 
 import bundle
 from bench import job
-from cases import BENCHMARKS, TESTS
+from problem.cases import BENCHMARKS, TESTS
 
 EVAL_DOUBLE = """\
 import os, sys, time

@@ -1,4 +1,4 @@
-"""mxfp4.py against SPEC 3: hand-computed vectors, the scalar oracle, and hypothesis properties."""
+"""mxfp4/codec.py against SPEC 3: hand-computed vectors, the scalar oracle, and hypothesis properties."""
 
 import math
 import struct
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-import mxfp4
+from mxfp4 import codec as mxfp4
 
 FP4, E8M0 = torch.float4_e2m1fn_x2, torch.float8_e8m0fnu
 GRID = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
@@ -270,7 +270,7 @@ def test_weight_scale_byte_function():
     assert [oracle.weight_scale_byte(4 * k) for k in finite[:-1]] == [cases[k] for k in finite[:-1]]
 
 
-# NaN inputs, as documented in mxfp4.py: each quantizer follows its aiter counterpart. The weight
+# NaN inputs, as documented in mxfp4/codec.py: each quantizer follows its aiter counterpart. The weight
 # quantizer (torch amax) gives a block holding a NaN scale byte 255; the activation quantizer
 # (aiter's Triton kernel, whose tl.max ignores NaN) keeps the other elements' scale, encodes the
 # NaN as code 7 with its sign, and gives a block of NaNs only byte 254.

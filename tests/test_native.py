@@ -1,5 +1,5 @@
 """The native MXFP4 path (moe_native_kernels: tl.dot_scaled on packed operands, gfx950's scaled
-MFMAs) against reference.ref_kernel and mxfp4.quantize_activation.
+MFMAs) against reference.ref_kernel and mxfp4.codec.quantize_activation.
 
 Under the CPU interpreter (triton 3.9; 3.6's interpreter has no dot_scaled) Triton emulates
 dot_scaled in fp32 and the layer agrees with ref_kernel bit for bit; on an NVIDIA GPU Triton
@@ -16,20 +16,19 @@ from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, s
 from test_routing import skewed_topk_ids
 
 import buffers
-from cases import SMOKE
-from moe_native_kernels import xcd_program
-from moe_triton import fused_moe_triton, native_default, native_launches, route_and_quantize
-from mxfp4 import quantize_activation
-from reference import generate_input
-from tile_configs import (
+from moe_triton.fused_moe import fused_moe_triton, native_default, native_launches, route_and_quantize
+from moe_triton.kernels.native import xcd_program
+from moe_triton.tiles import NativeTileConfig, TileConfig
+from moe_triton.tiles_amd import (
     NATIVE_ALTERNATES,
     NATIVE_TUNED,
     NATIVE_VARIANTS,
-    NativeTileConfig,
-    TileConfig,
     native_default_config,
     native_tile_config,
 )
+from mxfp4.codec import quantize_activation
+from problem.cases import SMOKE
+from reference import generate_input
 
 needs_dot_scaled = pytest.mark.skipif(not HAS_DOT_SCALED, reason="this Triton's interpreter has no dot_scaled")
 
@@ -188,7 +187,7 @@ def test_packed_activations_are_the_reference_quantizer_bit_for_bit(triton_devic
     assert torch.equal(hidden.view(torch.int16), before.view(torch.int16))
     assert torch.equal(fp4, ref_fp4)
     assert torch.equal(scales, ref_scales)
-    # aiter's rule (mxfp4.py): a NaN leaves its block's scale to the other elements; Inf gives 254.
+    # aiter's rule (mxfp4/codec.py): a NaN leaves its block's scale to the other elements; Inf gives 254.
     assert scales[3, 3] != 255 and scales[2, 2] == 254
 
 
@@ -222,7 +221,7 @@ def test_the_native_path_refuses_decode_tiles():
 
 
 def test_native_tiles_cover_every_official_shape():
-    from cases import BENCHMARKS, TESTS
+    from problem.cases import BENCHMARKS, TESTS
 
     for case in TESTS + BENCHMARKS:
         experts = case["nroutedexperts"] + case["nsharedexperts"]

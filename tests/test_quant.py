@@ -1,4 +1,4 @@
-"""quant.py (fused MXFP4 quant + moe-sort scale layout) bit-exact against mxfp4.quantize_activation
+"""quant.py (fused MXFP4 quant + moe-sort scale layout) bit-exact against mxfp4.codec.quantize_activation
 + the e8m0_shuffle tiling, on the CPU (Triton interpreter) and on CUDA where present."""
 
 import struct
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from buffers import get_buffer
-from mxfp4 import quantize_activation, shuffle_scales
+from mxfp4.codec import quantize_activation, shuffle_scales
 from quant import fused_dynamic_mxfp4_quant_moe_sort
 
 FP4, E8M0 = torch.float4_e2m1fn_x2, torch.float8_e8m0fnu

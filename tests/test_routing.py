@@ -11,7 +11,7 @@ import pytest
 import torch
 from aiter_double import sorted_buffers
 
-from moe_triton import route_and_quantize
+from moe_triton.fused_moe import route_and_quantize
 
 
 def skewed_topk_ids(n_tokens: int, topk: int, n_experts: int, seed: int) -> torch.Tensor:

@@ -483,7 +483,7 @@ def test_leaderboard_mode_end_to_end_inline(tmp_path, monkeypatch):
     )
     assert rc == 0
     row = json.loads((tmp_path / "leaderboard.json").read_text())["rows"][0]
-    from cases import SMOKE
+    from problem.cases import SMOKE
 
     seed = combine_seed(SMOKE[1]["seed"], 3)
     assert row["seed"] == seed and row["last_seed"] == seed + 3 * 13

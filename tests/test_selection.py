@@ -1,5 +1,5 @@
-"""The selection at the first call per shape (selector.py, choice_file.py, candidates.py,
-prerun.py, submission.custom_kernel). Mock candidates where the logic is tested: each returns the
+"""The selection at the first call per shape (selection/selector.py, selection/choice_file.py, selection/candidates.py,
+selection/prerun.py, submission.custom_kernel). Mock candidates where the logic is tested: each returns the
 reference's output, displaced by a chosen fraction of the tolerance, or raises; the timer and the
 clock are fakes. One end-to-end test runs the real CPU candidates under the interpreter."""
 
@@ -10,15 +10,15 @@ from pathlib import Path
 import pytest
 import torch
 
-import candidates as cands
-import choice_file
-import prerun
-import selector as sel
 import submission
-from backend_table import shape_key
-from cases import BENCHMARKS, TESTS, TINY, case_name
+from moe_triton.tiles_amd import NATIVE_ALTERNATES
+from moe_triton.tiles_nvidia import ALTERNATES, TUNED, tile_config
+from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import ATOL, RTOL, check_implementation, generate_input, make_config, ref_kernel
-from tile_configs import ALTERNATES, NATIVE_ALTERNATES, TUNED, tile_config
+from selection import candidates as cands
+from selection import choice_file, prerun
+from selection import selector as sel
+from selection.backend_table import shape_key
 
 
 @pytest.fixture(scope="module")
@@ -332,7 +332,20 @@ def test_the_stamp_names_the_device_the_versions_and_the_sources(tmp_path):
     assert first["device"] == ("cpu" if not torch.cuda.is_available() else torch.cuda.get_device_name(0))
     assert first["torch"] == torch.__version__ and first["package"] == choice_file.PACKAGE_VERSION
     (tmp_path / "submission.py").write_text("x = 2\n")
-    assert choice_file.stamp(tmp_path)["source"] != first["source"]
+    second = choice_file.stamp(tmp_path)["source"]
+    assert second != first["source"]
+    # A package's modules are the submission's source too; the tools and tests are not.
+    for folder in ("kernels", "bench", "tests"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "__init__.py").write_text('"""A package."""\n')
+        (tmp_path / folder / "gemm.py").write_text("y = 1\n")
+    third = choice_file.stamp(tmp_path)["source"]
+    assert third != second
+    (tmp_path / "bench" / "gemm.py").write_text("y = 2\n")
+    (tmp_path / "tests" / "gemm.py").write_text("y = 2\n")
+    assert choice_file.stamp(tmp_path)["source"] == third
+    (tmp_path / "kernels" / "gemm.py").write_text("y = 2\n")
+    assert choice_file.stamp(tmp_path)["source"] != third
 
 
 def test_the_package_version_is_pyprojects():

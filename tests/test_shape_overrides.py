@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 import torch
 
-import shape_overrides as so
-from cases import BENCHMARKS
+from moe_aiter import inject as so
+from problem.cases import BENCHMARKS
 
 SPEC_KEY = (
     256,

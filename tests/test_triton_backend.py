@@ -8,11 +8,12 @@ import pytest
 import torch
 from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_reference, small_case
 
-from cases import SMOKE
-from moe_triton import fused_moe_triton, routing_capacity
+from moe_triton.fused_moe import fused_moe_triton, routing_capacity
+from moe_triton.tiles import TileConfig
+from moe_triton.tiles_nvidia import default_config
+from problem.cases import SMOKE
 from reference import check_implementation, generate_input, ref_kernel
 from submission import custom_kernel
-from tile_configs import TileConfig, default_config
 
 
 def with_routing(data, topk_ids, topk_weights=None):
@@ -49,7 +50,7 @@ def test_expert_nobody_picks_and_one_expert_for_all():
 @pytest.mark.parametrize("exponent", [-40, 20])
 @pytest.mark.filterwarnings("ignore:overflow encountered in exp")  # silu of a large negative gate, as in fp32 torch
 def test_hidden_states_far_from_one(exponent):
-    # The NVIDIA path stores both GEMMs' activations times 2^63 (moe_triton_kernels.FAST_EXP),
+    # The NVIDIA path stores both GEMMs' activations times 2^63 (moe_triton.kernels.decode.FAST_EXP),
     # exact while they stay below 2^64 in magnitude. h = silu(g) * u grows with the square of the
     # hidden states: scaled by 2^20 they give h near 2^40, inside the range (2^40 would not be).
     data = list(generate_input(**small_case(seed=13)))

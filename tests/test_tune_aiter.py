@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-import shape_overrides as so
 from bench.selection import select_cases
 from bench.tune import aiter_rows as ta
+from moe_aiter import inject as so
 from tests import aiter_double
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -122,7 +122,7 @@ def test_written_table_validates_and_round_trips_through_inject(tmp_path, monkey
     recs[-1]["status"] = "fail"
     results.write_text("".join(json.dumps(r) + "\n" for r in recs))
     table = tmp_path / "rows.py"
-    shutil.copy(ROOT / "shape_override_rows.py", table)
+    shutil.copy(ROOT / "shape_overrides.py", table)
     argv = ["--cases", "smoke:0", "--results", str(results), "--write", str(table), "-q"]
     # all 20 candidates must be recorded for nothing to run: the rest as timeouts
     done = {r["id"] for r in recs}

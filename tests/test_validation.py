@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from cases import SMOKE
+from problem.cases import SMOKE
+from problem.validation import ARG_NAMES, validate_inputs
 from reference import generate_input
 from submission import custom_kernel, selected_backend
-from validation import ARG_NAMES, validate_inputs
 
 
 @pytest.fixture(scope="module")

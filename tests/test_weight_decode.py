@@ -1,4 +1,4 @@
-"""The in-register MXFP4 weight decode of the Triton GEMMs against mxfp4.dequantize.
+"""The in-register MXFP4 weight decode of the Triton GEMMs against mxfp4.codec.dequantize.
 
 Every byte value at every position of a 32-bit word, with scales from the subnormal 2^-127 to
 NaN (the fast path: its documented exact range and NaN); the decoded columns come out in _k_slot
@@ -10,9 +10,9 @@ import torch
 import triton
 import triton.language as tl
 
-from moe_triton import fast_decode
-from moe_triton_kernels import FAST_EXP, _fp4_to_bf16, _k_slot
-from mxfp4 import dequantize
+from moe_triton.fused_moe import fast_decode
+from moe_triton.kernels.decode import FAST_EXP, _fp4_to_bf16, _k_slot
+from mxfp4.codec import dequantize
 
 
 @triton.jit

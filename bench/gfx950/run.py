@@ -1,6 +1,6 @@
 """`python -m bench.gfx950`: the offline gfx950 (MI355X) compile check of the Triton backend, CPU only.
 
-It calls the package's own launcher (moe_triton.fused_moe_triton) on empty CPU tensors of each
+It calls the package's own launcher (moe_triton.fused_moe.fused_moe_triton) on empty CPU tensors of each
 case's shapes while a compile-only gfx950 driver is active (bench.gfx950.driver), so every kernel
 compiles as the launcher would launch it on an MI355X, and nothing runs. Each case is compiled once
 per variant (bench.gfx950.variants: the table's tile and every alternate tile_configs names for the
@@ -31,8 +31,8 @@ def compile_inputs(params: dict) -> tuple:
     makes and the shapes and dtypes validation expects of it, no values."""
     import torch
 
+    from problem.validation import expected_layout
     from reference import make_config
-    from validation import expected_layout
 
     keys = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs")
     config = make_config(*(params[k] for k in keys))
@@ -44,7 +44,7 @@ def _launcher():
     imported under TRITON_INTERPRET=1 in this process: main turns it off before anything imports one)."""
     from triton.runtime.interpreter import InterpretedFunction
 
-    import moe_triton
+    from moe_triton import fused_moe as moe_triton
 
     for module in list(sys.modules.values()):
         source = getattr(module, "__file__", None)
@@ -60,7 +60,7 @@ def launch_case(params: dict, path: str, tiles=None):
     """Compile (never run) every launch of one call of a case, on the given tiles (None: the
     launcher's table); returns (launches, note on the path taken)."""
     from bench.gfx950.driver import compile_only_gfx950
-    from validation import validate_inputs
+    from problem.validation import validate_inputs
 
     fused = _launcher()
     data = compile_inputs(params)
@@ -190,7 +190,7 @@ def main(argv=None) -> int:
     from bench.gfx950.variants import config_fields, variants
     from bench.report import aiter_times
     from bench.selection import SelectionError, select_cases
-    from cases import table_key
+    from problem.cases import table_key
 
     try:
         cases = select_cases(args.cases)

@@ -14,17 +14,17 @@ def variants(params: dict, path: str = "native", extra: dict | None = None) -> l
     """(name, tiles) per variant of a case: the table's tile first, then the alternates in their order,
     then `extra` (name -> fields to replace in the table's tile: variants tried before they are named
     in tile_configs)."""
-    import tile_configs
-    from cases import table_key
+    from moe_triton import tiles_amd, tiles_nvidia
+    from problem.cases import table_key
 
     key = table_key(params)
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     if path == "native":
-        table = tile_configs.native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
-        alternates = tile_configs.NATIVE_ALTERNATES.get(key, {})
+        table = tiles_amd.native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+        alternates = tiles_amd.NATIVE_ALTERNATES.get(key, {})
     else:
-        table = tile_configs.tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
-        alternates = tile_configs.ALTERNATES.get(key, {})
+        table = tiles_nvidia.tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+        alternates = tiles_nvidia.ALTERNATES.get(key, {})
     found = [(TABLE, table), *alternates.items()]
     found += [(name, table._replace(**fields)) for name, fields in (extra or {}).items()]
     names = [name for name, _ in found]
@@ -36,9 +36,9 @@ def variants(params: dict, path: str = "native", extra: dict | None = None) -> l
 
 def config_fields(path: str = "native") -> tuple[str, ...]:
     """The fields a variant of this path may set."""
-    import tile_configs
+    from moe_triton import tiles
 
-    return (tile_configs.NativeTileConfig if path == "native" else tile_configs.TileConfig)._fields
+    return (tiles.NativeTileConfig if path == "native" else tiles.TileConfig)._fields
 
 
 def rank_variants(params: dict, path: str = "native", **estimate_options) -> list[tuple[str, float]]:

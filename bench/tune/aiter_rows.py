@@ -1,12 +1,12 @@
 """Tune the aiter override table on an MI355X: `python -m bench.tune.aiter_rows --help`.
 
-For each chosen case, every valid row (aiter_kernels.py: block_m 32/64/128; the CK stage-1
+For each chosen case, every valid row (moe_aiter/catalogue.py: block_m 32/64/128; the CK stage-1
 instances of that MPerBlock; as stage 2 the FlyDSL kernels of that tile_m and the CK stage-2
 instances of that MPerBlock; ksplit 0) is injected in turn into aiter's table, checked against
 reference.ref_kernel on two leaderboard-style seeds and timed the runner's way
 (bench/tune/worker.py, one worker process, restarted after a crash or timeout). Every result is
 appended to a JSON-lines file, which a later run reads back and skips (so a run can be resumed).
-The fastest passing row per shape is written into shape_override_rows.py (the table's data,
+The fastest passing row per shape is written into shape_overrides.py (the table's data,
 bundled with the submission) with its measured time, date and versions; shapes not tuned, or
 where no candidate passed, keep their row. Needs a gfx950 GPU where aiter imports; elsewhere it
 says why and exits 2 (`--dry-run` lists the candidates anywhere).
@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from aiter_kernels import (  # noqa: E402
+from bench.selection import SelectionError, select_cases  # noqa: E402
+from bench.tune import write_overrides  # noqa: E402
+from moe_aiter.catalogue import (  # noqa: E402
     CK_A4W4_GEMM1_INSTANCES,
     CK_A4W4_GEMM2_INSTANCES,
     FLYDSL_STAGE2_MODES,
@@ -34,12 +36,10 @@ from aiter_kernels import (  # noqa: E402
     FLYDSL_STAGE2_TILE_N,
     TUNE_BLOCK_M,
 )
-from bench.selection import SelectionError, select_cases  # noqa: E402
-from bench.tune import override_rows  # noqa: E402
-from shape_overrides import ck_moe_kernel_name, flydsl_moe_kernel_name  # noqa: E402
+from moe_aiter.inject import ck_moe_kernel_name, flydsl_moe_kernel_name  # noqa: E402
 
 DEFAULT_RESULTS = ROOT / "bench" / "out" / "tune_aiter.jsonl"
-DEFAULT_TABLE = ROOT / "shape_override_rows.py"
+DEFAULT_TABLE = ROOT / "shape_overrides.py"
 EXIT_CANNOT_RUN = 2
 
 
@@ -180,7 +180,7 @@ def winners(records: dict[str, dict]) -> tuple[list[dict], list[str]]:
 
 
 def read_table(path: Path) -> list[dict]:
-    """The rows of a data module written by bench/tune/override_rows.py (read without importing it)."""
+    """The rows of a data module written by bench/tune/write_overrides.py (read without importing it)."""
     import ast
 
     tree = ast.parse(path.read_text())
@@ -202,16 +202,16 @@ def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
 
 def write_table(path: Path, rows: list[dict]) -> Path:
     """Validate `rows` as an override table, then write them (shape_overrides reads the result)."""
-    from shape_overrides import table_from_rows, validate
+    from moe_aiter.inject import table_from_rows, validate
 
     overrides, fallbacks = table_from_rows(rows)
     validate(overrides, fallbacks=fallbacks)
     tuned = sorted({r["date"] for r in rows if r["us"] is not None})
     how = (
         f"Rows with `us` were tuned by `python -m bench.tune.aiter_rows` ({', '.join(tuned)}); rows whose `us` is\n"
-        "None were derived by hand (shape_overrides.py's docstring says how) and never timed."
+        "None were derived by hand (moe_aiter/inject.py's docstring says how) and never timed."
     )
-    return override_rows.write(path, rows, how)
+    return write_overrides.write(path, rows, how)
 
 
 def why_cannot_run() -> str | None:
@@ -293,8 +293,7 @@ def _short(c: Candidate) -> str:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bench.tune.aiter_rows",
-        description="Re-derive the aiter override table (shape_override_rows.py) by timing every valid row "
-        "on an MI355X.",
+        description="Re-derive the aiter override table (shape_overrides.py) by timing every valid row on an MI355X.",
     )
     p.add_argument("--cases", "-c", nargs="+", default=["benchmarks"], metavar="SEL", help="as python -m bench")
     p.add_argument("--dry-run", action="store_true", help="list the candidates and stop (needs no GPU)")

@@ -4,7 +4,7 @@ elsewhere it says why and exits 2).
 python -m bench.tune.tiles --cases bench --sweep --json sweep.json
     per case and routing block: time stage-1 and stage-2 tile options in one pass (per-kernel
     GPU time from torch.profiler), keep each stage's best, then check the winner against
-    reference.ref_kernel and time it the runner's way; prints TUNED entries for tile_configs.py.
+    reference.ref_kernel and time it the runner's way; prints TUNED entries for moe_triton/tiles_nvidia.py.
 python -m bench.tune.tiles --cases bench --sweep --keep-block-m --names E32+1-k8+1-bs16
     the same for the named cases only, at their configured routing block.
 python -m bench.tune.tiles --cases all --seeds 20
@@ -12,7 +12,7 @@ python -m bench.tune.tiles --cases all --seeds 20
 python -m bench.tune.tiles --variants block_n1=64,128 warps1=4,8
     time a grid of overrides of the configured tiles, the runner's way.
 python -m bench.tune.tiles --cases all --native --alternates --seeds 20
-    the native path (forced): check the table's tile and every tile_configs.NATIVE_ALTERNATES
+    the native path (forced): check the table's tile and every moe_triton.tiles_amd.NATIVE_ALTERNATES
     entry of each case on leaderboard-style seeds, then time them (ALTERNATES without --native).
 """
 
@@ -26,11 +26,13 @@ from pathlib import Path
 
 import torch
 
-import moe_triton
-from cases import BENCHMARKS, TESTS, case_name
-from moe_triton import fused_moe_triton
+from moe_triton import fused_moe as moe_triton
+from moe_triton.fused_moe import fused_moe_triton
+from moe_triton.tiles import TileConfig
+from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
+from moe_triton.tiles_nvidia import ALTERNATES, tile_config
+from problem.cases import BENCHMARKS, TESTS, case_name
 from reference import check_implementation, generate_input
-from tile_configs import ALTERNATES, NATIVE_ALTERNATES, TileConfig, native_tile_config, tile_config
 
 STAGE1_OPTIONS = [
     dict(block_n1=n, block_k1=k, warps1=w, stages1=s, max_regs1=r)

@@ -4,7 +4,7 @@
 result. A candidate that crashes the process (a GPU fault takes the whole process down) or
 outlives the timeout costs that candidate only: the worker is killed if need be, the candidate
 is reported as "crash" or "timeout", and the next one starts a fresh worker. In the worker a
-candidate is injected (aiter_backend.install_overrides, which clears get_2stage_cfgs' cache),
+candidate is injected (moe_aiter.backend.install_overrides, which clears get_2stage_cfgs' cache),
 checked against reference.ref_kernel on the case seed + 13 and then timed by
 bench.evaluate.run_timed, whose first call is checked on the case seed: two leaderboard-style
 seeds, timing as the runner times.
@@ -66,11 +66,11 @@ class _Evaluator:
         self.versions = _versions()
 
     def evaluate(self, task: dict) -> dict:
-        import aiter_backend
         from bench import evaluate
         from bench.selection import LEADERBOARD_SEED_STEP
+        from moe_aiter import backend as aiter_backend
+        from moe_aiter.inject import aiter_key
         from reference import check_implementation, generate_input
-        from shape_overrides import aiter_key
 
         key = aiter_key(
             task["token"], task["inter_dim"], task["expert"], model_dim=task["model_dim"], topk=task["topk"]

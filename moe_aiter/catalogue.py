@@ -1,5 +1,5 @@
 """The kernels aiter f3be04a builds for this problem (fp4 x fp4 -> bf16, per_1x32, Silu, preshuffled
-weights, routed weight in stage 2): data only, read by shape_overrides.py (names, validation) and
+weights, routed weight in stage 2): data only, read by moe_aiter/inject.py (names, validation) and
 by bench/tune/aiter_rows.py (the candidate rows).
 
 CK 2-stage instances (csrc/ck_gemm_moe_2stages_codegen at f3be04a): gen_instances.py's build-all
@@ -15,7 +15,7 @@ tile_m x tile_n x tile_k x mode for fp4 weights. Its stage 1 takes no fp4 activa
 
 aiter's own tuner pairs a block_m with the CK instances whose MPerBlock equals it and the FlyDSL
 kernels whose tile_m equals it (gemm_moe_tune.py:1676, :1728, :1825, :1876); block_m 16 is out
-here because the activation quantizer needs block_m % 32 == 0 (shape_overrides.py).
+here because the activation quantizer needs block_m % 32 == 0 (moe_aiter/inject.py).
 """
 
 AITER_COMMIT = "f3be04a12a0cfd6b5e2c7a94edc774f1bc24460d"

@@ -1,4 +1,5 @@
-"""Triton kernels of the a4w4 MoE layer (SPEC 1); the launchers are in moe_triton.py.
+"""The decode path's kernels of the a4w4 MoE layer (SPEC 1); the launchers are in fused_moe.py,
+the routing kernels in routing.py.
 
 Four launches per layer:
   moe_prep_kernel    a few programs count the experts of chunks of topk_ids (one histogram
@@ -24,26 +25,12 @@ path they also hold their values times 2^FAST_EXP and the decoded weights are wo
 import triton
 import triton.language as tl
 
+from moe_triton.kernels.routing import _after_previous_launch, _chunk_histogram, _routing_block, _skip_block
+
 # The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
 # the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
 # bf16x2 multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
 FAST_EXP = tl.constexpr(63)
-
-
-@triton.jit
-def _after_previous_launch(PDL: tl.constexpr):
-    """Programmatic dependent launch (NVIDIA, launched with launch_pdl): once every program of
-    this kernel has started, the next kernel's programs may be scheduled, and each program waits
-    here until the previous kernel has finished and its writes are visible. Every kernel of the
-    layer calls this before touching memory, so each still runs after the whole of its
-    predecessor; what overlaps is the next launch's latency and the programs' start-up."""
-    # The PTX of triton.language.extra.cuda's gdc_wait and gdc_launch_dependents, written here:
-    # importing that module fails on Triton builds without it (ROCm), and only PDL compiles it.
-    if PDL:
-        tl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
-        tl.inline_asm_elementwise(
-            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1
-        )
 
 
 @triton.jit
@@ -94,16 +81,6 @@ def _k_slot(cols):
 
 
 @triton.jit
-def _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr):
-    """Expert histogram of chunk program_id(0) of topk_ids, into row program_id(0) of the chunk
-    counts; masked lanes land in the last bin, which is no expert's (EXPERT_BINS > n_experts)."""
-    pid = tl.program_id(0)
-    slots = pid * HIST_CHUNK + tl.arange(0, HIST_CHUNK)
-    ids = tl.load(topk_ids_ptr + slots, mask=slots < n_slots, other=EXPERT_BINS - 1)
-    tl.store(chunk_counts_ptr + pid * EXPERT_BINS + tl.arange(0, EXPERT_BINS), tl.histogram(ids, EXPERT_BINS))
-
-
-@triton.jit
 def moe_prep_kernel(
     topk_ids_ptr,
     hidden_ptr,
@@ -136,94 +113,6 @@ def moe_prep_kernel(
         a1_offs = blocks[:, None].to(tl.int64) * 32 + _k_slot(lanes)[None, :]
         tl.store(a1_ptr + a1_offs, a1.to(tl.bfloat16), mask=mask)
         tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=mask)
-
-
-@triton.jit
-def moe_route_kernel(
-    topk_ids_ptr,
-    chunk_counts_ptr,
-    sorted_ids_ptr,
-    sorted_expert_ids_ptr,
-    num_valid_ids_ptr,
-    n_tokens,
-    n_experts,
-    n_slots,
-    n_chunks,
-    TOPK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    EXPERT_BINS: tl.constexpr,
-    MAX_CHUNKS: tl.constexpr,
-    SLOT_CHUNK: tl.constexpr,
-    MAX_EXPERT_BLOCKS: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    """Expert `pid`'s share of the routing: its slots, in slot order, after the padded groups of
-    the lower experts, then its padding and its blocks' expert id."""
-    _after_previous_launch(PDL)
-    pid = tl.program_id(0)
-    bins = tl.arange(0, EXPERT_BINS)
-    chunks = tl.arange(0, MAX_CHUNKS)
-    table = tl.load(
-        chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
-    )
-    counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
-    _place_expert(
-        pid,
-        counts,
-        topk_ids_ptr,
-        sorted_ids_ptr,
-        sorted_expert_ids_ptr,
-        num_valid_ids_ptr,
-        n_tokens,
-        n_slots,
-        TOPK,
-        BLOCK_M,
-        EXPERT_BINS,
-        SLOT_CHUNK,
-        MAX_EXPERT_BLOCKS,
-    )
-
-
-@triton.jit
-def _place_expert(
-    pid,
-    counts,
-    topk_ids_ptr,
-    sorted_ids_ptr,
-    sorted_expert_ids_ptr,
-    num_valid_ids_ptr,
-    n_tokens,
-    n_slots,
-    TOPK: tl.constexpr,
-    BLOCK_M: tl.constexpr,
-    EXPERT_BINS: tl.constexpr,
-    SLOT_CHUNK: tl.constexpr,
-    MAX_EXPERT_BLOCKS: tl.constexpr,
-):
-    """Expert pid's part of the routing from the whole histogram (counts [EXPERT_BINS], zero past
-    the experts): its slots, in slot order, after the padded groups of the lower experts, then
-    its padding and its blocks' expert id; program 0 also writes num_valid_ids."""
-    bins = tl.arange(0, EXPERT_BINS)
-    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
-    offset = tl.sum(tl.where(bins < pid, padded, 0), axis=0)
-    my_count = tl.sum(tl.where(bins == pid, counts, 0), axis=0)
-    my_padded = tl.sum(tl.where(bins == pid, padded, 0), axis=0)
-    if pid == 0:
-        tl.store(num_valid_ids_ptr, tl.sum(padded, axis=0))
-        tl.store(num_valid_ids_ptr + 1, n_tokens)
-    placed = 0
-    for start in range(0, n_slots, SLOT_CHUNK):
-        offs = start + tl.arange(0, SLOT_CHUNK)
-        ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1)
-        hit = ids == pid
-        rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
-        packed = ((offs % TOPK) << 24) | (offs // TOPK)
-        tl.store(sorted_ids_ptr + offset + rank, packed, mask=hit)
-        placed += tl.sum(hit.to(tl.int32), axis=0)
-    pad = my_count + tl.arange(0, BLOCK_M)
-    tl.store(sorted_ids_ptr + offset + pad, (TOPK << 24) | n_tokens, mask=pad < my_padded)
-    blocks = tl.arange(0, MAX_EXPERT_BLOCKS)
-    tl.store(sorted_expert_ids_ptr + offset // BLOCK_M + blocks, pid + 0 * blocks, mask=blocks < my_padded // BLOCK_M)
 
 
 @triton.jit
@@ -316,7 +205,7 @@ def _weight_step(
     MMA's left operand, fed from registers (1.1-2.2x faster on the H200 than passing them through
     shared memory as the right one). The CPU interpreter's tl.dot gets bf16 wrong (it multiplies
     the bit patterns), so there both operands go in as fp32."""
-    # k_dim is a multiple of 256 (validation.py), so rows of scales start 8-byte aligned; saying
+    # k_dim is a multiple of 256 (problem/validation.py), so rows of scales start 8-byte aligned; saying
     # so lets the pipeliner copy the scales asynchronously like the weights.
     scale_stride = tl.multiple_of(k_dim // 32, 8)
     words = tl.load(
@@ -329,35 +218,6 @@ def _weight_step(
     if INTERPRET:
         return tl.dot(w.to(tl.float32), tl.trans(a.to(tl.float32)), acc, input_precision="ieee")
     return tl.dot(w.to(tl.bfloat16), tl.trans(a), acc)
-
-
-@triton.jit
-def _skip_block(
-    block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr
-):
-    """Whether routing block `block` is not this launch's to compute: it lies past the
-    valid rows, or the stage runs in two launches (TAIL_M > 0) and the block belongs to the
-    other one. Blocks with at most TAIL_M real rows go to the tail launch (ROWS = TAIL_M), the
-    rest to the full one (ROWS = BLOCK_M); an expert's real rows come before its padding, so
-    row TAIL_M of the block tells which."""
-    start = block * BLOCK_M
-    skip = start >= tl.load(num_valid_ids_ptr)
-    if TAIL_M > 0:
-        is_tail = (tl.load(sorted_ids_ptr + start + TAIL_M) & 0xFFFFFF) >= n_tokens
-        skip = skip | (is_tail != (ROWS < BLOCK_M))
-    return skip
-
-
-@triton.jit
-def _routing_block(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
-    """Routing block `block`'s share of the sorted routing: the first ROWS of its block_m sorted
-    rows, their packed ids (slot << 24 | token), tokens and which of them are real (padding holds
-    token n_tokens), and the block's expert."""
-    rows = block * BLOCK_M + tl.arange(0, ROWS)
-    packed = tl.load(sorted_ids_ptr + rows)
-    tokens = packed & 0xFFFFFF
-    expert = tl.load(sorted_expert_ids_ptr + block).to(tl.int64)
-    return rows, packed, tokens, tokens < n_tokens, expert
 
 
 @triton.jit

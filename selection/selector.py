@@ -18,10 +18,10 @@ from collections.abc import Callable
 
 import torch
 
-from backend_table import shape_key
-from candidates import Candidate
-from cases import case_name
+from problem.cases import case_name
 from reference import ATOL, RTOL, compare, ref_kernel
+from selection.backend_table import shape_key
+from selection.candidates import Candidate
 
 SELECT_ENV = "MOE_SELECT"
 SELECT_VALUES = ("auto", "1", "0")
@@ -62,7 +62,7 @@ def budget_s(environ=None) -> float:
 
 
 def shape_name(config: dict) -> str:
-    """cases.case_name's label of a call's config."""
+    """problem.cases.case_name's label of a call's config."""
     keys = ("d_hidden", "d_expert", "n_routed_experts", "n_experts_per_token", "n_shared_experts", "bs")
     names = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs")
     return case_name({name: config[key] for name, key in zip(names, keys, strict=True)})

@@ -12,7 +12,7 @@ from collections import Counter
 
 import torch
 
-from mxfp4 import E8M0_DTYPE, FP4_DTYPE, MX_BLOCK
+from mxfp4.codec import E8M0_DTYPE, FP4_DTYPE, MX_BLOCK
 from reference import require_unpadded
 
 ARG_NAMES = (

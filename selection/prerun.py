@@ -1,10 +1,10 @@
 """The pre-run: `python3 submission.py`, which the leaderboard's runner executes before each mode
 (120 s, in the same folder and home directory as the evaluation). On a GPU it selects for the
 ten official shapes on generated inputs, which compiles every candidate's kernels into Triton's
-cache and stores the choices (choice_file.py) for the evaluation's first calls; shapes stored
+cache and stores the choices (selection/choice_file.py) for the evaluation's first calls; shapes stored
 already are skipped, and it stops itself at PRERUN_DEADLINE_S, each shape's selection budget cut
 to the time left. One line per shape. Without selection (no GPU, MOE_SELECT=0, MOE_BACKEND set)
-it prints one line and does nothing else; MOE_SELECT=1 under the CPU interpreter runs cases.TINY
+it prints one line and does nothing else; MOE_SELECT=1 under the CPU interpreter runs problem.cases.TINY
 instead, so CI exercises it.
 """
 
@@ -12,10 +12,10 @@ import os
 import time
 from collections.abc import Callable
 
-from candidates import platform
-from cases import BENCHMARKS, TESTS, TINY, case_name
+from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import generate_input, make_config
-from selector import budget_s
+from selection.candidates import platform
+from selection.selector import budget_s
 
 PRERUN_DEADLINE_S = 95.0  # the runner gives the pre-run 120 s
 MIN_SHAPE_S = 5.0  # a shape is not started with less time left than this

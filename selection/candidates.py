@@ -2,12 +2,12 @@
 and per target the candidates, the static choice first (it is the incumbent).
 
 Targets: "gfx950-aiter" (an MI355X with aiter importable: the static backend, then the other of
-aiter / native Triton, the template's aiter.fused_moe and tile_configs.NATIVE_ALTERNATES),
+aiter / native Triton, the template's aiter.fused_moe and moe_triton.tiles_amd.NATIVE_ALTERNATES),
 "gfx950" (no aiter: the native table tile and NATIVE_ALTERNATES), "gpu" (NVIDIA and other GPUs:
-the decode path's table tile and tile_configs.ALTERNATES), "cpu" (Triton's interpreter: small
+the decode path's table tile and moe_triton.tiles_nvidia.ALTERNATES), "cpu" (Triton's interpreter: small
 alternatives that CI can afford, the decode table tile, a larger routing block, the other path).
 A candidate's `detail` says what it runs, so that a stored choice whose tiles changed is not
-reused (selector.candidates_digest).
+reused (selection.selector.candidates_digest).
 """
 
 import functools
@@ -16,9 +16,11 @@ from typing import NamedTuple
 
 import torch
 
-from backend_table import shape_key
+from moe_triton.tiles import TileConfig, default_block_m
+from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
+from moe_triton.tiles_nvidia import ALTERNATES, tile_config
+from selection.backend_table import shape_key
 from task import input_t, output_t
-from tile_configs import ALTERNATES, NATIVE_ALTERNATES, TileConfig, default_block_m, native_tile_config, tile_config
 
 
 class Candidate(NamedTuple):
@@ -28,7 +30,7 @@ class Candidate(NamedTuple):
 
 
 def run_triton(data: input_t, tiles=None, native: bool | None = None) -> output_t:
-    from moe_triton import fused_moe_triton
+    from moe_triton.fused_moe import fused_moe_triton
 
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
     return fused_moe_triton(
@@ -44,13 +46,13 @@ def run_reference(data: input_t) -> output_t:
 
 def run_aiter(data: input_t) -> output_t:
     """aiter's stages with the override table; the output is aiter_backend's cached buffer."""
-    from aiter_backend import fused_moe_aiter
+    from moe_aiter.backend import fused_moe_aiter
 
     return fused_moe_aiter(data)
 
 
 def run_aiter_fused(data: input_t) -> output_t:
-    from aiter_backend import fused_moe_aiter_template
+    from moe_aiter.backend import fused_moe_aiter_template
 
     return fused_moe_aiter_template(data)
 
@@ -61,7 +63,7 @@ BACKEND_RUNNERS = {"aiter": run_aiter, "aiter-fused": run_aiter_fused, "triton":
 @functools.cache
 def platform() -> str:
     """The selection's target: gfx950-aiter, gfx950, gpu or cpu (see the module docstring)."""
-    from moe_triton import interpreting
+    from moe_triton.fused_moe import interpreting
 
     if not torch.cuda.is_available() or interpreting():
         return "cpu"
@@ -80,7 +82,7 @@ def _triton(name: str, tiles, native: bool) -> Candidate:
 
 def _cpu_candidates(config: dict) -> list[Candidate]:
     """The decode table tile, the default rule's tiles one routing-block size up, the native path."""
-    from moe_triton import native_default
+    from moe_triton.fused_moe import native_default
 
     key = shape_key(config)
     d_hidden, d_inter, n_experts, topk, n_tokens = key

@@ -1,4 +1,4 @@
-"""Writing the override table's data module (shape_override_rows.py), which shape_overrides.py
+"""Writing the override table's data module (shape_overrides.py), which moe_aiter/inject.py
 reads and the bundle inlines like any project module.
 
 A row is a dict of ROW_FIELDS: the shape (padded tokens, model_dim, inter_dim, experts, topk), aiter's row fields
@@ -30,12 +30,15 @@ ROW_FIELDS = (
 )
 
 _HEADER = '''\
-"""The aiter override table's rows: data read by shape_overrides.py (written by bench/tune/override_rows.py).
+"""The shape-keyed override table of aiter's 2-stage fused-MoE config: one row per official
+shape, data. The aiter backend injects it into aiter.fused_moe.cfg_2stages at its first call
+(moe_aiter/inject.py: the rules a row must follow, the keying, the injection); `python -m
+bench.tune.aiter_rows` rewrites this file (bench/tune/write_overrides.py).
 
 {how}
 
 Each row: aiter's key fields of the shape (padded tokens, model_dim, inter_dim, experts, topk; the
-others are fixed by shape_overrides.aiter_key), aiter's row fields, the CK stage 2 used
+others are fixed by moe_aiter.inject.aiter_key), aiter's row fields, the CK stage 2 used
 when FlyDSL is unavailable, and its provenance: `us` is the mean time measured by
 `python -m bench.tune.aiter_rows` (None: never timed), with `date`, `versions` and `source`.
 """

@@ -24,14 +24,17 @@ from triton.compiler import CompiledKernel
 from triton.runtime import driver
 
 from buffers import get_buffer
-from moe_native_kernels import (
+from moe_triton.kernels.decode import moe_prep_kernel, moe_stage1_kernel, moe_stage2_kernel
+from moe_triton.kernels.native import (
     moe_native_prep_kernel,
     moe_native_route_kernel,
     moe_native_stage1_kernel,
     moe_native_stage2_kernel,
 )
-from moe_triton_kernels import moe_prep_kernel, moe_route_kernel, moe_stage1_kernel, moe_stage2_kernel
-from tile_configs import NativeTileConfig, TileConfig, native_tile_config, tile_config
+from moe_triton.kernels.routing import moe_route_kernel
+from moe_triton.tiles import NativeTileConfig, TileConfig
+from moe_triton.tiles_amd import native_tile_config
+from moe_triton.tiles_nvidia import tile_config
 
 # Measured on the H200 (bench/NOTES.md, fourth version): 32-blocks per quantization program
 # (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of the route loop.
@@ -96,7 +99,7 @@ PDL = True
 
 def pdl_options(fast: bool) -> dict:
     """The kernel argument that compiles the wait for the previous kernel into every kernel
-    (moe_triton_kernels._after_previous_launch) and the launch option, where PDL applies."""
+    (moe_triton.kernels.routing._after_previous_launch) and the launch option, where PDL applies."""
     return {"PDL": True, "launch_pdl": True} if fast and PDL else {"PDL": False}
 
 
@@ -351,7 +354,7 @@ def fused_moe_triton(
 ) -> torch.Tensor:
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
     2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the inputs against
-    config (validation.validate_inputs); the shapes are read from the tensors. native picks the
+    config (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
     path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py)."""
     if native is None:
         native = native_default(hidden_states.device)

@@ -26,7 +26,7 @@ SMOKE = [
     dict(dhidden=768, dexpert=256, nroutedexperts=16, nexpertspertoken=6, nsharedexperts=1, bs=33, seed=3),
 ]
 
-# The CPU pre-run's shape (prerun.py, MOE_SELECT=1 under the interpreter): about 2 s per call.
+# The CPU pre-run's shape (selection/prerun.py, MOE_SELECT=1 under the interpreter): about 2 s per call.
 TINY = [dict(dhidden=256, dexpert=256, nroutedexperts=2, nexpertspertoken=1, nsharedexperts=1, bs=4, seed=5)]
 
 
@@ -41,7 +41,7 @@ def case_name(case: dict) -> str:
 
 
 def table_key(case: dict) -> tuple[int, int, int, int, int]:
-    """The tables' shape key of a case (backend_table.shape_key of its config): d_hidden, d_inter,
+    """The tables' shape key of a case (selection.backend_table.shape_key of its config): d_hidden, d_inter,
     experts and experts per token with the shared ones counted, tokens."""
     shared = case["nsharedexperts"]
     experts, topk = case["nroutedexperts"] + shared, case["nexpertspertoken"] + shared

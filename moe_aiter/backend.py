@@ -1,5 +1,5 @@
 """The MI355X path: aiter f3be04a's 2-stage fused MoE, driven stage by stage with the
-project's shape overrides (shape_overrides.py) and activation quantizer (quant.py).
+project's shape overrides (moe_aiter/inject.py) and activation quantizer (quant.py).
 
 fused_moe_aiter(data) (MOE_BACKEND=aiter) does what aiter.fused_moe.fused_moe does for this
 problem (aiter/fused_moe.py:216-367 and fused_moe_2stages :1025-1265), minus its per-call
@@ -38,8 +38,8 @@ import os
 import torch
 
 from buffers import get_buffer
+from moe_aiter.inject import inject
 from quant import MXQ_BLOCK, MXQ_GROUPS, MXQ_ROWS, fused_dynamic_mxfp4_quant_moe_sort
-from shape_overrides import inject
 
 AITER_QUANT_ENV = "MOE_AITER_QUANT"  # "project" (default): quant.py; "aiter": aiter's Triton kernel
 

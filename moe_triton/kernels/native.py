@@ -1,4 +1,4 @@
-"""Native MXFP4 kernels of the a4w4 MoE layer for AMD CDNA4 (gfx950); launchers in moe_triton.py.
+"""Native MXFP4 kernels of the a4w4 MoE layer for AMD CDNA4 (gfx950); launchers in moe_triton/fused_moe.py.
 
 gfx950 multiplies MXFP4 by MXFP4 in hardware (v_mfma_scale_f32_16x16x128_f8f6f4 and
 32x32x64): packed e2m1 bytes and e8m0 scale bytes go to the MFMA as they are, which is this
@@ -10,14 +10,14 @@ So the activation buffers hold packed fp4 bytes and e8m0 scale bytes (SPEC 3.3, 
 written by the quantization launch (a1, token order) and by stage 1's epilogue (a2, sorted
 order), and the weights are read as the input tuple carries them: raw [E, N, K/2] bytes and 2-D
 [E*N, K/32] scales, no decode and no conversion. Three launches besides the shared routing:
-  moe_native_prep_kernel    chunk histograms (moe_triton_kernels._chunk_histogram), and a1
+  moe_native_prep_kernel    chunk histograms (moe_triton.kernels.routing._chunk_histogram), and a1
                             quantized to bytes and scales; the output zeroed.
   moe_native_stage1_kernel  per routing block and block_n1 columns of h: one scaled GEMM over
                             the gate and up rows interleaved, silu(gate) * up rounded to bf16,
                             quantized to a2 bytes and scales in sorted order.
   moe_native_stage2_kernel  down GEMM of those rows, times the routing weight, added atomically
                             into the output; N_TILES output tiles per program.
-Kernel variants (tile_configs.NativeTileConfig's variant fields, docs/gfx950.md): both GEMMs can
+Kernel variants (moe_triton.tiles.NativeTileConfig's variant fields, docs/gfx950.md): both GEMMs can
 run their programs in XCD order (xcd_program); the weights can be loaded with a cache modifier;
 moe_native_route_kernel does the prep and route launches' work in one launch; and stage 1 can
 quantize the hidden states itself (QUANT_A) and, with that, route its own block and zero the
@@ -31,8 +31,9 @@ backend and under the interpreter.
 import triton
 import triton.language as tl
 
-from moe_triton_kernels import _chunk_histogram, _place_expert, _round_to_bf16, _routing_block, _skip_block
-from mxfp4_kernels import mx_encode_pairs
+from moe_triton.kernels.decode import _round_to_bf16
+from moe_triton.kernels.routing import _chunk_histogram, _place_expert, _routing_block, _skip_block
+from mxfp4.encode import mx_encode_pairs
 
 
 @triton.jit
@@ -69,7 +70,7 @@ def _mx_operand(ptr, scale_ptr, rows, k_dim, k0, BLOCK_K: tl.constexpr, CACHE: t
     32-bit and relative to the (scalar) base pointers, so on AMD the loads can be buffer loads
     (a scalar base and 32-bit offsets) rather than 64-bit address arithmetic per element. CACHE
     is tl.load's cache modifier ("" the default)."""
-    # k_dim is a multiple of 256 (validation.py): rows start 128-byte aligned, scale rows 8-byte.
+    # k_dim is a multiple of 256 (problem/validation.py): rows start 128-byte aligned, scale rows 8-byte.
     row_bytes = tl.multiple_of(k_dim // 2, 128)
     row_scales = tl.multiple_of(k_dim // 32, 8)
     kb = k0 // 2 + tl.arange(0, BLOCK_K // 2)
@@ -187,7 +188,7 @@ def moe_native_route_kernel(
 ):
     """The prep and route launches in one: programs below n_experts each count the whole
     histogram (COUNT_CHUNK slots per step) and place their expert's slots
-    (moe_triton_kernels._place_expert); the others zero the output and, with QUANT, write a1."""
+    (moe_triton.kernels.routing._place_expert); the others zero the output and, with QUANT, write a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
         counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)

@@ -29,12 +29,27 @@ def default_path() -> Path:
     return Path(base) / "moe-mxfp4" / "choices.json"
 
 
+# Folders beside the submission that hold no part of it: the package's tools and tests.
+NOT_SOURCE = ("bench", "tests")
+
+
+def source_files(folder: Path) -> list[Path]:
+    """The submission's source: the .py files beside it (the bundle is one of them) and those of
+    the packages there (folders with an __init__.py, the tools' and tests' excepted)."""
+    folder = Path(folder)
+    files = sorted(folder.glob("*.py"))
+    for init in sorted(folder.glob("*/__init__.py")):
+        if init.parent.name not in NOT_SOURCE:
+            files += sorted(init.parent.rglob("*.py"))
+    return files
+
+
 def source_digest(folder: Path) -> str:
-    """sha256 of the .py files beside the submission (the bundle is one of them): a changed
-    kernel or table makes the stored choices another version's."""
+    """sha256 of the submission's source files: a changed kernel or table makes the stored
+    choices another version's."""
     h = hashlib.sha256()
-    for path in sorted(Path(folder).glob("*.py")):
-        h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    for path in source_files(folder):
+        h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 
 

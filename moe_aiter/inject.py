@@ -1,0 +1,574 @@
+"""Shape-keyed overrides of aiter's 2-stage fused-MoE config for the official benchmark shapes.
+
+The table is plain data: one row per benchmark shape, keyed exactly as aiter f3be04a keys its
+tuned-fmoe table, so it can be injected into `aiter.fused_moe.cfg_2stages` at run time
+(`inject`) or written as a tuned_fmoe CSV for AITER_CONFIG_FMOE (`write_csv`). Importing this
+module does not import aiter.
+
+How aiter f3be04a uses a row (file:line at f3be04a12a0cfd6b5e2c7a94edc774f1bc24460d)
+---------------------------------------------------------------------------------------
+* aiter/fused_moe.py:568 `cfg_2stages = None`; get_2stage_cfgs (:674 lru_cache, :675) fills it
+  on first use from AITER_CONFIGS.AITER_CONFIG_FMOE_FILE (:741-746) with pandas, dropping rows
+  whose `_tag` is not empty (:712-713), indexed by the 13 columns of :692-706, and looks the row
+  up with the tuple of :748-762: (cu_num, token, model_dim, inter_dim, expert, topk,
+  str(activation), str(dtype), str(q_dtype_a), str(q_dtype_w), str(q_type), use_g1u1,
+  doweight_stage1), token being get_padded_M(M) (:607-620, called at :279 and :1062). Row fields read:
+  block_m, ksplit, kernelName1, kernelName2 (:878-881) and run_1stage (:882).
+* A row naming a FlyDSL kernel is dropped when FlyDSL is unavailable, unless the CSV has a
+  row tagged `flydsl_fallback` for the key (:809-825); rows injected into the dict have no such
+  fallback, so `inject` substitutes the row's CK stage-2 kernel itself.
+* ksplit > 1 with bf16 out, per_1x32, fp4x2 weights and is_shuffled selects the cktile stages
+  (:929-955), which take bf16 activations (no MXFP4 activation quantization: fused_moe.py:1078-1089
+  and :1181-1191) and use block_m = 16 for token < 2048 (:952) WHATEVER the row says; the
+  kernel names are not used on that branch. The judged reference (aiter's default config for
+  these shapes, ksplit 0) quantizes both GEMM inputs to MXFP4, and skipping that moves the output
+  far outside the tolerance: measured here with reference.ref_kernel against the same layer
+  without activation quantization, 66221 and 65381 of 114688 elements fail |d| <= 5e-2 +
+  5e-2 |ref| on the two bs=16 benchmark shapes (E=33/I=512 and E=257/I=256; max |d| 0.62 and 0.64
+  on outputs of mean magnitude 0.5). So `validate` rejects ksplit > 1 rows unless
+  OVERRIDE_ALLOW_BF16_ACTIVATIONS is set (the issue's starting rows had ksplit 2 at 16 tokens;
+  they are replaced by quantized rows below).
+* Otherwise (`ck2stages` in kernelName1, :957) stage 1 is ck_moe_stage1 with kernelName1 and
+  stage 2 is _flydsl_stage2_wrapper for a `flydsl_` kernelName2 when FlyDSL is available
+  (:971-975), else aiter.ck_moe_stage2_fwd with kernelName2 (:977-983). The sorting block
+  block_m goes to moe_sorting (:301-311), to both activation quantizations
+  (block_size=block_size_M, :1104-1111, :1204-1211) and to both stages (block_m=..., :1173,
+  :1260).
+
+Must block_m equal the CK kernel's MPerBlock and the FlyDSL tile_m? Yes.
+---------------------------------------------------------------------------------------
+* The quantizer requires block_m % 32 == 0: aiter/ops/triton/quant/fused_mxfp4_quant.py:609
+  `assert block_size % BLOCK_SIZE_M == 0` with BLOCK_SIZE_M = 32. So block_m 16 is impossible
+  whenever activations are quantized (ksplit <= 1).
+* CK stage 1/2 (csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages.cu): a kernelName found in
+  the lookup table is returned as is (:26-33); block_m is only used to pick a heuristic kernel
+  (:36-43, :113, :176) and to bound sorted_size (:83, :147). The instance's MPerBlock is a
+  compile-time template argument (gemm_moe_ck2stages_common_mxfp4.cuh:17, :106) of
+  ck::DeviceMoeGemmMXBPreShuffle, whose gridwise Run (composable_kernel
+  include/ck/tensor_operation/gpu/grid/gridwise_moe_mx_gemm_bpreshuffle.hpp, read at a later CK
+  commit than aiter's pinned submodule d5acfd8d, which is not on disk here) takes
+  expert_block_id = blockIdx.y, returns when expert_block_id * MPerBlock >= num_valid_ids[0],
+  reads expert_id = sorted_expert_ids[expert_block_id] and launches ceil(sorted_size / MPerBlock)
+  row blocks. sorted_expert_ids holds one expert per block_m rows (moe_sorting), so a 128-row
+  kernel on a 32-row sort multiplies rows 128b..128b+127 by the weights of the expert of rows
+  32b..32b+31: the wrong expert for most rows. aiter's own heuristics map block_m to the instance of equal
+  MPerBlock (csrc/ck_gemm_moe_2stages_codegen/gen_instances.py:276-286 for A4W4 stage 1,
+  :630-640 and :652-660 for stage 2), and every row of
+  aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv (rows 2-15) pairs block_m with the same
+  MPerBlock (and the one FlyDSL row, t64, with block_m 64).
+* FlyDSL stage 2 (aiter/ops/flydsl/kernels/mixed_moe_gemm_2stage.py, compile_mixed_moe_gemm2
+  :1400): workgroup bx = block_id("y") (:1721) handles sorted rows from bx_m = bx * tile_m
+  (:1852) with expert sorted_expert_ids[bx] (:1865), and the grid has gy = size_expert_ids_in
+  (:2797) = sorted_expert_ids.numel() (aiter/ops/flydsl/moe_kernels.py:569) rows of workgroups.
+  _flydsl_stage2_wrapper passes only the name's tile_m (aiter/fused_moe.py:661) and swallows
+  block_m in **_kwargs (:646). So tile_m must equal block_m.
+* FlyDSL's registry at f3be04a (aiter/ops/flydsl/moe_kernels.py:11, :33, :95-102) holds stage-2
+  fp4 kernels with tile_m in {32, 64}, tile_n in {128, 256}, tile_k 256, modes atomic/reduce
+  (:66-92); `flydsl_moe2_afp4_wfp4_bf16_t16x128x128_atomic` is not among them.
+
+Consequences for the starting rows of the issue: block_m 32/64 paired with the 128-row
+gemm1 (256x128x128x128) and with the 16-row FlyDSL t16x128x128 would compute wrong results;
+t16 cannot be used at all on the quantized path (it would need block_m 16, which the quantizer
+forbids); the two ksplit-2 rows fail the tolerance (above). The committed rows (shape_overrides.py) use a gemm1
+instance whose MPerBlock equals block_m -- for E=257 the one aiter's dsv3 table picked at the
+same token count (64x32x32x128 at 16 and 512 tokens, 256x32x128x128 at 128); for E=33, which
+aiter's table lacks, 64x32x32x128 at 16 tokens, 256x32x128x128 at 128 tokens and for I=2048,
+256x64x128x128 with block_m 64 at 512 tokens and I=512; all in the a4w4 instance list,
+csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages_common.py:202-208 -- and the registered
+FlyDSL stage 2 with tile_m = block_m (t32x128x256 / t64x128x256, atomic), with the CK stage 2 of
+the same MPerBlock as fallback.
+`validate` rejects any row that breaks these rules. Those rows have not been timed on an
+MI355X (none was available); they are correct by construction, not tuned (`python -m bench.tune.aiter_rows`
+re-derives them by timing every valid row there).
+"""
+
+import csv
+import importlib
+import inspect
+import os
+import re
+from importlib.util import find_spec
+from pathlib import Path
+
+from moe_aiter.catalogue import AITER_COMMIT, CK_A4W4_GEMM1_INSTANCES, CK_A4W4_GEMM2_INSTANCES
+from shape_overrides import OVERRIDE_ROWS
+
+OVERRIDE_CU_NUM = 256  # MI355X
+OVERRIDE_MODEL_DIM = 7168
+OVERRIDE_TOPK = 9
+# ksplit > 1 rows run bf16 activations, outside the judged tolerance (module docstring).
+OVERRIDE_ALLOW_BF16_ACTIVATIONS = False
+
+# aiter/fused_moe.py:692-706, the key of cfg_2stages, in order.
+AITER_KEY_FIELDS = (
+    "cu_num",
+    "token",
+    "model_dim",
+    "inter_dim",
+    "expert",
+    "topk",
+    "act_type",
+    "dtype",
+    "q_dtype_a",
+    "q_dtype_w",
+    "q_type",
+    "use_g1u1",
+    "doweight_stage1",
+)
+# The columns of aiter/configs/tuned_fmoe.csv (line 1) plus `_tag` (as in dsv3_fp4_tuned_fmoe.csv).
+AITER_FMOE_CSV_COLUMNS = AITER_KEY_FIELDS + (
+    "block_m",
+    "ksplit",
+    "us1",
+    "kernelName1",
+    "err1",
+    "us2",
+    "kernelName2",
+    "err2",
+    "us",
+    "run_1stage",
+    "tflops",
+    "bw",
+    "_tag",
+)
+OVERRIDE_ROW_FIELDS = ("block_m", "ksplit", "kernelName1", "kernelName2", "run_1stage")
+
+# get_2stage_cfgs's parameters at f3be04a (aiter/fused_moe.py:675-691).
+_SO_CFG_PARAMS = (
+    "token",
+    "model_dim",
+    "inter_dim",
+    "expert",
+    "topk",
+    "dtype",
+    "q_dtype_a",
+    "q_dtype_w",
+    "q_type",
+    "use_g1u1",
+    "activation",
+    "doweight_stage1",
+    "hidden_pad",
+    "intermediate_pad",
+    "is_shuffled",
+)
+
+# The name suffixes for this problem: Nswizzle always 0 (gen_instances.py:865), Quant3 =
+# QuantType.per_1x32, stage 1 without routed weight (doweight_stage1 False), stage 2 with it,
+# element ops MulABScaleShuffled / MulABScaleExpertWeightShuffled (gemm_moe_ck2stages_common.py:425, :491).
+_SO_CK1_SUFFIX = "MulABScaleShuffled_v{v}_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16"
+_SO_CK2_SUFFIX = "MulABScaleExpertWeightShuffled_v{v}_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16"
+
+
+def ck_moe_kernel_name(stage: int, instance: tuple) -> str:
+    """aiter's CK 2-stage kernel name (kernelInstanceGEMM1/2.name) of an a4w4 instance tuple."""
+    block, m, n, k, mw, nw, ver = instance
+    suffix = (_SO_CK1_SUFFIX if stage == 1 else _SO_CK2_SUFFIX).format(v=ver)
+    return f"moe_ck2stages_gemm{stage}_{block}x{m}x{n}x{k}_{mw}x{nw}_{suffix}"
+
+
+def flydsl_moe_kernel_name(stage: int, tile_m: int, tile_n: int, tile_k: int, mode: str = "atomic") -> str:
+    """FlyDSL kernel name for fp4 activations, fp4 weights, bf16 out (moe_kernels.py:14-28 format)."""
+    name = f"flydsl_moe{stage}_afp4_wfp4_bf16_t{tile_m}x{tile_n}x{tile_k}"
+    return f"{name}_{mode}" if mode else name
+
+
+CK_S1_32 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[0])
+CK_S1_32_SMALL = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[3])  # 64x32x32x128 (dsv3 table, most tokens)
+CK_S1_64 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[1])
+CK_S1_128 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[2])  # the issue's starting choice; needs block_m 128
+CK_S2_32 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[3])  # aiter's own stage 2 for block_m 32 (dsv3 table)
+CK_S2_64 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[1])
+FLY_S2_16 = flydsl_moe_kernel_name(2, 16, 128, 128)  # the issue's starting choice; unusable (see docstring)
+FLY_S2_32 = flydsl_moe_kernel_name(2, 32, 128, 256)
+FLY_S2_64 = flydsl_moe_kernel_name(2, 64, 128, 256)
+
+
+def aiter_key(
+    token: int,
+    inter_dim: int,
+    expert: int,
+    cu_num: int = OVERRIDE_CU_NUM,
+    model_dim: int = OVERRIDE_MODEL_DIM,
+    topk: int = OVERRIDE_TOPK,
+    activation: str = "ActivationType.Silu",
+    dtype: str = "torch.bfloat16",
+    q_dtype_a: str = "torch.float4_e2m1fn_x2",
+    q_dtype_w: str = "torch.float4_e2m1fn_x2",
+    q_type: str = "QuantType.per_1x32",
+    use_g1u1: bool = True,
+    doweight_stage1: bool = False,
+) -> tuple:
+    """aiter f3be04a's 13-field cfg_2stages key (aiter/fused_moe.py:748-762); enums and dtypes as str()."""
+    return (
+        int(cu_num),
+        int(token),
+        int(model_dim),
+        int(inter_dim),
+        int(expert),
+        int(topk),
+        str(activation),
+        str(dtype),
+        str(q_dtype_a),
+        str(q_dtype_w),
+        str(q_type),
+        bool(use_g1u1),
+        bool(doweight_stage1),
+    )
+
+
+def table_from_rows(rows) -> tuple[dict, dict]:
+    """(overrides, FlyDSL fallbacks) keyed by aiter_key from rows of shape_override_rows' format."""
+    overrides, fallbacks = {}, {}
+    for row in rows:
+        key = aiter_key(row["token"], row["inter_dim"], row["expert"], model_dim=row["model_dim"], topk=row["topk"])
+        overrides[key] = {f: row[f] for f in ("block_m", "ksplit", "kernelName1", "kernelName2")}
+        overrides[key]["run_1stage"] = False
+        if row.get("fallback_kernelName2"):
+            fallbacks[key] = row["fallback_kernelName2"]
+    return overrides, fallbacks
+
+
+# The table (shape_overrides.py), and the stage-2 kernel used in place of a FlyDSL
+# kernelName2 when FlyDSL is unavailable.
+OVERRIDES, FLYDSL_FALLBACK_KERNEL2 = table_from_rows(OVERRIDE_ROWS)
+
+_SO_CK_RE = re.compile(
+    r"^moe_ck2stages_gemm(?P<stage>[12])_(?P<block>\d+)x(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)_(?P<mw>\d+)x(?P<nw>\d+)_"
+)
+_SO_FLY_RE = re.compile(
+    r"^flydsl_moe(?P<stage>[12])_a(?P<a>[a-z0-9]+)_w(?P<b>[a-z0-9]+)_(?P<out>[a-z0-9]+)"
+    r"_t(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)(?:_(?P<mode>atomic|reduce))?$"
+)
+
+
+def parse_ck_moe_kernel_name(name: str) -> dict | None:
+    """Tile fields of a CK 2-stage kernel name, or None if it is not one."""
+    match = _SO_CK_RE.match(name)
+    if not match:
+        return None
+    g = {k: int(v) for k, v in match.groupdict().items()}
+    return {
+        "stage": g["stage"],
+        "block_size": g["block"],
+        "MPerBlock": g["m"],
+        "NPerBlock": g["n"],
+        "KPerBlock": g["k"],
+    }
+
+
+def parse_flydsl_moe_kernel_name(name: str) -> dict | None:
+    """FlyDSL registry entry (the fields of aiter/ops/flydsl/moe_kernels.py:51-60, :80-90) for a name."""
+    match = _SO_FLY_RE.match(name)
+    if not match:
+        return None
+    g = match.groupdict()
+    stage, tile_m = int(g["stage"]), int(g["m"])
+    params = {
+        "stage": stage,
+        "a_dtype": g["a"],
+        "b_dtype": g["b"],
+        "out_dtype": g["out"],
+        "tile_m": tile_m,
+        "tile_n": int(g["n"]),
+        "tile_k": int(g["k"]),
+        "MPerBlock": tile_m,
+    }
+    if stage == 2:
+        params["mode"] = g["mode"] or "atomic"
+    return params
+
+
+def _so_known_ck_names(stage: int) -> set:
+    instances = CK_A4W4_GEMM1_INSTANCES if stage == 1 else CK_A4W4_GEMM2_INSTANCES
+    return {ck_moe_kernel_name(stage, inst) for inst in instances}
+
+
+def _so_ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: str) -> list[str]:
+    """Why a CK stage-`stage` kernel name does not fit a row (empty when it does)."""
+    ck = parse_ck_moe_kernel_name(name)
+    if ck is None or ck["stage"] != stage:
+        return [f"{key}: kernelName{stage} {name!r} is {what} kernel name"]
+    if name not in _so_known_ck_names(stage):
+        return [f"{key}: kernelName{stage} {name!r} is not an a4w4 gemm{stage} instance at aiter {AITER_COMMIT[:7]}"]
+    if ck["MPerBlock"] != block_m:
+        return [f"{key}: kernelName{stage} MPerBlock {ck['MPerBlock']} != block_m {block_m}"]
+    return []
+
+
+def row_problems(
+    key: tuple,
+    row: dict,
+    flydsl_registry: dict | None = None,
+    allow_bf16_activations: bool | None = None,
+    fallbacks: dict | None = None,
+) -> list:
+    """Everything wrong with one override row (empty list when it is valid).
+
+    flydsl_registry: aiter's _KERNEL_PARAMS, when at hand; FlyDSL names must then be in it.
+    allow_bf16_activations: accept ksplit > 1 rows (default OVERRIDE_ALLOW_BF16_ACTIVATIONS).
+    fallbacks: the table's FlyDSL fallbacks (default FLYDSL_FALLBACK_KERNEL2).
+    """
+    if allow_bf16_activations is None:
+        allow_bf16_activations = OVERRIDE_ALLOW_BF16_ACTIVATIONS
+    problems = []
+    if not isinstance(key, tuple) or len(key) != len(AITER_KEY_FIELDS):
+        return [f"key {key!r}: expected a {len(AITER_KEY_FIELDS)}-tuple {AITER_KEY_FIELDS}"]
+    missing = [f for f in OVERRIDE_ROW_FIELDS if f not in row]
+    if missing:
+        return [f"{key}: missing fields {missing}"]
+    for field in ("kernelName1", "kernelName2"):
+        if not isinstance(row[field], str):
+            problems.append(f"{key}: {field} must be a str ('' = aiter's default), got {row[field]!r}")
+    for field in ("block_m", "ksplit"):
+        if isinstance(row[field], bool) or not isinstance(row[field], int):
+            problems.append(f"{key}: {field} must be an int, got {row[field]!r}")
+    if problems:
+        return problems
+    block_m, ksplit, name1, name2 = row["block_m"], row["ksplit"], row["kernelName1"], row["kernelName2"]
+    if row["run_1stage"]:
+        problems.append(f"{key}: run_1stage rows are not supported by this table")
+    if ksplit > 1:
+        # cktile branch (aiter/fused_moe.py:929-955): block_m forced to 16 below 2048 tokens, names unused.
+        if not allow_bf16_activations:
+            problems.append(
+                f"{key}: ksplit={ksplit} runs bf16 activations (no MXFP4 quantization), outside the judged tolerance"
+            )
+        if name1 or name2:
+            problems.append(f"{key}: ksplit={ksplit} selects the cktile stages, which take no kernel names")
+        expected_bm = 16 if key[1] < 2048 else 32 if key[1] < 16384 else 64
+        if block_m != expected_bm:
+            problems.append(f"{key}: ksplit={ksplit} runs with block_m {expected_bm} whatever the row says")
+        return problems
+    if block_m <= 0 or block_m % 32:
+        problems.append(f"{key}: block_m={block_m} must be a positive multiple of 32 when activations are quantized")
+    if name1:
+        problems += _so_ck_name_problems(key, 1, name1, block_m, "not a CK stage-1")
+    elif block_m not in (32, 64, 128):
+        problems.append(f"{key}: no heuristic CK stage 1 for block_m={block_m} (gen_instances.py:276-293)")
+    if name2.startswith("flydsl_"):
+        fly = parse_flydsl_moe_kernel_name(name2)
+        if fly is None:
+            problems.append(f"{key}: kernelName2 {name2!r} is not a FlyDSL kernel name")
+        else:
+            if (fly["stage"], fly["a_dtype"], fly["b_dtype"], fly["out_dtype"]) != (2, "fp4", "fp4", "bf16"):
+                problems.append(f"{key}: kernelName2 {name2!r} is not a stage-2 fp4 x fp4 -> bf16 FlyDSL kernel")
+            if fly["tile_m"] != block_m:
+                problems.append(f"{key}: kernelName2 tile_m {fly['tile_m']} != block_m {block_m}")
+            if flydsl_registry is not None and name2 not in flydsl_registry:
+                problems.append(f"{key}: kernelName2 {name2!r} is not registered in FlyDSL's _KERNEL_PARAMS")
+        fallback = (FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks).get(key)
+        if fallback is not None:
+            ck_fb = parse_ck_moe_kernel_name(fallback)
+            if fallback not in _so_known_ck_names(2) or ck_fb["MPerBlock"] != block_m:
+                problems.append(
+                    f"{key}: FlyDSL fallback {fallback!r} is not an a4w4 gemm2 instance of MPerBlock {block_m}"
+                )
+    elif name2:
+        problems += _so_ck_name_problems(key, 2, name2, block_m, "neither a CK stage-2 nor a FlyDSL")
+    elif block_m not in (32, 64, 128):
+        problems.append(f"{key}: no heuristic CK stage 2 for block_m={block_m} (gen_instances.py:628-660)")
+    return problems
+
+
+def validate(
+    overrides: dict | None = None,
+    flydsl_registry: dict | None = None,
+    allow_bf16_activations: bool | None = None,
+    fallbacks: dict | None = None,
+) -> None:
+    """Raise ValueError listing every invalid row of `overrides` (default OVERRIDES; `fallbacks`
+    default FLYDSL_FALLBACK_KERNEL2)."""
+    table = OVERRIDES if overrides is None else overrides
+    problems = [
+        p
+        for key, row in table.items()
+        for p in row_problems(key, row, flydsl_registry, allow_bf16_activations, fallbacks)
+    ]
+    if problems:
+        raise ValueError("invalid aiter override rows:\n  " + "\n  ".join(problems))
+
+
+def register_flydsl(moe_kernels_module, overrides: dict | None = None) -> list:
+    """Add the FlyDSL kernels named by `overrides` that aiter's _KERNEL_PARAMS lacks; returns the names added."""
+    registry = moe_kernels_module._KERNEL_PARAMS
+    added = []
+    for row in (OVERRIDES if overrides is None else overrides).values():
+        name = row.get("kernelName2", "")
+        if isinstance(name, str) and name.startswith("flydsl_") and name not in registry:
+            params = parse_flydsl_moe_kernel_name(name)
+            if params is None:
+                raise ValueError(f"cannot register FlyDSL kernel {name!r}: unparsable name")
+            registry[name] = params
+            added.append(name)
+    return added
+
+
+def check_aiter_layout(fused_moe_module) -> None:
+    """Raise RuntimeError unless aiter.fused_moe has f3be04a's table layout and get_2stage_cfgs."""
+    where = f"aiter.fused_moe ({getattr(fused_moe_module, '__file__', '?')})"
+    if not hasattr(fused_moe_module, "cfg_2stages"):
+        raise RuntimeError(f"{where} has no cfg_2stages; this override table targets aiter {AITER_COMMIT}")
+    table = fused_moe_module.cfg_2stages
+    if table is not None and not isinstance(table, dict):
+        raise RuntimeError(
+            f"{where}.cfg_2stages is a {type(table).__name__}, not the dict of aiter {AITER_COMMIT[:7]}; "
+            "refusing to inject overrides into an unknown table layout"
+        )
+    for key in table or ():
+        if not isinstance(key, tuple) or len(key) != len(AITER_KEY_FIELDS):
+            raise RuntimeError(f"{where}.cfg_2stages key {key!r} is not the 13-field key of aiter {AITER_COMMIT[:7]}")
+        if any(isinstance(f, str) and f.lower().startswith("gfx") for f in key):
+            raise RuntimeError(
+                f"{where}.cfg_2stages key {key!r} carries a gfx field; not aiter {AITER_COMMIT[:7]}'s layout"
+            )
+    cfg = getattr(fused_moe_module, "get_2stage_cfgs", None)
+    if cfg is None or not hasattr(cfg, "cache_clear"):
+        raise RuntimeError(f"{where}.get_2stage_cfgs is missing or not lru_cached")
+    params = tuple(inspect.signature(cfg).parameters)
+    if params != _SO_CFG_PARAMS:
+        raise RuntimeError(f"{where}.get_2stage_cfgs takes {params}, not aiter {AITER_COMMIT[:7]}'s {_SO_CFG_PARAMS}")
+    if table is None and not hasattr(getattr(fused_moe_module, "AITER_CONFIGS", None), "AITER_CONFIG_FMOE_FILE"):
+        raise RuntimeError(f"{where} has no AITER_CONFIGS.AITER_CONFIG_FMOE_FILE to load the tuned table from")
+
+
+def load_aiter_table(csv_path: str) -> dict:
+    """The dict aiter f3be04a builds from a tuned-fmoe CSV (aiter/fused_moe.py:708-714)."""
+    import pandas as pd
+
+    df = pd.read_csv(csv_path)
+    if "_tag" in df.columns:
+        # aiter's fillna(""), written so that an all-empty (float) column does not warn under pandas 3
+        df = df[df["_tag"].isna() | (df["_tag"] == "")]
+    return df.set_index(list(AITER_KEY_FIELDS)).to_dict("index")
+
+
+def _so_cu_num(fused_moe_module, cu_num):
+    if cu_num is not None:
+        return int(cu_num)
+    get_cu_num = getattr(fused_moe_module, "get_cu_num", None)
+    try:
+        return int(get_cu_num()) if get_cu_num is not None else OVERRIDE_CU_NUM
+    except Exception:
+        return OVERRIDE_CU_NUM
+
+
+def _so_flydsl(fused_moe_module, overrides):
+    """(FlyDSL usable, registry or None): registers the missing names when the module imports."""
+    try:
+        moe_kernels = importlib.import_module("aiter.ops.flydsl.moe_kernels")
+    except Exception:
+        return False, None
+    register_flydsl(moe_kernels, overrides)
+    available = getattr(fused_moe_module, "is_flydsl_available", None)
+    try:
+        usable = bool(available()) if available is not None else False
+    except Exception:
+        usable = False
+    return usable, moe_kernels._KERNEL_PARAMS
+
+
+def inject(
+    fused_moe_module, cu_num: int | None = None, overrides: dict | None = None, fallbacks: dict | None = None
+) -> dict:
+    """Put the override rows into aiter.fused_moe.cfg_2stages and clear get_2stage_cfgs' cache.
+
+    Loads aiter's packaged table first when cfg_2stages is still None (keeping all its other
+    rows), keys the rows with `cu_num` (default: fused_moe_module.get_cu_num(), else 256),
+    registers missing FlyDSL kernels, and swaps a FlyDSL stage 2 for the row's CK fallback when
+    FlyDSL is unavailable (aiter would otherwise drop the row, fused_moe.py:809-825). Idempotent.
+    `overrides` / `fallbacks` replace OVERRIDES / FLYDSL_FALLBACK_KERNEL2 (the tuner's candidates).
+    Returns the live table (the dict now held by fused_moe_module.cfg_2stages).
+    """
+    table_rows = OVERRIDES if overrides is None else overrides
+    fallbacks = FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks
+    validate(table_rows, fallbacks=fallbacks)
+    check_aiter_layout(fused_moe_module)
+    flydsl_ok, registry = _so_flydsl(fused_moe_module, table_rows)
+    if registry is not None:
+        validate(table_rows, registry, fallbacks=fallbacks)
+    cu = _so_cu_num(fused_moe_module, cu_num)
+    table = fused_moe_module.cfg_2stages
+    if table is None:
+        table = load_aiter_table(fused_moe_module.AITER_CONFIGS.AITER_CONFIG_FMOE_FILE)
+    for key, row in table_rows.items():
+        live = dict(row)
+        if live["kernelName2"].startswith("flydsl_") and not flydsl_ok:
+            fallback = fallbacks.get(key)
+            if not fallback:
+                raise RuntimeError(f"FlyDSL is unavailable and row {key} has no CK stage-2 fallback")
+            live["kernelName2"] = fallback
+        table[(cu,) + tuple(key[1:])] = live
+    fused_moe_module.cfg_2stages = table
+    fused_moe_module.get_2stage_cfgs.cache_clear()
+    return table
+
+
+def write_csv(
+    path,
+    cu_num: int = OVERRIDE_CU_NUM,
+    overrides: dict | None = None,
+    with_fallback: bool = True,
+    fallbacks: dict | None = None,
+):
+    """Write the rows in aiter's tuned_fmoe CSV format (+ `_tag`), for AITER_CONFIG_FMOE.
+
+    Timing columns are 0, so that in a merged list (AITER_CONFIG_FMOE=aiter_config_fmoe(path),
+    aiter/jit/core.py:182-247, which keeps the lowest `us` per key) these rows win. With
+    with_fallback, each FlyDSL row also gets a `flydsl_fallback` row naming its CK stage 2, used by
+    aiter when FlyDSL is unavailable (aiter/fused_moe.py:719-738). Empty kernel names (ksplit > 1
+    rows) read back as NaN in pandas; aiter does not look at them on that branch. Returns path.
+    """
+    table_rows = OVERRIDES if overrides is None else overrides
+    fallbacks = FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks
+    validate(table_rows, fallbacks=fallbacks)
+    records = []
+    for key, row in table_rows.items():
+        base = dict(zip(AITER_KEY_FIELDS, (int(cu_num),) + tuple(key[1:]), strict=True))
+        base["use_g1u1"] = int(base["use_g1u1"])
+        base["doweight_stage1"] = int(base["doweight_stage1"])
+        record = {
+            **base,
+            "block_m": row["block_m"],
+            "ksplit": row["ksplit"],
+            "us1": 0,
+            "kernelName1": row["kernelName1"],
+            "err1": "",
+            "us2": 0,
+            "kernelName2": row["kernelName2"],
+            "err2": "",
+            "us": 0,
+            "run_1stage": int(bool(row["run_1stage"])),
+            "tflops": 0,
+            "bw": 0,
+            "_tag": "",
+        }
+        records.append(record)
+        fallback = fallbacks.get(key)
+        if with_fallback and fallback and row["kernelName2"].startswith("flydsl_"):
+            records.append({**record, "kernelName2": fallback, "_tag": "flydsl_fallback"})
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(AITER_FMOE_CSV_COLUMNS), lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+    return path
+
+
+def aiter_config_fmoe(csv_path, aiter_root=None) -> str:
+    """The AITER_CONFIG_FMOE value that adds the CSV at `csv_path` to the files aiter merges without it.
+
+    Unset, aiter f3be04a merges aiter/configs/tuned_fmoe.csv with every model_configs file whose
+    name holds `tuned_fmoe` and whose path does not hold `untuned` (aiter/jit/core.py:255-269; the
+    dsv3 fp4 table lives there); set, it merges only the files listed (:273). So the list is
+    those files, then this CSV. aiter_root: the folder holding the `aiter` package (aiter's
+    AITER_ROOT_DIR), found with importlib (without importing aiter) when None.
+    """
+    if aiter_root is None:
+        spec = find_spec("aiter")
+        if spec is None or not spec.submodule_search_locations:
+            raise RuntimeError("aiter_config_fmoe: aiter is not installed here; pass aiter_root")
+        aiter_root = Path(next(iter(spec.submodule_search_locations))).parent
+    configs = Path(aiter_root) / "aiter" / "configs"
+    model_files = sorted(
+        str(p) for p in (configs / "model_configs").glob("*tuned_fmoe*") if p.is_file() and "untuned" not in str(p)
+    )
+    return os.pathsep.join([str(configs / "tuned_fmoe.csv"), *model_files, str(Path(csv_path).resolve())])

@@ -1,0 +1,1 @@
+"""The Triton kernels; moe_triton/fused_moe.py launches them."""

@@ -1,0 +1,151 @@
+"""Routing kernels shared by every path of the Triton backend: the expert histogram of topk_ids,
+aiter-compatible sorted routing (sorted_ids = slot << 24 | token, each expert padded to block_m
+with topk << 24 | M, sorted_expert_ids per block, num_valid_ids), and how a GEMM program reads its
+routing block; plus the programmatic-dependent-launch wait that every kernel starts with.
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _after_previous_launch(PDL: tl.constexpr):
+    """Programmatic dependent launch (NVIDIA, launched with launch_pdl): once every program of
+    this kernel has started, the next kernel's programs may be scheduled, and each program waits
+    here until the previous kernel has finished and its writes are visible. Every kernel of the
+    layer calls this before touching memory, so each still runs after the whole of its
+    predecessor; what overlaps is the next launch's latency and the programs' start-up."""
+    # The PTX of triton.language.extra.cuda's gdc_wait and gdc_launch_dependents, written here:
+    # importing that module fails on Triton builds without it (ROCm), and only PDL compiles it.
+    if PDL:
+        tl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+        tl.inline_asm_elementwise(
+            "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+        )
+
+
+@triton.jit
+def _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr):
+    """Expert histogram of chunk program_id(0) of topk_ids, into row program_id(0) of the chunk
+    counts; masked lanes land in the last bin, which is no expert's (EXPERT_BINS > n_experts)."""
+    pid = tl.program_id(0)
+    slots = pid * HIST_CHUNK + tl.arange(0, HIST_CHUNK)
+    ids = tl.load(topk_ids_ptr + slots, mask=slots < n_slots, other=EXPERT_BINS - 1)
+    tl.store(chunk_counts_ptr + pid * EXPERT_BINS + tl.arange(0, EXPERT_BINS), tl.histogram(ids, EXPERT_BINS))
+
+
+@triton.jit
+def moe_route_kernel(
+    topk_ids_ptr,
+    chunk_counts_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    n_experts,
+    n_slots,
+    n_chunks,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+    MAX_EXPERT_BLOCKS: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Expert `pid`'s share of the routing: its slots, in slot order, after the padded groups of
+    the lower experts, then its padding and its blocks' expert id."""
+    _after_previous_launch(PDL)
+    pid = tl.program_id(0)
+    bins = tl.arange(0, EXPERT_BINS)
+    chunks = tl.arange(0, MAX_CHUNKS)
+    table = tl.load(
+        chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
+    )
+    counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
+    _place_expert(
+        pid,
+        counts,
+        topk_ids_ptr,
+        sorted_ids_ptr,
+        sorted_expert_ids_ptr,
+        num_valid_ids_ptr,
+        n_tokens,
+        n_slots,
+        TOPK,
+        BLOCK_M,
+        EXPERT_BINS,
+        SLOT_CHUNK,
+        MAX_EXPERT_BLOCKS,
+    )
+
+
+@triton.jit
+def _place_expert(
+    pid,
+    counts,
+    topk_ids_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    n_slots,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+    MAX_EXPERT_BLOCKS: tl.constexpr,
+):
+    """Expert pid's part of the routing from the whole histogram (counts [EXPERT_BINS], zero past
+    the experts): its slots, in slot order, after the padded groups of the lower experts, then
+    its padding and its blocks' expert id; program 0 also writes num_valid_ids."""
+    bins = tl.arange(0, EXPERT_BINS)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    offset = tl.sum(tl.where(bins < pid, padded, 0), axis=0)
+    my_count = tl.sum(tl.where(bins == pid, counts, 0), axis=0)
+    my_padded = tl.sum(tl.where(bins == pid, padded, 0), axis=0)
+    if pid == 0:
+        tl.store(num_valid_ids_ptr, tl.sum(padded, axis=0))
+        tl.store(num_valid_ids_ptr + 1, n_tokens)
+    placed = 0
+    for start in range(0, n_slots, SLOT_CHUNK):
+        offs = start + tl.arange(0, SLOT_CHUNK)
+        ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1)
+        hit = ids == pid
+        rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+        packed = ((offs % TOPK) << 24) | (offs // TOPK)
+        tl.store(sorted_ids_ptr + offset + rank, packed, mask=hit)
+        placed += tl.sum(hit.to(tl.int32), axis=0)
+    pad = my_count + tl.arange(0, BLOCK_M)
+    tl.store(sorted_ids_ptr + offset + pad, (TOPK << 24) | n_tokens, mask=pad < my_padded)
+    blocks = tl.arange(0, MAX_EXPERT_BLOCKS)
+    tl.store(sorted_expert_ids_ptr + offset // BLOCK_M + blocks, pid + 0 * blocks, mask=blocks < my_padded // BLOCK_M)
+
+
+@triton.jit
+def _skip_block(
+    block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr
+):
+    """Whether routing block `block` is not this launch's to compute: it lies past the
+    valid rows, or the stage runs in two launches (TAIL_M > 0) and the block belongs to the
+    other one. Blocks with at most TAIL_M real rows go to the tail launch (ROWS = TAIL_M), the
+    rest to the full one (ROWS = BLOCK_M); an expert's real rows come before its padding, so
+    row TAIL_M of the block tells which."""
+    start = block * BLOCK_M
+    skip = start >= tl.load(num_valid_ids_ptr)
+    if TAIL_M > 0:
+        is_tail = (tl.load(sorted_ids_ptr + start + TAIL_M) & 0xFFFFFF) >= n_tokens
+        skip = skip | (is_tail != (ROWS < BLOCK_M))
+    return skip
+
+
+@triton.jit
+def _routing_block(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
+    """Routing block `block`'s share of the sorted routing: the first ROWS of its block_m sorted
+    rows, their packed ids (slot << 24 | token), tokens and which of them are real (padding holds
+    token n_tokens), and the block's expert."""
+    rows = block * BLOCK_M + tl.arange(0, ROWS)
+    packed = tl.load(sorted_ids_ptr + rows)
+    tokens = packed & 0xFFFFFF
+    expert = tl.load(sorted_expert_ids_ptr + block).to(tl.int64)
+    return rows, packed, tokens, tokens < n_tokens, expert

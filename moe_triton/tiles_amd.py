@@ -1,0 +1,100 @@
+"""The native gfx950 path's tiles (kernels/native.py): NATIVE_TUNED and native_default_config,
+chosen from the offline gfx950 compile (python -m bench.gfx950; docs/gfx950.md gives the reason
+per row), and the kernel variants the first-call selection times on an MI355X (NATIVE_VARIANTS,
+NATIVE_ALTERNATES).
+"""
+
+from moe_triton.tiles import NativeTileConfig, default_block_m
+
+# Chosen from offline gfx950 compiles (bench/gfx950/run.py, triton 3.6 and 3.9), never timed on an
+# MI355X; docs/gfx950.md gives the compiled figures. Shared reasons: the routing block follows the
+# rows per expert (16 below ~24, 32 below ~96, 64 above: the scaled MFMA is 16 wide, so block_m 16
+# wastes nothing on one-token experts); stage 1 decodes nothing, so a program takes as many weight
+# rows as keep VALU per MFMA low (address arithmetic is per row and K step, MFMAs per row pair);
+# stage 2 chains 128-column tiles so the routing and activation tile are paid once per program.
+NATIVE_TUNED: dict[tuple[int, int, int, int, int], NativeTileConfig] = {
+    # ~1 row per hit expert: 16-row blocks; stage 1 256 weight rows over 8 waves (2 column tiles
+    # of h); stage 2 4 tiles of 128 columns, 4 waves.
+    (7168, 256, 257, 9, 16): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 4),
+    (7168, 256, 257, 9, 128): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 4),
+    # ~18 rows per expert: 32-row blocks halve the blocks; stage 1 128 weight rows, 4 waves.
+    (7168, 256, 257, 9, 512): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 4),
+    # ~4 rows per expert; d_inter 512: stage 2 two K steps per tile, 2 tiles per program.
+    (7168, 512, 33, 9, 16): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 2),
+    # ~35 rows per expert: 32-row blocks.
+    (7168, 512, 33, 9, 128): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 2),
+    # ~140 rows per expert: 64-row blocks, 4 MFMA rows per weight row pair (VALU per MFMA ~2-4).
+    (7168, 512, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 8, 2, 2),
+    # d_inter 2048: stage 2 has 8 K steps, one tile per program over 8 waves.
+    (7168, 2048, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 8, 2, 1),
+    # The test shapes: few rows per expert, 16-row blocks; long K in stage 2 (d_inter 1024-2048).
+    (4096, 1024, 257, 9, 8): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
+    (7168, 2048, 33, 9, 32): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
+    (4096, 1536, 65, 7, 128): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
+}
+
+
+def native_default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> NativeTileConfig:
+    """NATIVE_TUNED's pattern: routing blocks sized to the rows per expert (default_block_m, at
+    most 64 rows); stage 1 256 weight rows over 8 waves at block_m 16, else 128 over 4; stage 2
+    128-column tiles, chained 4 per program at one K step, 2 at two, 1 beyond."""
+    block_m = min(64, default_block_m(n_tokens, n_experts, topk))
+    k_steps = -(-d_inter // 256)
+    n_tiles2 = 4 if k_steps == 1 else 2 if k_steps == 2 else 1
+    if block_m == 16:
+        return NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, n_tiles2)
+    return NativeTileConfig(block_m, 64, 256, 4, 2, 128, 256, 4, 2, n_tiles2)
+
+
+def native_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> NativeTileConfig:
+    tuned = NATIVE_TUNED.get((d_hidden, d_inter, n_experts, topk, n_tokens))
+    return tuned or native_default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+
+
+# The native kernel variants (NativeTileConfig's variant fields; docs/gfx950.md, "Kernel variants"),
+# applied to a shape's NATIVE_TUNED row. Figures are per K step of one wave on gfx950 (instructions /
+# MFMAs / VALU, triton 3.9 ; 3.6), compiled offline, never timed.
+NATIVE_VARIANTS: dict[str, dict] = {
+    # 3 launches: one routing launch counts, places, zeroes the output and writes a1; GEMMs as the row.
+    "route1": dict(route_launches=1),
+    # route1 with the weights loaded non-temporally (".cg" compiles to sc0 nt): for shapes where
+    # each weight tile is read by one program (about one routing block per expert).
+    "route1-cg": dict(route_launches=1, weight_cache=".cg"),
+    # Both GEMMs' programs in XCD order: consecutive blocks of one expert at one column tile run on
+    # one die and read its weight tile through one L2; GEMM loops as the row.
+    "xcd8": dict(xcds=8),
+    "route1-xcd8": dict(route_launches=1, xcds=8),
+    # The 32x32x64 scaled MFMA (nonkdim 32) at blocks of 32 rows or more, same work per step: on
+    # 3.6 stage 1 71 / 4 / 17 against 94 / 8 / 37 (32 rows) and 100 / 8 / 23 against 151 / 16 / 67
+    # (64 rows); on 3.9 a tie (93 / 4 / 23 against 89 / 8 / 21), except stage 2 at d_inter 256
+    # (its step holds the epilogue): 125 / 4 / 62 against 149 / 8 / 70.
+    "route1-mfma32": dict(route_launches=1, nonkdim=32),
+    "route1-xcd8-mfma32": dict(route_launches=1, xcds=8, nonkdim=32),
+}
+
+
+# Which variants suit which shape: shapes of about one block per expert take streaming; shapes with
+# several blocks per expert (or a shared expert of 8-16 blocks) the XCD order; 32 rows and more the
+# 32x32 MFMA. Stage 1 quantizing its own rows (fused_quant, and the 2-launch route_launches 0 it
+# enables) is listed nowhere: its encoder costs about 45 VALU per element per K step and lane
+# (docs/gfx950.md), far more than the launch it saves. Each shape's names are in the order of the
+# offline ESTIMATE's ranking (bench/results/gfx950/native-triton-3.6.0-ranking.json, ties as
+# listed): the selection tries them in this order, so a spent budget skips the lowest ranked.
+_NATIVE_VARIANTS_BY_SHAPE: dict[tuple[int, int, int, int, int], tuple[str, ...]] = {
+    (7168, 256, 257, 9, 16): ("route1", "route1-cg"),
+    (7168, 256, 257, 9, 128): ("route1", "route1-cg", "route1-xcd8"),
+    (7168, 256, 257, 9, 512): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
+    (7168, 512, 33, 9, 16): ("route1", "route1-cg"),
+    (7168, 512, 33, 9, 128): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32"),
+    (7168, 512, 33, 9, 512): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32", "xcd8"),
+    (7168, 2048, 33, 9, 512): ("route1", "route1-xcd8", "route1-mfma32", "route1-xcd8-mfma32", "xcd8"),
+    (4096, 1024, 257, 9, 8): ("route1", "route1-cg"),
+    (7168, 2048, 33, 9, 32): ("route1", "route1-cg"),
+    (4096, 1536, 65, 7, 128): ("route1", "route1-xcd8"),
+}
+
+
+NATIVE_ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, NativeTileConfig]] = {
+    key: {name: NATIVE_TUNED[key]._replace(**NATIVE_VARIANTS[name]) for name in names}
+    for key, names in _NATIVE_VARIANTS_BY_SHAPE.items()
+}
