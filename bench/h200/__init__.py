@@ -1,0 +1,3 @@
+"""Measurements only the H200 can make: the cost model's calibration, the NVIDIA paths' checks and
+timings against their peers. Each script writes its results under --out (or $OUT) and runs within
+one device call."""
