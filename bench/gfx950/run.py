@@ -25,7 +25,7 @@ from pathlib import Path
 from bench.gfx950 import model
 
 PATHS = ("native", "decode")
-ROOT = Path(__file__).resolve().parents[2]  # the package's modules sit at the repository root
+ROOT = Path(__file__).resolve().parents[2]  # the package's modules and packages sit at the repository root
 
 
 def compile_inputs(params: dict) -> tuple:
@@ -41,6 +41,12 @@ def compile_inputs(params: dict) -> tuple:
     return (*(torch.empty(shape, dtype=dtypes[0]) for dtypes, shape in expected_layout(config)), config)
 
 
+def _own(path: Path) -> bool:
+    """A module of the package: under the repository root, in a package of its own (moe_triton/kernels/...)
+    or at the top, not in an environment installed there (.venv's site-packages)."""
+    return ROOT in path.parents and "site-packages" not in path.parts
+
+
 def _launcher():
     """fused_moe_triton; refuses kernels built for the interpreter (a kernel module of the package
     imported under TRITON_INTERPRET=1 in this process: main turns it off before anything imports one)."""
@@ -50,7 +56,7 @@ def _launcher():
 
     for module in list(sys.modules.values()):
         source = getattr(module, "__file__", None)
-        if source and Path(source).resolve().parent == ROOT:
+        if source and _own(Path(source).resolve()):
             if any(isinstance(v, InterpretedFunction) for v in vars(module).values()):
                 raise RuntimeError(
                     f"{module.__name__} was imported under TRITON_INTERPRET=1: run the check in a fresh process"
