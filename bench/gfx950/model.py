@@ -151,7 +151,7 @@ H200 = Machine(
 
 # The MI355X (docs/gfx950.md, "The MI355X estimate", gives each one's range): datasheet 256 CUs, 2.4 GHz,
 # 8 TB/s; the achievable fraction 0.95: the sixth place's 742 MB at E-257 bs-128 in 104 us less 4 gaps of
-# 1.5 us (0.89 with no gaps; MI300X STREAM reaches 0.78-0.81 of its peak); L0 650 cycles (500-800 for an
+# 1.5 us (0.89 with no gaps; MI300X reaches 0.73-0.81 of its peak); L0 650 cycles (500-800 for an
 # HBM load at one wave per CU, measured on an MI308X: github.com/tingqli/pyhip docs/mem_latency.md); k the
 # H200's; the gap the H200's measured 1.46 us, rounded (no MI355X figure; the sixth place leaves at most
 # 2.8 us per launch at 8 TB/s); no call start or dirty bytes (the sixth place's times hold them); issue:
