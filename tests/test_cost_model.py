@@ -339,3 +339,15 @@ def test_the_asm_folder_appears_whole_once_the_run_is_done(tmp_path, capsys, mon
     )
     assert list(tmp_path.iterdir()) == [target]
     capsys.readouterr()
+
+
+def test_the_hold_out_compares_the_alternate_tiles_and_their_ranking():
+    twin, static, data = _twin()
+    name = "H7168-I256-E256+1-k8+1-bs128"
+    assert set(static["cases"][name]["alternates"]) == {"retune", "regs1-128"}  # tiles_nvidia.ALTERNATES
+    measured = {"calls": {name: {"table": 400.0, "retune": 300.0}}, "device": "x", "versions": {}}
+    rows = twin.alternate_rows(model.H200, static, measured)
+    assert [r["tile"] for r in rows] == ["table", "retune"]  # only what was measured
+    assert rows[0]["rank"] == "model" and rows[1]["rank"] == " H200"  # the model prefers the table's tile
+    text = twin.markdown(model.H200, static, data, measured)
+    assert "the model's fastest tile is the H200's in 0 of 1 shapes" in text

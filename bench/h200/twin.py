@@ -3,9 +3,15 @@ launches compiled for sm_90 on the CPU, against what the H200 measured (bench/re
 calibrate-2026-12-01: ncu's per-launch durations, the leaderboard-mode call times, the bandwidth
 sweep). The same model with the MI355X's constants is the gfx950 check's ESTIMATE.
 
-  python -m bench.h200.twin [--md FILE]          predicted against measured, from the committed data
-  python -m bench.h200.twin --compile FILE       compile the 10 official shapes' decode launches for
-                                                 sm_90 (use the H200's triton, 3.6) into FILE
+  python -m bench.h200.twin [--md FILE] [--alternates FILE]
+                                 predicted against measured, from the committed data (and, given the
+                                 file --measure wrote, the decode path's alternate tiles: a hold-out)
+  python -m bench.h200.twin --compile FILE
+                                 compile the 10 official shapes' decode launches, on the table's tiles
+                                 and tiles_nvidia.ALTERNATES', for sm_90 (use the H200's triton, 3.6)
+  python -m bench.h200.twin --measure DIR
+                                 on the H200: each official shape's call on the table's tile and on
+                                 every alternate, timed the leaderboard's way, into DIR/alternates.json
 
 What a launch is made of (the static record, per launch of one call): the grid, warps, stages, shared
 memory and registers (cuobjdump), and the SASS counts (bench.h200.sass): per K-loop iteration its warp
@@ -95,9 +101,20 @@ def compile_static() -> dict:
     from problem.cases import BENCHMARKS, TESTS, case_name
 
     os.environ["TRITON_INTERPRET"] = "0"
+    from moe_triton.tiles_nvidia import ALTERNATES
+    from problem.cases import table_key
+
     cases = {}
     for params in (*TESTS, *BENCHMARKS):
-        cases[case_name(params)] = {"params": params, "launches": [static_record(x) for x in decode_launches(params)]}
+        alternates = {
+            tile: [static_record(x) for x in decode_launches(params, tiles)]
+            for tile, tiles in ALTERNATES.get(table_key(params), {}).items()
+        }
+        cases[case_name(params)] = {
+            "params": params,
+            "launches": [static_record(x) for x in decode_launches(params)],
+            "alternates": alternates,
+        }
     sweep = {}
     import torch
 
@@ -199,6 +216,61 @@ def sweep_seconds(machine: model.Machine, row: dict, sweep_static: dict) -> floa
 
 
 # ---------------------------------------------------------------- what the H200 measured
+
+
+def call_us(data: tuple, tiles, reps: int) -> float:
+    """The median of `reps` decode-path calls on `tiles` (None: the table's), each timed by events around it
+    behind the runner's 64 GiB flush (bench.h200.calibrate's launches mode: the leaderboard's way)."""
+    import statistics
+
+    import torch
+
+    from bench.h200.calibrate import FLUSH_SHAPE
+    from moe_triton.fused_moe import fused_moe_triton
+
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
+    args = (hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config)
+    for _ in range(3):
+        fused_moe_triton(*args, tiles=tiles, native=False)
+    times = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        torch.randn(FLUSH_SHAPE, device="cuda")
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fused_moe_triton(*args, tiles=tiles, native=False)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)
+
+
+def measure(out: Path, reps: int = 15) -> dict:
+    """On a CUDA GPU: per official shape, the decode path's call on the table's tile and on each alternate
+    (tiles_nvidia.ALTERNATES), call_us each; written to out/alternates.json."""
+    import torch
+    import triton
+
+    from moe_triton.tiles_nvidia import ALTERNATES
+    from problem.cases import BENCHMARKS, TESTS, case_name, table_key
+    from reference import generate_input
+
+    found = {}
+    for params in (*TESTS, *BENCHMARKS):
+        data = generate_input(**params)
+        row = {}
+        for tile, tiles in [("table", None), *ALTERNATES.get(table_key(params), {}).items()]:
+            row[tile] = call_us(data, tiles, reps)
+            print(f"{case_name(params):>30} {tile:>12}: {row[tile]:8.1f} us", flush=True)
+        found[case_name(params)] = row
+    result = {
+        "calls": found,
+        "device": torch.cuda.get_device_name(0),
+        "versions": {"torch": torch.__version__, "triton": triton.__version__},
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "alternates.json").write_text(json.dumps(result, indent=1) + "\n")
+    return result
 
 
 def read_ncu(path: Path) -> list[dict]:
@@ -319,6 +391,34 @@ def sweep_rows(machine: model.Machine, static: dict, data: dict) -> list[dict]:
     ]
 
 
+def alternate_rows(machine: model.Machine, static: dict, alternates: dict) -> list[dict]:
+    """Per shape and tile: the predicted call against --measure's median; `rank` marks the tile the model
+    and the H200 each find fastest."""
+    rows = []
+    for name, case in static["cases"].items():
+        measured_us = alternates["calls"].get(name, {})
+        tiles = {"table": case["launches"], **case.get("alternates", {})}
+        predicted = {
+            tile: predict_case(machine, {"params": case["params"], "launches": launches})[1] * 1e6
+            for tile, launches in tiles.items()
+            if tile in measured_us
+        }
+        if not predicted:
+            continue
+        best_model, best_h200 = min(predicted, key=predicted.get), min(predicted, key=measured_us.get)
+        for tile, us in predicted.items():
+            rows.append(
+                {
+                    "case": name,
+                    "tile": tile,
+                    "predicted_us": us,
+                    "measured_us": measured_us[tile],
+                    "rank": ("model" if tile == best_model else "") + (" H200" if tile == best_h200 else ""),
+                }
+            )
+    return rows
+
+
 def _error(row: dict) -> float:
     return row["predicted_us"] / row["measured_us"] - 1
 
@@ -329,7 +429,7 @@ def summary(rows: list[dict]) -> str:
     return f"{len(rows)} rows: worst {max(errors):.1%}, rms {rms:.1%}"
 
 
-def markdown(machine: model.Machine, static: dict, data: dict) -> str:
+def markdown(machine: model.Machine, static: dict, data: dict, alternates: dict | None = None) -> str:
     launches, cases, sweep = (
         launch_rows(machine, static, data),
         case_rows(machine, static, data),
@@ -389,6 +489,25 @@ def markdown(machine: model.Machine, static: dict, data: dict) -> str:
         for r in sweep
     ]
     lines += ["", summary(sweep), ""]
+    if alternates:
+        rows = alternate_rows(machine, static, alternates)
+        lines += [
+            "### Hold-out: the decode path's alternate tiles (fitted on none of them)",
+            "",
+            f"Measured by `python -m bench.h200.twin --measure` ({alternates.get('device', '?')}, "
+            f"{alternates.get('versions', {})}): the call the leaderboard's way, median.",
+            "",
+            "| case | tile | predicted us | measured us | error | fastest by |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {r['case']} | {r['tile']} | {r['predicted_us']:.1f} | {r['measured_us']:.1f} | {_error(r):+.1%} "
+            f"| {r['rank'].strip() or '-'} |"
+            for r in rows
+        ]
+        agree = sum(1 for r in rows if r["rank"].strip() == "model H200")
+        cases = len({r["case"] for r in rows})
+        lines += ["", f"{summary(rows)}; the model's fastest tile is the H200's in {agree} of {cases} shapes", ""]
     return "\n".join(lines)
 
 
@@ -397,13 +516,24 @@ def main(argv=None) -> int:
     p.add_argument("--compile", type=Path, metavar="FILE", help="compile the static records into FILE and stop")
     p.add_argument("--static", type=Path, default=STATIC, help=f"the static records (default {STATIC.name})")
     p.add_argument("--md", type=Path, help="also write the tables as Markdown to this file")
+    p.add_argument("--measure", type=Path, metavar="DIR", help="on the H200: time the alternates into DIR and stop")
+    p.add_argument("--alternates", type=Path, metavar="FILE", help="--measure's alternates.json: add the hold-out")
     args = p.parse_args(argv)
     if args.compile:
         args.compile.write_text(json.dumps(compile_static(), indent=1) + "\n")
         print(f"wrote {args.compile}")
         return 0
+    if args.measure:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("python -m bench.h200.twin: error: --measure needs a CUDA GPU", file=sys.stderr)
+            return 2
+        measure(args.measure)
+        return 0
     static, data = json.loads(args.static.read_text()), measured()
-    text = markdown(model.H200, static, data)
+    alternates = json.loads(args.alternates.read_text()) if args.alternates else None
+    text = markdown(model.H200, static, data, alternates)
     print(text)
     if args.md:
         args.md.write_text(text)
