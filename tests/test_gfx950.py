@@ -179,9 +179,6 @@ def test_mfma_cycles_follow_the_datasheet_rates():
     assert model.mfma_cycles((16, 16, 128), "fp4") == 16
     assert model.mfma_cycles((32, 32, 64), "fp4") == 32
     assert model.mfma_cycles((32, 32, 16), "bf16") == 32
-    # The wave-overlap model: one wave pays the sum, many waves the busier pipe.
-    assert model.iteration_cycles(64, 10, 20, 1) == 64 + 40 + 20
-    assert model.iteration_cycles(64, 10, 20, 8) == 64
 
 
 def _run(args, columns=None, **kwargs):
@@ -297,35 +294,31 @@ def test_the_check_refuses_kernels_built_for_the_interpreter():
 # ---------------------------------------------------------------- variants and the ESTIMATE (issue 20)
 
 
-def test_fill_counts_the_last_partial_round_as_a_full_one():
-    assert model.fill(512, 256) == 1  # two full rounds
-    assert model.fill(300, 256) == pytest.approx(2 * 256 / 300)  # a second round of 44
-    assert model.fill(100, 256) == pytest.approx(2.56)  # one round, 100 of 256 slots busy
-    assert model.fill(0, 256) == 1  # nothing to run: no factor
-    assert model.resident_programs(4, 8) == 512  # 256 CUs x 4 SIMDs x 4 waves / 8 waves a program
-    assert model.resident_programs(3, 4) == 768
-
-
-def _report(name, warps=4, waves=2.0, mfma_cycles=0.0, gemm=True):
+def _report(name, warps=4, waves=2.0, mfma_cycles=0.0, gemm=True, instructions=0, valu=0):
+    """A KernelReport by hand: a GEMM's K loop of `instructions` per step (valu of them VALU, one MFMA
+    when mfma_cycles), or a kernel without MFMAs whose one program runs `instructions`."""
     from bench.gfx950.check import KernelReport
 
     dots = [asm.Dot(m=16, n=16, k=128, warps=(1, 1), instr=(16, 16), scaled=True)] if gemm else []
+    mfma = 1 if mfma_cycles else 0
+    counts = asm.LoopCounts(instructions=instructions, mfma=mfma, valu=valu)
     return KernelReport(
         name=name,
         num_warps=warps,
         num_stages=2,
         lds=0,
         mfma={},
-        loop=asm.LoopCounts(instructions=0, mfma=0, valu=0) if gemm else None,
+        loop=counts if gemm else None,
         res=asm.Resources(vgpr=32, agpr=0, total_vgpr=32, sgpr=32, scratch=0, vgpr_spill=0, sgpr_spill=0),
         waves=waves,
         dots=dots,
         loop_mfma_cycles=mfma_cycles,
+        path=None if gemm else counts,
     )
 
 
-def test_estimate_adds_gaps_filled_weight_streams_compute_rounds_and_activations():
-    """One token, one expert (hit for sure), H 1024, I 512, block_m 16: every term by hand."""
+def test_estimate_adds_gaps_streamed_weights_compute_rounds_and_activations():
+    """One token, one expert (hit for sure: no spread), H 1024, I 512, block_m 16: every term by hand."""
     from types import SimpleNamespace
 
     from bench.gfx950.estimate import estimate
@@ -333,26 +326,43 @@ def test_estimate_adds_gaps_filled_weight_streams_compute_rounds_and_activations
     params = dict(dhidden=1024, dexpert=512, nroutedexperts=1, nexpertspertoken=1, nsharedexperts=0, bs=1)
     block = {"BLOCK_M": 16}
     launches = [
-        (_report("moe_native_prep_kernel", gemm=False, waves=8), SimpleNamespace(grid=(1, 1, 1), constexprs={})),
+        (
+            _report("moe_native_prep_kernel", gemm=False, waves=8, instructions=30, valu=10),
+            SimpleNamespace(grid=(1, 1, 1), constexprs={}),
+        ),
         (_report("moe_native_stage1_kernel"), SimpleNamespace(grid=(1, 8, 1), constexprs=block)),
-        (_report("moe_native_stage2_kernel", mfma_cycles=1024), SimpleNamespace(grid=(1, 4, 1), constexprs=block)),
+        (
+            _report("moe_native_stage2_kernel", mfma_cycles=1024, instructions=11, valu=5),
+            SimpleNamespace(grid=(1, 4, 1), constexprs=block),
+        ),
     ]
+    m = model.MI355X
     est = estimate(params, launches, gap_us=2.0, fraction=0.5)
     w1, w2 = 2 * 512 * 1024 * 17 / 32, 1024 * 512 * 17 / 32  # fp4 bytes and one scale byte per 32
     activations = 1024 * 2 * 2 + 1 * (4 + 4)  # hidden in, output out, one id and weight
     assert est.bytes_floor_us == pytest.approx((w1 + w2 + activations) / 8e12 * 1e6)
-    # Stage 1: 8 programs on 256 CUs stream at 8/256 of 0.5 x 8 TB/s; no compute.
-    assert est.per_launch[1].us == pytest.approx(w1 / 4e12 * 1e6 * 256 / 8)
-    # Stage 2: 256 K steps of 16x16x128 (16 rows x 1024 x 512) at 1024 cycles each, on 4 waves a
-    # program: spread over 1024 SIMDs that is 1024 x 1024 / (1024 x 2.4 GHz); 4 programs in 512 slots
-    # make one round at 4/512 busy: x128; one program's chain, 64 steps x 1024 cycles, is shorter.
-    spread_us = 1024 * 1024 / (1024 * 2.4e9) * 1e6
-    assert est.per_launch[2].compute_us == pytest.approx(spread_us * 512 / 4)
-    assert est.per_launch[2].compute_us > 64 * 1024 / 2.4e9 * 1e6 > est.per_launch[2].bytes_us
-    assert (est.per_launch[0].us, est.per_launch[0].programs, est.launches) == (0.0, 1, 3)
-    expected = 3 * 2.0 + w1 / 4e12 * 1e6 * 32 + spread_us * 128 + activations / 4e12 * 1e6
+    cycle_us = 1e6 / m.clock_hz
+    # Prep: one program, its path (10 VALU x 4 + 20 other) and one exposed load.
+    assert est.per_launch[0].us == pytest.approx((40 + 20 + m.step_latency_cycles) * cycle_us)
+    # Stage 1: 8 programs on 8 CUs, each with one K step (16 x 128 weights, 16 x 128 activations, fp4) in
+    # flight: Little's law, far below the bandwidth; 32 K steps of nothing but the exposed latency.
+    in_flight = 2 * 16 * 128 * 17 / 32
+    streamed = 8 * in_flight / m.latency_s
+    rate = (streamed**-m.knee + (0.5 * 8e12) ** -m.knee) ** (-1 / m.knee)
+    assert est.per_launch[1].bytes_us == pytest.approx(w1 / rate * 1e6)
+    steps1 = 16 * 1024 * 1024 / (16 * 16 * 128) / 8  # rows x 2I x H over the dot, per program
+    assert est.per_launch[1].compute_us == pytest.approx(steps1 * m.step_latency_cycles * cycle_us)
+    assert est.per_launch[1].us == pytest.approx(max(est.per_launch[1].bytes_us, est.per_launch[1].compute_us))
+    # Stage 2: 4 programs, each 128 steps (16 rows x 1024 x 512 over the dot, over 4 programs) of one MFMA
+    # (1024 cycles), 5 VALU and 5 other, one load's latency: the chain of a program alone on its SIMDs.
+    steps2 = 16 * 1024 * 512 / (16 * 16 * 128) / 4
+    chain = steps2 * (1024 + 4 * 5 + 5 + m.step_latency_cycles)
+    assert est.per_launch[2].compute_us == pytest.approx(chain * cycle_us)
+    assert est.launches == 3 and est.gap_us == 2.0
+    expected = 3 * 2.0 + sum(x.us for x in est.per_launch) + activations / 4e12 * 1e6
     assert est.estimate_us == pytest.approx(expected)
-    assert est.estimate_us == pytest.approx(65.0708, abs=1e-3)
+    assert est.floor2_us == pytest.approx(2 * 2.0 + (w1 + w2 + activations) / 4e12 * 1e6)
+    assert est.floor_ratio == pytest.approx(est.estimate_us / est.floor2_us)
 
 
 def test_gemm_programs_are_the_grid_times_the_expected_share_of_its_blocks():
@@ -383,10 +393,12 @@ def test_a_stage_in_two_launches_shares_its_weights_by_programs():
         0,
         1,
     )
-    w1_us = 2 * 512 * 1024 * 17 / 32 / 8e12 * 1e6
-    assert one.per_launch[0].us == pytest.approx(w1_us)  # 256 programs fill the CUs once
-    assert two.per_launch[0].us == pytest.approx(w1_us * 0.75 * 256 / 192)
-    assert two.per_launch[1].us == pytest.approx(w1_us * 0.25 * 256 / 64)
+    w1 = 2 * 512 * 1024 * 17 / 32
+    in_flight = 2 * 16 * 128 * 17 / 32  # one K step of weights and activations per program
+    m = model.MI355X.with_options(0, 1)
+    assert one.per_launch[0].bytes_us == pytest.approx(model.stream_seconds(m, w1, 256, 2.0, in_flight) * 1e6)
+    assert two.per_launch[0].bytes_us == pytest.approx(model.stream_seconds(m, w1 * 0.75, 192, 2.0, in_flight) * 1e6)
+    assert two.per_launch[1].bytes_us == pytest.approx(model.stream_seconds(m, w1 * 0.25, 64, 2.0, in_flight) * 1e6)
 
 
 def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
@@ -431,7 +443,7 @@ tiles_amd.NATIVE_ALTERNATES[(512, 256, 9, 5, 8)] = {
 }
 if sys.argv[2] == "rank":
     from problem.cases import SMOKE
-    from bench.gfx950.variants import rank_variants
+    from bench.gfx950.run import rank_variants
     print(json.dumps(rank_variants(SMOKE[0], gap_us=1.0)))
 else:
     from bench.gfx950.run import main
@@ -453,7 +465,8 @@ def test_the_check_compiles_and_checks_every_variant(tmp_path):
         assert any(" | 4 | " in line and "H512-I256" in line for line in kernels)
     assert "(smoke0/nk32)" in done.stdout and "smoke0/table" not in done.stdout and "smoke0/n64" not in done.stdout
     assert "moe_native_stage1_kernel: replicated MFMA work x16" in done.stdout
-    assert "ESTIMATE (static, not a time) = launches x 3.5 us gap" in text
+    assert "ESTIMATE (static, not a time) = launches x gap" in text
+    assert f"constants: {model.MI355X.describe()}" in text
     order = json.loads(ranking.read_text())["cases"]["smoke0"]
     assert order["key"] == [512, 256, 9, 5, 8] and order["broken"] == ["nk32"]
     assert sorted(name for name, _ in order["variants"]) == ["n64", "table"]
@@ -544,10 +557,19 @@ def test_the_summary_takes_the_table_tiles_and_the_lowest_variant_within_the_lim
     from bench.gfx950.report import summary
 
     def row(case, variant, us, broken=False):
-        return {"case": case, "variant": variant, "_estimate": us, "_aiter": 100.0, "_broken": broken}
+        ratio = us / 20.0
+        return {
+            "case": case,
+            "variant": variant,
+            "_estimate": us,
+            "_floor_ratio": ratio,
+            "_aiter": 100.0,
+            "_broken": broken,
+        }
 
     rows = [row("b0", "table", 40.0), row("b0", "fast", 10.0), row("b1", "table", 90.0), row("b1", "x", 1.0, True)]
     line = summary(rows)
     assert "ESTIMATE 60.0 us on the table's tiles" in line  # sqrt(40 x 90)
     assert "30.0 us on each case's lowest-ESTIMATE variant within the limits" in line  # sqrt(10 x 90)
     assert "aiter 100.0 us" in line
+    assert "lowest variant's ESTIMATE / floor (2): b0 0.50, b1 4.50" in line

@@ -124,6 +124,44 @@ def whole_kernel(text: str) -> LoopCounts:
     return _counts(instructions(text), 1, whole_kernel=True)
 
 
+_ENDPGM = re.compile(r"^\s*s_endpgm\b")
+
+
+def program_path(text: str) -> LoopCounts:
+    """One program's instructions (bench.gfx950.cfg.shortest_path: the shortest path to an s_endpgm that
+    enters every loop once), for a kernel whose programs take different branches by role."""
+    from bench.gfx950.cfg import Instruction, shortest_path
+
+    code, labels, pending = [], {}, []
+    for raw in text.splitlines():
+        line = raw.split(";", 1)[0].strip()
+        found = _LABEL.match(line)
+        if found:
+            pending.append(found[1])
+            continue
+        if not line or line.startswith("."):
+            continue
+        for name in pending:
+            labels[name] = len(code)
+        pending = []
+        branch = _BRANCH.match(line)
+        code.append(
+            (
+                line,
+                branch[1] if branch else None,
+                bool(branch) and not line.startswith("s_branch"),
+                bool(_ENDPGM.match(line)),
+            )
+        )
+    for name in pending:
+        labels[name] = len(code)
+    instructions_ = [
+        Instruction(text=t, target=labels.get(target) if target else None, conditional=cond, exit=end)
+        for t, target, cond, end in code
+    ]
+    return _counts(shortest_path(instructions_))
+
+
 def mfma_counts(text: str) -> Counter:
     """Static count of each MFMA mnemonic in the whole kernel."""
     return Counter(m for m in map(mnemonic, instructions(text)) if is_mfma(m))

@@ -41,6 +41,8 @@ class KernelReport:
     waves: float
     dots: list[asm.Dot]
     loop_mfma_cycles: float  # matrix-core cycles of one K step of one wave
+    kernel: asm.LoopCounts | None = None  # the whole kernel, each instruction once
+    path: asm.LoopCounts | None = None  # one program's path (asm.program_path), for kernels without MFMAs
     violations: list[str] = field(default_factory=list)
 
     @property
@@ -129,6 +131,8 @@ def _analyse(kernel) -> KernelReport:
         waves=waves_per_simd(res.total_vgpr, md.shared, md.num_warps),
         dots=dots if loop else [],
         loop_mfma_cycles=loop_cycles(loop.mfma_lines) if loop else 0.0,
+        kernel=asm.whole_kernel(text),
+        path=asm.program_path(text),
     )
     rep.violations = violations(rep)
     return rep

@@ -1,6 +1,6 @@
-"""A compile-only Triton driver for AMD gfx950 (MI355X): every JIT launch compiles with the real HIP
-backend and specialises as it would on the GPU (constexprs, num_warps, num_stages, divisibility of
-arguments), but nothing runs.
+"""A compile-only Triton driver for AMD gfx950 (MI355X), or for NVIDIA sm_90 (H200): every JIT launch
+compiles with the real HIP (or CUDA) backend and specialises as it would on the GPU (constexprs,
+num_warps, num_stages, divisibility of arguments), but nothing runs.
 
 The launcher's tensors stay on the CPU (torch.empty: no values are read). Each launch is recorded
 with its compiled kernel and grid. Triton checks LDS only when loading a kernel, which here loads
@@ -20,9 +20,19 @@ from triton.backends.driver import DriverBase
 from triton.runtime.driver import driver as driver_config
 
 TARGET = GPUTarget("hip", "gfx950", 64)
-# The key of the JIT's per-device kernel cache: one name for every compile-only launch, so that a
-# kernel specialised the same way compiles once per process.
-DEVICE = "gfx950-compile-only"
+SM90 = GPUTarget("cuda", 90, 32)
+# What CompiledKernel asks of the device when it 'loads', per target: no limit it could fail (LDS and
+# shared memory are checked by the callers), the unit count and warp size of the chip.
+_PROPERTIES = {
+    "hip": {"max_shared_mem": 1 << 40, "multiprocessor_count": 256, "warpSize": 64},
+    "cuda": {"max_shared_mem": 1 << 40, "multiprocessor_count": 132, "warpSize": 32, "max_num_regs": 65536},
+}
+
+
+def _device(target: GPUTarget) -> str:
+    """The key of the JIT's per-device kernel cache: one name per target for every compile-only
+    launch, so that a kernel specialised the same way compiles once per process and target."""
+    return f"{target.arch}-compile-only"
 
 
 @dataclass
@@ -42,8 +52,11 @@ class Launch:
 class _Utils:
     """What CompiledKernel asks of the device when it 'loads': no module, no limit it could fail."""
 
+    def __init__(self, target: GPUTarget = TARGET):
+        self.target = target
+
     def get_device_properties(self, device):
-        return {"max_shared_mem": 1 << 40, "multiprocessor_count": 256, "arch": TARGET.arch, "warpSize": 64}
+        return {**_PROPERTIES[self.target.backend], "arch": self.target.arch}
 
     def load_binary(self, name, kernel, shared, device):
         return None, None, 0, 0, 1024  # module, function, registers, spills, max threads
@@ -53,10 +66,12 @@ class _Utils:
 
 
 class CompileOnlyDriver(DriverBase):
-    """Active while compiling: the target is gfx950 and a launch records itself instead of running."""
+    """Active while compiling: the target is the given one (gfx950 by default) and a launch records
+    itself instead of running."""
 
-    def __init__(self):
-        self.utils = _Utils()
+    def __init__(self, target: GPUTarget = TARGET):
+        self.target, self.device = target, _device(target)
+        self.utils = _Utils(target)
         self.launches: list[Launch] = []
         driver = self
 
@@ -67,7 +82,7 @@ class CompileOnlyDriver(DriverBase):
             def __call__(self, grid_x, grid_y, grid_z, *_rest):
                 driver.launches.append(
                     Launch(
-                        kernel=_compiled(self.src, self.metadata),
+                        kernel=_compiled(self.src, self.metadata, driver.device),
                         grid=(grid_x, grid_y, grid_z),
                         constexprs=_named_constexprs(self.src),
                     )
@@ -83,7 +98,7 @@ class CompileOnlyDriver(DriverBase):
         return ty
 
     def get_current_target(self):
-        return TARGET
+        return self.target
 
     def get_active_torch_device(self):
         import torch
@@ -91,7 +106,7 @@ class CompileOnlyDriver(DriverBase):
         return torch.device("cpu")
 
     def get_current_device(self):
-        return DEVICE
+        return self.device
 
     def get_current_stream(self, device=None):
         return 0
@@ -100,12 +115,12 @@ class CompileOnlyDriver(DriverBase):
         pass
 
     def get_benchmarker(self):
-        raise RuntimeError("the gfx950 compile-only driver runs nothing, so it cannot time anything")
+        raise RuntimeError(f"the {self.target.arch} compile-only driver runs nothing, so it cannot time anything")
 
 
-def _compiled(src, metadata):
+def _compiled(src, metadata, device: str):
     """The CompiledKernel a launcher was made for: the JIT cache entry holding this very metadata."""
-    cache = src.fn.device_caches[DEVICE][0]
+    cache = src.fn.device_caches[device][0]
     for kernel in cache.values():
         if getattr(kernel, "metadata", None) is metadata:
             return kernel
@@ -124,16 +139,22 @@ _COMPILE_ENV = {"TRITON_INTERPRET": "0"}
 _COMPILE_ENV_DEFAULTS = {"TRITON_DEFAULT_FP_FUSION": "1"}
 
 
-@contextlib.contextmanager
 def compile_only_gfx950():
-    """Yield the active compile-only driver; the previous driver (often none on a CPU machine, where
-    asking for one raises) is put back afterwards, and the environment (_COMPILE_ENV) too."""
+    """compile_only for gfx950 (the MI355X)."""
+    return compile_only(TARGET)
+
+
+@contextlib.contextmanager
+def compile_only(target: GPUTarget):
+    """Yield the active compile-only driver for `target`; the previous driver (often none on a CPU
+    machine, where asking for one raises) is put back afterwards, and the environment
+    (_COMPILE_ENV) too."""
     previous_driver = driver_config._active  # the attribute set_active sets; may be None
     saved = {k: os.environ.get(k) for k in (*_COMPILE_ENV, *_COMPILE_ENV_DEFAULTS)}
     os.environ.update(_COMPILE_ENV)
     for key, value in _COMPILE_ENV_DEFAULTS.items():
         os.environ.setdefault(key, value)
-    active = CompileOnlyDriver()
+    active = CompileOnlyDriver(target)
     driver_config.set_active(active)
     try:
         yield active

@@ -1,31 +1,26 @@
 """A static MI355X figure of one case from its compiled launches: an ESTIMATE, never a measurement.
 
-bytes floor   (expected experts hit under uniform routing x expert_bytes + activations) / 8 TB/s;
-              the activations are hidden_states in, the bf16 output out, topk ids and weights.
-MFMA us       matrix-core cycles of every GEMM launch spread over 256 CUs x 4 SIMDs at 2.4 GHz.
-compute us    the same launches at their compiled occupancy: each wave's K-loop iteration costs
-              bench.gfx950.model.iteration_cycles (MFMA and VALU pipes overlap across the waves
-              on a SIMD, not within one), spread over all SIMDs; no less than one program's own
-              chain of iterations (few programs cannot fill the GPU).
-ESTIMATE      what the floor leaves out, added up launch by launch (one stream: each launch waits
-              for the one before it):
-                launches x gap
-              + per GEMM launch max(its weight bytes / (fraction x 8 TB/s) x CU fill,
-                                    its compute us x slot fill, one program's chain)
-              + the activations' bytes / (fraction x 8 TB/s)
-              gap and fraction: bench.gfx950.model.LAUNCH_GAP_US, HBM_ACHIEVABLE_FRACTION (cited there).
-              CU fill = model.fill(programs, 256): a CU streams at most its 1/256 share of the
-              bandwidth, so fewer programs than CUs, or a last partial round of them, leave bandwidth
-              unused. Slot fill = model.fill(programs, resident programs at the compiled waves per
-              SIMD): the last partial round of programs takes as long as a full one.
-Work of a GEMM launch: its routing blocks (expected under uniform routing, split at TAIL_M like the
-launcher when it has one) x ROWS rows x the stage's output columns (stage 1: 2I, stage 2: H) x its
-K (H, I), in loop iterations of the K-loop dots' volume, each iteration run by every wave. Its
-programs: the grid times the expected blocks over the blocks the routing can take at most (the
-programs past num_valid_ids return at once). A stage's weight bytes are shared among its launches
-by their programs. Prep and routing kernels hold no MFMA: they cost their gap, their bytes are the
-activations'. Not modelled: memory latency, L2 reuse between programs (so an XCD-aware program order
-changes nothing here), the atomics' contention, the routing kernel's own work.
+It is bench.gfx950.model's cost model (one structure; the H200's constants predict the H200's measured
+times, bench.h200.twin) with the MI355X's constants, fed with what the gfx950 compile gives:
+  programs      GEMM launches: the grid times the expected routing blocks over the blocks the routing
+                can take at most (the programs past num_valid_ids return at once), with the variance
+                of the block count under uniform routing; other launches: the grid.
+  slots         programs a CU holds: 4 SIMDs x the compiled waves per SIMD / the workgroup's waves.
+  one program   its K steps (the stage's rows x columns x K over the grid, in the K-loop dots' volume)
+                x per step: issue 4 x VALU + other, matrix the MFMAs' cycles, memory L_step /
+                (stages - 1); plus the kernel's instructions outside the loop once. Prep and routing
+                launches: one program's path (the shortest to s_endpgm, its loops once), one exposed load.
+  bytes         GEMM launches: the stage's weights of the hit experts (stage 1 2I x H, stage 2 H x I,
+                half a byte each and a scale byte per 32), shared among its launches by programs;
+                in flight per program: (stages - 1) K steps of weight and activation tiles.
+ESTIMATE      = launches x gap + sum over launches of max(bytes term, compute term) (averaged over the
+                block count's spread) + the activations' bytes at the achievable bandwidth.
+bytes floor   every byte (expected experts hit x bench.roofline.expert_bytes, hidden states in, the bf16
+              output out, topk ids and weights) at the datasheet's 8 TB/s.
+floor (2)     the model's own floor: the same bytes at the achievable bandwidth and two launches' gaps.
+MFMA us       matrix-core cycles of every GEMM launch spread over 256 CUs x 4 SIMDs.
+Not modelled: L2 and MALL reuse between programs (so an XCD-aware order or a cache modifier changes
+nothing), the atomics' contention, the 8 XCDs' separate L2s, the routing's skew from uniform.
 """
 
 from __future__ import annotations
@@ -37,19 +32,18 @@ from bench.gfx950 import model
 from bench.gfx950.check import KernelReport, is_gemm
 from bench.roofline import MX_BLOCK, expert_bytes
 
+FP4_BYTES = 1 / 2 + 1 / MX_BLOCK  # an MXFP4 element with its share of the scale byte
+
 
 @dataclass
 class LaunchEstimate:
-    """One launch's share of the ESTIMATE beside its gap (zero for launches without MFMAs)."""
+    """One launch's share of the ESTIMATE beside its gap."""
 
     programs: float  # expected programs that do work (GEMM launches), the grid otherwise
-    slots: float  # programs resident at once at the compiled occupancy
-    bytes_us: float = 0.0  # its weight bytes at the achievable bandwidth, CU fill applied
-    compute_us: float = 0.0  # spread over the GPU with the slot fill applied, or one program's chain
-
-    @property
-    def us(self) -> float:
-        return max(self.bytes_us, self.compute_us)
+    slots: float  # programs resident at once at the compiled occupancy, whole GPU
+    bytes_us: float = 0.0  # its weight bytes at the bandwidth its programs in flight reach
+    compute_us: float = 0.0  # rounds of resident programs
+    us: float = 0.0  # max of the two, averaged over the block count's spread
 
 
 @dataclass
@@ -58,13 +52,27 @@ class Estimate:
     mfma_us: float
     compute_us: float
     launches: int
-    gap_us: float = model.LAUNCH_GAP_US
+    machine: model.Machine = model.MI355X
     activations_us: float = 0.0  # the bytes that are not weights, at the achievable bandwidth
+    floor2_us: float = 0.0  # every byte at the achievable bandwidth and two gaps
     per_launch: list[LaunchEstimate] = field(default_factory=list)  # one per launch, in order
 
     @property
+    def gap_us(self) -> float:
+        return self.machine.gap_s * 1e6
+
+    @property
     def estimate_us(self) -> float:
-        return self.launches * self.gap_us + sum(x.us for x in self.per_launch) + self.activations_us
+        return (
+            self.machine.call_s * 1e6
+            + self.launches * self.gap_us
+            + sum(x.us for x in self.per_launch)
+            + self.activations_us
+        )
+
+    @property
+    def floor_ratio(self) -> float:
+        return self.estimate_us / self.floor2_us if self.floor2_us else 0.0
 
 
 def experts_hit(params: dict) -> float:
@@ -96,23 +104,28 @@ def _gemm_dims(name: str, params: dict) -> tuple[int, int]:
 def stage_weight_bytes(name: str, params: dict) -> float:
     """The weights of the hit experts that a stage reads: fp4 bytes and one e8m0 byte per 32."""
     cols, k = _gemm_dims(name, params)
-    return experts_hit(params) * cols * k * (1 / 2 + 1 / MX_BLOCK)
+    return experts_hit(params) * cols * k * FP4_BYTES
 
 
-def _blocks(rep: KernelReport, constexprs: dict, params: dict) -> tuple[float, int, int]:
-    """(expected routing blocks this launch takes, block_m, rows per program)."""
-    block_m = int(constexprs.get("BLOCK_M", min(rep.dots[0].m, rep.dots[0].n)))
-    rows = int(constexprs.get("ROWS", block_m))
-    blocks = model.expected_blocks(
+def _routing(constexprs: dict, block: int) -> tuple[int, int, int]:
+    """(block_m, rows per program, tail_m) of a GEMM launch (block: the dots' smaller side, if no BLOCK_M)."""
+    block_m = int(constexprs.get("BLOCK_M", block))
+    return block_m, int(constexprs.get("ROWS", block_m)), int(constexprs.get("TAIL_M", 0))
+
+
+def block_moments(constexprs: dict, params: dict, block: int = 16) -> tuple[float, float, int, int]:
+    """(mean and variance of the routing blocks this launch takes, block_m, rows per program)."""
+    block_m, rows, tail_m = _routing(constexprs, block)
+    mean, variance = model.blocks_moments(
         params["bs"],
         params["nroutedexperts"],
         params["nexpertspertoken"],
         params["nsharedexperts"],
         block_m,
         rows,
-        int(constexprs.get("TAIL_M", 0)),
+        tail_m,
     )
-    return blocks, block_m, rows
+    return mean, variance, block_m, rows
 
 
 def capacity(params: dict, block_m: int) -> int:
@@ -122,75 +135,134 @@ def capacity(params: dict, block_m: int) -> int:
     return -(-(slots + min(experts, slots) * (block_m - 1)) // block_m)
 
 
+def gemm_programs(grid, constexprs: dict, params: dict, block: int = 16) -> tuple[float, float]:
+    """(mean, variance) of a GEMM launch's programs that do work: the grid times the blocks it takes over
+    the blocks the routing can take at most."""
+    mean, variance, block_m, _ = block_moments(constexprs, params, block)
+    share = math.prod(grid) / capacity(params, block_m)
+    return share * mean, share * share * variance
+
+
+def _dot_block(rep: KernelReport) -> int:
+    return min(rep.dots[0].m, rep.dots[0].n)
+
+
 def programs(rep: KernelReport, grid: tuple[int, int, int], constexprs: dict, params: dict) -> float:
     """Expected programs of a GEMM launch that do work."""
-    blocks, block_m, _ = _blocks(rep, constexprs, params)
-    return math.prod(grid) * blocks / capacity(params, block_m)
+    return gemm_programs(grid, constexprs, params, _dot_block(rep))[0]
 
 
-def gemm_times_us(
-    rep: KernelReport, grid: tuple[int, int, int], constexprs: dict, params: dict
-) -> tuple[float, float, float, float]:
-    """(MFMA us, compute us, compute us at the slot fill, one program's chain us) of one GEMM launch."""
-    if not rep.loop or not rep.dots:
-        return 0.0, 0.0, 0.0, 0.0
-    blocks, _, rows = _blocks(rep, constexprs, params)
+def _issue(instructions: int, mfma: int, valu: int) -> float:
+    """Issue cycles of a wave's instructions: 4 per VALU, 1 per other; an MFMA costs its matrix cycles."""
+    return model.VALU_CYCLES * valu + model.OTHER_CYCLES * (instructions - mfma - valu)
+
+
+def _rest_issue(rep: KernelReport) -> float:
+    """Issue cycles of the instructions outside the counted K loop, each once (none when the whole kernel
+    was counted as the loop)."""
+    if rep.kernel is None or rep.loop is None or rep.loop.whole_kernel:
+        return 0.0
+    body = rep.loop.per_step(1)  # the loop's text, all its K steps
+    return max(
+        0.0,
+        _issue(rep.kernel.instructions, rep.kernel.mfma, rep.kernel.valu)
+        - _issue(body.instructions, body.mfma, body.valu),
+    )
+
+
+def slots_per_cu(rep: KernelReport) -> float:
+    return model.SIMDS_PER_CU * rep.waves / rep.num_warps
+
+
+def gemm_work(
+    rep: KernelReport, grid, constexprs: dict, params: dict, machine: model.Machine
+) -> tuple[model.ProgramWork, float]:
+    """(one program's work, its bytes in flight) of a GEMM launch."""
+    _, _, block_m, rows = block_moments(constexprs, params, _dot_block(rep))
     cols, k = _gemm_dims(rep.name, params)
-    iterations = blocks * rows * cols * k / sum(d.m * d.n * d.k for d in rep.dots)  # per workgroup, all of them
-    wave_iterations = iterations * rep.num_warps
-    per_iter = model.iteration_cycles(rep.loop_mfma_cycles, rep.loop.valu, rep.other_per_iter, rep.waves)
-    serial = model.iteration_cycles(rep.loop_mfma_cycles, rep.loop.valu, rep.other_per_iter, 1.0)
-    count = max(1.0, programs(rep, grid, constexprs, params))
-    chain_us = iterations / count * serial / model.CLOCK_HZ * 1e6
-    spread_us = model.seconds(wave_iterations * per_iter) * 1e6
-    filled_us = spread_us * model.fill(count, model.resident_programs(rep.waves, rep.num_warps))
-    mfma_us = model.seconds(wave_iterations * rep.loop_mfma_cycles) * 1e6
-    return mfma_us, max(spread_us, chain_us), filled_us, chain_us
+    # The stage's work of one routing block over the programs of one block (the grid over the capacity).
+    steps = rows * cols * k / sum(d.m * d.n * d.k for d in rep.dots) * capacity(params, block_m) / math.prod(grid)
+    loop = rep.loop
+    work = model.ProgramWork(
+        issue=steps * _issue(loop.instructions, loop.mfma, loop.valu) + _rest_issue(rep),
+        matrix=steps * rep.loop_mfma_cycles,
+        memory=steps * machine.step_latency_cycles / max(1, rep.num_stages - 1),
+        warps=rep.num_warps,
+    )
+    weights = sum(d.m * d.k for d in rep.dots) * FP4_BYTES  # the weights are the left operand
+    activations = sum(d.n * d.k for d in rep.dots) * (FP4_BYTES if all(d.scaled for d in rep.dots) else 2)
+    return work, max(1, rep.num_stages - 1) * (weights + activations)
+
+
+def other_work(rep: KernelReport, machine: model.Machine) -> model.ProgramWork:
+    """A launch without MFMAs: one program's path (asm.program_path) and one exposed load."""
+    path = rep.path
+    issue = _issue(path.instructions, path.mfma, path.valu) if path else 0.0
+    return model.ProgramWork(issue=issue, matrix=0.0, memory=machine.step_latency_cycles, warps=rep.num_warps)
 
 
 def estimate(
     params: dict,
     launches: list[tuple[KernelReport, object]],
-    gap_us: float = model.LAUNCH_GAP_US,
-    fraction: float = model.HBM_ACHIEVABLE_FRACTION,
+    gap_us: float | None = None,
+    fraction: float | None = None,
+    machine: model.Machine = model.MI355X,
 ) -> Estimate:
-    """launches: (report, Launch) per launch of the case, in order."""
-    bandwidth = fraction * model.HBM_BYTES_PER_S
-    rows = []  # (report, launch, modelled as a GEMM, programs)
+    """launches: (report, Launch) per launch of the case, in order; gap_us and fraction replace the
+    machine's gap and achievable fraction."""
+    machine = machine.with_options(gap_us, fraction)
+    rows = []  # (report, launch, LaunchWork)
+    per_stage = {1: 0.0, 2: 0.0}
     for rep, launch in launches:
         gemm = is_gemm(rep.name) and bool(rep.loop and rep.dots)
-        count = programs(rep, launch.grid, launch.constexprs, params) if gemm else math.prod(launch.grid)
-        rows.append((rep, launch, gemm, count))
-    per_stage = {1: 0.0, 2: 0.0}
-    for rep, _, gemm, count in rows:
-        per_stage[_stage(rep.name)] += count if gemm else 0.0
+        slots = slots_per_cu(rep)
+        if gemm:
+            mean, variance = gemm_programs(launch.grid, launch.constexprs, params, _dot_block(rep))
+            work, in_flight = gemm_work(rep, launch.grid, launch.constexprs, params, machine)
+            per_stage[_stage(rep.name)] += mean
+            rows.append((rep, model.LaunchWork(mean, variance, slots, work, 0.0, in_flight)))
+        else:
+            rows.append((rep, model.LaunchWork(math.prod(launch.grid), 0.0, slots, other_work(rep, machine))))
     mfma = compute = 0.0
     per_launch = []
-    for rep, launch, gemm, count in rows:
-        entry = LaunchEstimate(programs=count, slots=model.resident_programs(rep.waves, rep.num_warps))
-        if gemm:
-            mfma_us, compute_us, filled_us, chain_us = gemm_times_us(rep, launch.grid, launch.constexprs, params)
-            mfma, compute = mfma + mfma_us, compute + compute_us
-            share = count / per_stage[_stage(rep.name)] if per_stage[_stage(rep.name)] else 0.0
-            stream_us = stage_weight_bytes(rep.name, params) * share / bandwidth * 1e6
-            entry.bytes_us = stream_us * model.fill(count, model.CUS)
-            entry.compute_us = max(filled_us, chain_us)
-        per_launch.append(entry)
+    for rep, work in rows:
+        if rep.loop and rep.dots and is_gemm(rep.name):
+            total = per_stage[_stage(rep.name)]
+            work.nbytes = stage_weight_bytes(rep.name, params) * (work.programs / total if total else 0.0)
+            mfma += work.programs * work.work.warps * work.work.matrix / (machine.units * model.SIMDS_PER_CU)
+        timed = model.launch_time(machine, work)
+        compute += timed.compute_s * 1e6
+        per_launch.append(
+            LaunchEstimate(
+                programs=work.programs,
+                slots=work.slots_per_unit * machine.units,
+                bytes_us=timed.bytes_s * 1e6,
+                compute_us=timed.compute_s * 1e6,
+                us=timed.seconds * 1e6,
+            )
+        )
+    total_bytes = layer_bytes(params)
     return Estimate(
-        bytes_floor_us=layer_bytes(params) / model.HBM_BYTES_PER_S * 1e6,
-        mfma_us=mfma,
+        bytes_floor_us=total_bytes / machine.peak_bytes_per_s * 1e6,
+        mfma_us=mfma / machine.clock_hz * 1e6,
         compute_us=compute,
         launches=len(launches),
-        gap_us=gap_us,
-        activations_us=(layer_bytes(params) - weight_bytes(params)) / bandwidth * 1e6,
+        machine=machine,
+        activations_us=(total_bytes - weight_bytes(params)) / machine.bandwidth_bytes_per_s * 1e6,
+        floor2_us=model.floor_seconds(machine, total_bytes, 2) * 1e6,
         per_launch=per_launch,
     )
 
 
-def assumptions(gap_us: float = model.LAUNCH_GAP_US, fraction: float = model.HBM_ACHIEVABLE_FRACTION) -> str:
-    """The one line under the case table."""
+def assumptions(
+    gap_us: float | None = None, fraction: float | None = None, machine: model.Machine = model.MI355X
+) -> str:
+    """The lines under the case table: what the ESTIMATE adds up, and the constants it used."""
+    machine = machine.with_options(gap_us, fraction)
     return (
-        f"ESTIMATE (static, not a time) = launches x {gap_us:g} us gap + per GEMM launch max(weight bytes at "
-        f"{fraction:g} x 8 TB/s x CU fill, compute x slot fill, one program's chain) + activations at "
-        f"{fraction:g} x 8 TB/s; uniform routing, no L2 reuse, no latency or atomics modelled"
+        "ESTIMATE (static, not a time) = launches x gap + per launch max(weight bytes at the bandwidth its "
+        "programs in flight reach, rounds of resident programs: issue, MFMA and exposed load latency) + "
+        "activations at the achievable bandwidth; floor (2) = every byte at the achievable bandwidth + 2 gaps; "
+        "uniform routing, no L2/MALL reuse, no atomics or XCDs modelled.\n"
+        f"constants: {machine.describe()}"
     )

@@ -43,6 +43,8 @@ CASE_COLUMNS = (
     ("MFMA us", "mfma_us"),
     ("compute us", "compute_us"),
     ("ESTIMATE us", "estimate_us"),
+    ("floor (2) us", "floor2_us"),
+    ("ESTIMATE / floor (2)", "floor_ratio"),
     ("aiter MI355X us", "aiter_us"),
 )
 
@@ -98,8 +100,11 @@ def case_row(case, note: str, est, aiter_us: float | None, variant: str = "-", b
         "mfma_us": f"{est.mfma_us:.1f}",
         "compute_us": f"{est.compute_us:.1f}",
         "estimate_us": f"{est.estimate_us:.1f}",
+        "floor2_us": f"{est.floor2_us:.1f}",
+        "floor_ratio": f"{est.floor_ratio:.2f}",
         "aiter_us": f"{aiter_us:.1f}" if aiter_us else "-",
         "_estimate": est.estimate_us,
+        "_floor_ratio": est.floor_ratio,
         "_aiter": aiter_us,
         "_broken": broken,
         "error": "",
@@ -130,10 +135,11 @@ def summary(case_rows) -> str:
     table = [r for r in timed if r["variant"] in (TABLE, "-")]
     est, low = geomean(r["_estimate"] for r in table), geomean(r["_estimate"] for r in best.values())
     ait = geomean(r["_aiter"] for r in best.values())
+    ratios = ", ".join(f"{label} {r['_floor_ratio']:.2f}" for label, r in best.items())
     return (
         f"geomean over {len(best)} benchmark cases: ESTIMATE {est:.1f} us on the table's tiles, {low:.1f} us on "
         f"each case's lowest-ESTIMATE variant within the limits (static, not measured), aiter {ait:.1f} us, "
-        f"leaderboard best {LEADERBOARD_BEST_US} us"
+        f"leaderboard best {LEADERBOARD_BEST_US} us; lowest variant's ESTIMATE / floor (2): {ratios}"
     )
 
 
@@ -164,7 +170,7 @@ KERNEL_DROP_ORDER = (
     "variant",
     "lds",
 )
-CASE_DROP_ORDER = ("launches", "mfma_us", "compute_us", "bytes_us", "note")
+CASE_DROP_ORDER = ("launches", "mfma_us", "compute_us", "bytes_us", "floor2_us", "note")
 
 
 def _console():
@@ -261,7 +267,7 @@ def markdown_kernels(title: str, kernel_rows) -> str:
 def markdown(title: str, kernel_rows, case_rows, footnote: str = "") -> str:
     lines = [markdown_kernels(title, kernel_rows), "MI355X ESTIMATE per case (static model, not a measurement):", ""]
     lines += _md_table(CASE_COLUMNS, case_rows)
-    lines += ["", footnote] if footnote else []
+    lines += [part for line in footnote.splitlines() for part in ("", line)] if footnote else []
     lines += ["", summary(case_rows), ""]
     broken = violation_lines(kernel_rows, case_rows)
     if broken:

@@ -17,13 +17,15 @@ import argparse
 import inspect
 import json
 import os
+import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 from bench.gfx950 import model
 
 PATHS = ("native", "decode")
-ROOT = Path(__file__).resolve().parents[2]  # the package's modules sit at the repository root
+ROOT = Path(__file__).resolve().parents[2]  # the package's modules and packages sit at the repository root
 
 
 def compile_inputs(params: dict) -> tuple:
@@ -39,6 +41,12 @@ def compile_inputs(params: dict) -> tuple:
     return (*(torch.empty(shape, dtype=dtypes[0]) for dtypes, shape in expected_layout(config)), config)
 
 
+def _own(path: Path) -> bool:
+    """A module of the package: under the repository root, in a package of its own (moe_triton/kernels/...)
+    or at the top, not in an environment installed there (.venv's site-packages)."""
+    return ROOT in path.parents and "site-packages" not in path.parts
+
+
 def _launcher():
     """fused_moe_triton; refuses kernels built for the interpreter (a kernel module of the package
     imported under TRITON_INTERPRET=1 in this process: main turns it off before anything imports one)."""
@@ -48,7 +56,7 @@ def _launcher():
 
     for module in list(sys.modules.values()):
         source = getattr(module, "__file__", None)
-        if source and Path(source).resolve().parent == ROOT:
+        if source and _own(Path(source).resolve()):
             if any(isinstance(v, InterpretedFunction) for v in vars(module).values()):
                 raise RuntimeError(
                     f"{module.__name__} was imported under TRITON_INTERPRET=1: run the check in a fresh process"
@@ -84,11 +92,81 @@ def launch_case(params: dict, path: str, tiles=None):
     return driver.launches, note
 
 
+def rank_variants(params: dict, path: str = "native", **estimate_options) -> list[tuple[str, float]]:
+    """(name, ESTIMATE us) of every variant of a case within the check's limits (one that breaks a
+    limit is no candidate), lowest first: compiled for gfx950 here, in a process whose kernel
+    modules were not imported under TRITON_INTERPRET=1. The selection on the MI355X cannot call it
+    there (no compiler for another target at run time); `--ranking FILE` writes its result as data."""
+    from bench.gfx950.check import analyse
+    from bench.gfx950.estimate import estimate
+    from bench.gfx950.variants import variants
+
+    ranked = []
+    for name, tiles in variants(params, path):
+        launches, _ = launch_case(params, path, tiles)
+        analysed = [(analyse(launch.kernel), launch) for launch in launches]
+        if not any(rep.violations for rep, _ in analysed):
+            ranked.append((name, estimate(params, analysed, **estimate_options).estimate_us))
+    return sorted(ranked, key=lambda item: item[1])
+
+
 def dump_asm(directory: Path, label: str, launch) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
     stem = f"{label}-{launch.function}-{launch.kernel.metadata.hash[:8]}"
     for ext in ("amdgcn", "ttgir"):
         (directory / f"{stem}.{ext}").write_text(launch.kernel.asm[ext])
+
+
+PROG = "python -m bench.gfx950"
+
+
+class PathError(ValueError):
+    """An output path that cannot be written; its message is the one line the check prints."""
+
+
+def checked_file(option: str, path: Path) -> Path:
+    """An output file that can be written: not a folder, in an existing folder, writable (opened for
+    appending, as nothing is written to it before the tables are done; a file made for the test is
+    removed again)."""
+    if path.is_dir():
+        raise PathError(f"{option} {path}: is a folder")
+    if not path.parent.is_dir():
+        raise PathError(f"{option} {path}: no folder {path.parent}")
+    existed = path.exists()
+    try:
+        path.open("a").close()
+    except OSError as exc:
+        raise PathError(f"{option} {path}: cannot be written ({exc.strerror or exc})") from None
+    if not existed:
+        path.unlink()
+    return path
+
+
+class AsmFolder:
+    """--asm-dir: the kernels are written into a fresh folder beside it and moved into it only once the
+    whole run is done, so that an interrupted or failed run leaves no half-written folder (an existing
+    folder keeps what it held, and gains the new files)."""
+
+    def __init__(self, target: Path):
+        if target.exists() and not target.is_dir():
+            raise PathError(f"--asm-dir {target}: is not a folder")
+        if not target.parent.is_dir():
+            raise PathError(f"--asm-dir {target}: no folder {target.parent}")
+        try:
+            self.partial = Path(tempfile.mkdtemp(prefix=f".{target.name}.partial-", dir=target.parent))
+        except OSError as exc:
+            raise PathError(f"--asm-dir {target}: cannot be written ({exc.strerror or exc})") from None
+        self.target = target
+
+    def commit(self) -> None:
+        if not self.target.exists():
+            os.replace(self.partial, self.target)
+            return
+        for written in sorted(self.partial.iterdir()):
+            os.replace(written, self.target / written.name)
+        self.partial.rmdir()
+
+    def discard(self) -> None:
+        shutil.rmtree(self.partial, ignore_errors=True)
 
 
 def _non_negative(text: str) -> float:
@@ -103,6 +181,17 @@ def _fraction(text: str) -> float:
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1]")
     return value
+
+
+def model_constant(text: str) -> tuple[str, float]:
+    """--constant FIELD=VALUE: a field of bench.gfx950.model.Machine (model.TUNABLE) and a number >= 0."""
+    field, sep, value = text.partition("=")
+    if not sep or field not in model.TUNABLE:
+        raise argparse.ArgumentTypeError(f"{text!r} is not FIELD=VALUE with FIELD one of {', '.join(model.TUNABLE)}")
+    number = _non_negative(value)
+    if field in ("achievable_fraction", "issue_efficiency") and not 0 < number <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: {field} is a fraction in (0, 1]")
+    return field, number
 
 
 def extra_variants(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:
@@ -162,14 +251,24 @@ def parse_args(argv):
     p.add_argument(
         "--gap-us",
         type=_non_negative,
-        default=model.LAUNCH_GAP_US,
-        help=f"the ESTIMATE's gap per launch, us (default {model.LAUNCH_GAP_US:g}: docs/gfx950.md says why)",
+        default=None,
+        help=f"the ESTIMATE's gap per launch, us (default {model.MI355X.gap_s * 1e6:g}: docs/gfx950.md says why)",
     )
     p.add_argument(
         "--hbm-fraction",
         type=_fraction,
-        default=model.HBM_ACHIEVABLE_FRACTION,
-        help=f"the ESTIMATE's achievable fraction of 8 TB/s (default {model.HBM_ACHIEVABLE_FRACTION:g})",
+        default=None,
+        help="the ESTIMATE's achievable fraction of 8 TB/s "
+        f"(default {model.MI355X.achievable_fraction:g}: docs/gfx950.md says why)",
+    )
+    p.add_argument(
+        "--constant",
+        type=model_constant,
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="replace one of the MI355X's model constants (SI units: seconds, bytes, cycles), e.g. "
+        "issue_latency=2.35; repeatable (docs/gfx950.md gives each one's range)",
     )
     p.add_argument("--md", type=Path, help="also write the tables as Markdown to this file")
     p.add_argument(
@@ -181,6 +280,34 @@ def parse_args(argv):
 
 def main(argv=None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        for option in ("md", "ranking"):
+            if getattr(args, option):
+                checked_file(f"--{option}", getattr(args, option))
+        asm_folder = AsmFolder(args.asm_dir) if args.asm_dir else None
+    except PathError as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        status = _check(args, asm_folder)
+    except KeyboardInterrupt:
+        if asm_folder:
+            asm_folder.discard()
+        print(f"{PROG}: interrupted (Ctrl-C), nothing written", file=sys.stderr)
+        return 130
+    except BaseException:
+        if asm_folder:
+            asm_folder.discard()
+        raise
+    if asm_folder and status == 2:  # bad options: nothing compiled
+        asm_folder.discard()
+    elif asm_folder:
+        asm_folder.commit()
+    return status
+
+
+def _check(args, asm_folder: AsmFolder | None) -> int:
+    """The check itself (main has checked the output paths): its exit status, 2 on bad options."""
     os.environ["TRITON_INTERPRET"] = "0"  # before the kernels' modules are imported: they decorate at import
     import triton
 
@@ -208,6 +335,7 @@ def main(argv=None) -> int:
         print(exc, file=sys.stderr)
         return 2
     aiter = aiter_times()
+    machine = model.MI355X.with_options(args.gap_us, args.hbm_fraction, **dict(args.constant))
     kernel_rows, case_rows, ranking, failed = [], [], {}, False
     for case, tiles in plans:
         for name, cfg in tiles[:1] if args.variants == "table" else tiles:
@@ -219,11 +347,11 @@ def main(argv=None) -> int:
                 failed = True
                 continue
             analysed = [(analyse(launch.kernel), launch) for launch in launches]
-            est = estimate(case.params, analysed, args.gap_us, args.hbm_fraction)
+            est = estimate(case.params, analysed, machine=machine)
             for (rep, launch), part in zip(analysed, est.per_launch, strict=True):
                 kernel_rows.append(report.kernel_row(case, rep, launch, name, part))
-                if args.asm_dir:
-                    dump_asm(args.asm_dir, f"{case.label}-{name}", launch)
+                if asm_folder:
+                    dump_asm(asm_folder.partial, f"{case.label}-{name}", launch)
             broken = any(rep.violations for rep, _ in analysed)
             failed |= broken
             case_rows.append(report.case_row(case, note, est, aiter.get(case.shape_key()), name, broken))
@@ -233,7 +361,7 @@ def main(argv=None) -> int:
             else:
                 entry["variants"].append([name, round(est.estimate_us, 2)])
     title = f"gfx950 compile check, triton {triton.__version__}, --path {args.path}"
-    footnote = assumptions(args.gap_us, args.hbm_fraction)
+    footnote = assumptions(machine=machine)
     report.print_tables(title, kernel_rows, case_rows, footnote)
     if args.md:
         args.md.write_text(report.markdown(title, kernel_rows, case_rows, footnote))

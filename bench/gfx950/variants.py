@@ -1,8 +1,6 @@
 """The tiles the check compiles per case: the path's table tile and every alternate that
-tile_configs names for the shape (the selection's candidates), and their ranking by the ESTIMATE.
-
-rank_variants compiles for gfx950 (a CPU and Triton's HIP backend, no GPU), so the selection on the
-MI355X cannot call it there; `python -m bench.gfx950 --ranking FILE` writes its result as data.
+tile_configs names for the shape (the selection's candidates). Their ranking by the ESTIMATE is
+bench.gfx950.run.rank_variants (it compiles); this module imports no other of bench.gfx950's.
 """
 
 from __future__ import annotations
@@ -39,20 +37,3 @@ def config_fields(path: str = "native") -> tuple[str, ...]:
     from moe_triton import tiles
 
     return (tiles.NativeTileConfig if path == "native" else tiles.TileConfig)._fields
-
-
-def rank_variants(params: dict, path: str = "native", **estimate_options) -> list[tuple[str, float]]:
-    """(name, ESTIMATE us) of every variant of a case within the check's limits (one that breaks a
-    limit is no candidate), lowest first: compiled for gfx950 here, in a process whose kernel
-    modules were not imported under TRITON_INTERPRET=1."""
-    from bench.gfx950.check import analyse
-    from bench.gfx950.estimate import estimate
-    from bench.gfx950.run import launch_case
-
-    ranked = []
-    for name, tiles in variants(params, path):
-        launches, _ = launch_case(params, path, tiles)
-        analysed = [(analyse(launch.kernel), launch) for launch in launches]
-        if not any(rep.violations for rep, _ in analysed):
-            ranked.append((name, estimate(params, analysed, **estimate_options).estimate_us))
-    return sorted(ranked, key=lambda item: item[1])

@@ -1,3 +1,4 @@
 """Measurements only the H200 can make: the cost model's calibration, the NVIDIA paths' checks and
 timings against their peers. Each script writes its results under --out (or $OUT) and runs within
-one device call."""
+one device call. Beside them, on the CPU: the cost model's H200 twin (twin, sass, fit), which reads
+what calibrate measured."""
