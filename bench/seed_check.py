@@ -21,11 +21,11 @@ def main(argv=None) -> int:
         p.error("--seeds must be at least 1")
     import torch
 
-    from bench.selection import LEADERBOARD_SEED_STEP, SelectionError, select_cases
+    from bench.runner.case_args import LEADERBOARD_SEED_STEP, UsageError, select_cases
 
     try:
         cases = select_cases(args.cases)
-    except SelectionError as exc:
+    except UsageError as exc:
         print(f"--cases: {exc}", file=sys.stderr)
         return 2
     from reference import compare, generate_input, ref_kernel

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from bench import cli
-from bench.choice_rows import pin_rows, pins_text
-from bench.selection import SelectionError, check_select_env, parse_backend
+from bench.runner import cli
+from bench.runner.backends import check_select_env, parse_backend
+from bench.runner.case_args import UsageError
+from bench.runner.pins import pin_rows, pins_text
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
 from moe_triton.tiles_nvidia import ALTERNATES
 
@@ -47,7 +48,7 @@ def test_auto_is_the_static_choice_and_select_the_selection():
     ],
 )
 def test_bad_selection_variables_are_refused_in_one_line(monkeypatch, capsys, env, needle):
-    with pytest.raises(SelectionError, match=needle):
+    with pytest.raises(UsageError, match=needle):
         check_select_env(env)
     for k, v in env.items():
         monkeypatch.setenv(k, v)

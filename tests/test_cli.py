@@ -15,16 +15,11 @@ import pytest
 import torch
 from rich.console import Console
 
-from bench import cli, estimate, evaluate, preflight, report, roofline
-from bench.selection import (
-    BackendSpec,
-    SelectionError,
-    apply_env_backend,
-    backend_from_env,
-    read_cases_file,
-    select_cases,
-)
-from bench.timing import BENCHMARK_LIMITS, Limits
+from bench import roofline
+from bench.runner import cli, evaluate, interpreter_time, preflight, report
+from bench.runner.backends import BackendSpec, apply_env_backend, backend_from_env
+from bench.runner.case_args import UsageError, read_cases_file, select_cases
+from bench.runner.timing import BENCHMARK_LIMITS, Limits
 
 ROOT = Path(__file__).resolve().parents[1]
 PADDED_CASE = "dhidden=500,dexpert=256,nroutedexperts=8,nexpertspertoken=4,nsharedexperts=1,bs=8"
@@ -184,7 +179,7 @@ def test_moe_backend_stands_for_the_default_backends(tmp_path):
     named = [BackendSpec("triton", ROOT / "submission.py", "triton")]
     assert apply_env_backend(named, "reference") == ["MOE_BACKEND=reference ignored for --backend triton"]
     assert named[0].moe_backend == "triton"
-    with pytest.raises(SelectionError, match="given twice"):
+    with pytest.raises(UsageError, match="given twice"):
         apply_env_backend([BackendSpec("auto", sub), BackendSpec("triton", sub, "triton")], "triton")
     assert backend_from_env({"MOE_BACKEND": ""}) is None and backend_from_env({}) is None
 
@@ -301,7 +296,7 @@ def test_ctrl_c_in_a_timed_case_keeps_the_repetitions_measured():
             pass
 
         def timer(self):
-            from bench.timing import CpuTimer
+            from bench.runner.timing import CpuTimer
 
             return CpuTimer()
 
@@ -373,7 +368,7 @@ def test_expected_blocks_match_random_routing():
             counts = torch.bincount(ids.flatten(), minlength=routed)
             trials.append(int(((counts + block_m - 1) // block_m).sum()))
         want = sum(trials) / len(trials) + -(-tokens // block_m)
-        got = estimate.expected_blocks(tokens, routed, per_token, 1, block_m)
+        got = interpreter_time.expected_blocks(tokens, routed, per_token, 1, block_m)
         assert abs(got - want) <= 0.03 * want, (tokens, routed, got, want)
 
 

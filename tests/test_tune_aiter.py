@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from bench.selection import select_cases
+from bench.runner.case_args import select_cases
 from bench.tune import aiter_rows as ta
 from moe_aiter import inject as so
 from tests import aiter_double

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.selection import SelectionError, select_cases  # noqa: E402
+from bench.runner.case_args import UsageError, select_cases  # noqa: E402
 from bench.tune import write_overrides  # noqa: E402
 from moe_aiter.catalogue import (  # noqa: E402
     CK_A4W4_GEMM1_INSTANCES,
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None, setup: tuple[str, dict] | None = None, d
     console = Console(log_path=False)
     try:
         cases = select_cases(args.cases)
-    except SelectionError as exc:
+    except UsageError as exc:
         parser.error(str(exc))
     cands = [c for case in cases for c in candidates(case)]
     if args.dry_run:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.roofline import Ceilings, floor_ns
-from bench.selection import Case
+from bench.runner.case_args import Case
 
 TIMED_MODES = ("benchmark", "leaderboard")
 SUMMARY_MODES = (*TIMED_MODES, "host")  # the modes with a geomean table
@@ -20,7 +20,7 @@ SUMMARY_MODES = (*TIMED_MODES, "host")  # the modes with a geomean table
 
 def aiter_times() -> dict[tuple, float]:
     """Shape (without seed) -> aiter's MI355X time in us, from problem/cases.py."""
-    from bench.selection import SHAPE_KEYS
+    from bench.runner.case_args import SHAPE_KEYS
     from problem.cases import AITER_MI355X_US, BENCHMARKS
 
     return {tuple(int(c[k]) for k in SHAPE_KEYS): float(t) for c, t in zip(BENCHMARKS, AITER_MI355X_US, strict=True)}

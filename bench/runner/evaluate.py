@@ -4,7 +4,7 @@ Everything the loops touch is passed in (kernel, generate, check, device), so th
 tested with stand-ins:
   test         generate, synchronize, one call, synchronize, check.
   benchmark    generate once; one call that must pass the check; then timed repetitions on the
-               same data, no further checks, until the stop rule (bench.timing.should_stop).
+               same data, no further checks, until the stop rule (bench.runner.timing.should_stop).
   leaderboard  the same first checked call; then before every timed repetition the seed grows
                by 13 and the inputs are regenerated, and every output is checked.
   profile      generate, one call under torch.profiler (then, outside the profile, the check).
@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from bench.selection import LEADERBOARD_SEED_STEP
-from bench.timing import Limits, Stats, calculate_stats, should_stop
+from bench.runner.case_args import LEADERBOARD_SEED_STEP
+from bench.runner.timing import Limits, Stats, calculate_stats, should_stop
 
 
 @dataclass

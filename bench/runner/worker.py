@@ -48,7 +48,7 @@ def refused_by_design(exc: BaseException, roots) -> bool:
 
 
 def _error_result(exc: BaseException, context: str = "", roots=()):
-    from bench.evaluate import CaseResult
+    from bench.runner.evaluate import CaseResult
 
     return CaseResult(
         status="error",
@@ -70,7 +70,7 @@ def set_seed(seed: int) -> None:
 
 
 def run_backend(job: dict, emit: Callable[[dict], None]) -> None:
-    from bench.backends import backend_env
+    from bench.runner.backends import backend_env
 
     root = job["root"]
     if root not in sys.path:
@@ -80,11 +80,11 @@ def run_backend(job: dict, emit: Callable[[dict], None]) -> None:
 
 
 def _run(job: dict, emit: Callable[[dict], None]) -> None:
-    from bench import evaluate
-    from bench.backends import load_custom_kernel
-    from bench.checks import make_check
     from bench.roofline import traffic
-    from bench.timing import Device, Limits
+    from bench.runner import evaluate
+    from bench.runner.backends import load_custom_kernel
+    from bench.runner.checks import make_check
+    from bench.runner.timing import Device, Limits
 
     set_seed(job.get("global_seed", 42))
     from reference import generate_input, make_config
