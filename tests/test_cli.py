@@ -84,9 +84,9 @@ def test_the_tile_tuner_without_a_gpu_says_why_and_exits_2(capsys):
 
     if tiles.why_cannot_run() is None:
         pytest.skip("this machine can run the tuner")
-    assert tiles.main(["--cases", "bench", "--sweep"]) == tiles.EXIT_CANNOT_RUN
+    assert tiles.main(["--cases", "bench", "--sweep"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("bench.tune.tiles cannot run here: ")
+    assert len(err) == 1 and err[0].startswith("python -m bench.tune.tiles: error: cannot run here: ")
 
 
 def test_aiter_backends_without_rocm_say_what_to_run_instead(capsys):
@@ -130,6 +130,63 @@ def test_host_mode_times_calls_queued_behind_a_sleep_and_retries_when_the_gpu_ca
     assert res.stats.best <= res.host_ns <= res.stats.worst and "median of 7 calls behind a 0.8 s" in res.message
     failing = evaluate.run_host({"seed": 3}, calls.append, lambda seed: seed, lambda data, out: (False, "bad"), device)
     assert (failing.status, failing.message) == ("fail", "checked call, seed 3: bad")
+
+
+# ---------------------------------------------------------------- every tool's usage errors (issue 24, item 8)
+
+
+def _tool_error(main, argv, capsys) -> str:
+    """stderr of a tool's main() that refuses argv: status 2 (returned or raised), one line."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_every_tool_says_error_the_same_way(tmp_path, capsys):
+    import bundle
+    from bench import job, seed_check
+    from bench.tune import aiter_rows, tiles
+
+    unknown = "unknown case 'nope': use tests, benchmarks, smoke, official, all"
+    for main, argv, line in (
+        (cli.main, ["--cases", "nope"], f"python -m bench: error: {unknown}"),
+        (seed_check.main, ["--cases", "nope"], f"python -m bench.seed_check: error: --cases: {unknown}"),
+        (seed_check.main, ["--seeds", "0"], "python -m bench.seed_check: error: argument --seeds: must be at least 1"),
+        (tiles.main, ["--cases", "nope"], f"python -m bench.tune.tiles: error: --cases: {unknown}"),
+        (tiles.main, ["--reps", "0"], "python -m bench.tune.tiles: error: argument --reps: must be at least 1"),
+        (aiter_rows.main, ["--cases", "nope"], f"python -m bench.tune.aiter_rows: error: {unknown}"),
+        (job.main, ["--task-dir", str(tmp_path / "none")], "python -m bench.job: error: --task-dir"),
+        (bundle.main, ["-o", str(tmp_path)], f"bundle.py: error: -o {tmp_path}: a folder;"),
+    ):
+        assert _tool_error(main, argv, capsys).startswith(line), (main.__module__, argv)
+
+
+def test_the_tile_tuner_takes_the_runners_cases(capsys):
+    """One case syntax for the runner and the tuner (bench.runner.case_args): lists with indices,
+    inline shapes; on a machine that cannot time it gets as far as saying so."""
+    from bench.tune import tiles
+
+    if tiles.why_cannot_run() is None:
+        pytest.skip("this machine can run the tuner")
+    for cases in (["bench:0,3"], ["smoke", "official"], [PADDED_CASE.replace("500", "512")]):
+        err = _tool_error(tiles.main, ["--cases", *cases], capsys)
+        assert err.startswith("python -m bench.tune.tiles: error: cannot run here: "), cases
+
+
+def test_profile_mode_on_the_cpu_says_why_the_table_is_short():
+    class Device:
+        kind = "cpu"
+
+        def synchronize(self):
+            pass
+
+    res = evaluate.run_profile({"seed": 1}, torch.neg, lambda seed: torch.ones(4), lambda d, o: (True, ""), Device())
+    first = res.profile.splitlines()[0]
+    assert first.startswith("The call took ") and "torch.profiler does not see" in first and res.status == "pass"
 
 
 # ---------------------------------------------------------------- --cases-file (item 6)
@@ -248,6 +305,55 @@ def test_a_failure_inside_a_library_keeps_its_traceback(tmp_path, capsys):
     assert "fractions.py" in capsys.readouterr().out
 
 
+def test_a_setting_refused_anywhere_in_the_package_prints_its_line_only():
+    """A ValueError from a package module (moe_triton/env.py) is refused by design, as one from a
+    root module is; one from the standard library keeps its traceback."""
+    import fractions
+
+    from bench.runner import worker
+    from moe_triton.env import native_forced
+
+    with pytest.raises(ValueError) as own:
+        native_forced({"MOE_TRITON_NATIVE": "2"})
+    with pytest.raises(ValueError) as library:
+        fractions.Fraction("x")
+    assert worker.refused_by_design(own.value, {ROOT})
+    assert not worker.refused_by_design(library.value, {ROOT})
+
+
+@pytest.mark.parametrize(
+    "source, needle",
+    [
+        (
+            None,
+            "backend 'bundle.py': not a submission file (it defines no custom_kernel); `python bundle.py` writes one",
+        ),
+        ("def custom_kernel(:\n", "not a submission file (it does not compile, line 1: invalid syntax)"),
+        ("import torch\n\ncustom = 1\n", "not a submission file (it defines no custom_kernel)"),
+    ],
+)
+def test_a_backend_file_without_custom_kernel_is_refused_before_the_run(tmp_path, capsys, source, needle):
+    if source is None:
+        backend = "bundle.py"  # the package's own bundler, found at the repository root
+    else:
+        backend = str(tmp_path / "sub.py")
+        (tmp_path / "sub.py").write_text(source)
+    assert needle in usage_error(["--backend", backend], capsys)
+
+
+def test_a_submission_file_may_bind_custom_kernel_any_way(tmp_path):
+    from bench.runner.backends import not_a_submission
+
+    for source in (
+        "from elsewhere import custom_kernel\n",
+        "import os\nif os.environ:\n    custom_kernel = print\nelse:\n    def custom_kernel(data):\n        pass\n",
+        "try:\n    from a import k as custom_kernel\nexcept ImportError:\n    custom_kernel = None\n",
+    ):
+        (tmp_path / "s.py").write_text(source)
+        assert not_a_submission(tmp_path / "s.py") is None, source
+    assert not_a_submission(ROOT / "submission.py") is None
+
+
 def test_leaderboard_mode_stops_after_an_erroring_case(tmp_path):
     argv = ["--mode", "leaderboard", "--backend", "reference", "--cases", PADDED_CASE, "smoke:1", "--no-warmup"]
     assert cli.main(argv + ["--max-reps", "2", "--inline", "--roofline", "off", "--out", str(tmp_path), "-q"]) == 1
@@ -344,16 +450,22 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
 def test_ctrl_c_in_a_checked_call_marks_that_case_interrupted(tmp_path, capsys):
     sub = tmp_path / "sub.py"
     sub.write_text("def custom_kernel(data):\n    raise KeyboardInterrupt\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    for earlier in ("test.png", "test_pins.py", "test.json"):  # an earlier run's outputs
+        (out / earlier).write_text("an earlier run's")
     argv = ["--backend", str(sub), "--cases", "smoke:1", "smoke:2", "--inline", "--roofline", "off", "-q"]
-    assert cli.main(argv + ["--out", str(tmp_path)]) == 130
-    rows = json.loads((tmp_path / "test.json").read_text())["rows"]
+    assert cli.main(argv + ["--out", str(out)]) == 130
+    rows = json.loads((out / "test.json").read_text())["rows"]
     assert [(r["status"], r["message"]) for r in rows] == [
         ("interrupted", "interrupted (Ctrl-C) during this case"),
         ("skipped", "interrupted (Ctrl-C) before this case"),
     ]
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"interrupted (Ctrl-C): 0 of 2 results measured; written to {tmp_path}"
+        f"interrupted (Ctrl-C): 0 of 2 results measured; written to {out}"
     ]
+    # nothing measured, no chart and no pins: the earlier run's are gone, not left beside the new tables
+    assert sorted(p.name for p in out.iterdir()) == ["test.csv", "test.json", "test.md"]
 
 
 # ---------------------------------------------------------------- the interpreter's estimate (item 8)

@@ -130,9 +130,12 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> str | None:
     return value
 
 
-def check_select_env(environ: Mapping[str, str] | None = None) -> None:
-    """MOE_SELECT and MOE_SELECT_BUDGET_S by the submission's own rules (selection/selector.py), for backends
-    that leave MOE_SELECT to the environment; a bad value is a usage error naming the variable."""
+def check_submission_env(environ: Mapping[str, str] | None = None) -> None:
+    """MOE_SELECT, MOE_SELECT_BUDGET_S (selection/selector.py) and MOE_TRITON_NATIVE
+    (moe_triton/env.py) by the submission's own rules, before any case runs; a bad value is a
+    usage error naming the variable. Neither module imports Triton, which must wait for
+    TRITON_INTERPRET."""
+    from moe_triton.env import native_forced
     from selection.selector import SELECT_VALUES, budget_s, select_mode
 
     env = os.environ if environ is None else environ
@@ -144,6 +147,10 @@ def check_select_env(environ: Mapping[str, str] | None = None) -> None:
         budget_s(env)
     except ValueError:
         raise UsageError(f"MOE_SELECT_BUDGET_S={env['MOE_SELECT_BUDGET_S']!r}: expected seconds >= 0") from None
+    try:
+        native_forced(env)
+    except ValueError:
+        raise UsageError(f"MOE_TRITON_NATIVE={env['MOE_TRITON_NATIVE']!r}: expected 0 or 1 (or unset)") from None
 
 
 def apply_env_backend(specs: list[BackendSpec], env_backend: str | None) -> list[str]:

@@ -23,7 +23,7 @@ from bench.runner.backends import (
     NAMED_BACKENDS,
     apply_env_backend,
     backend_from_env,
-    check_select_env,
+    check_submission_env,
     parse_backends,
 )
 from bench.runner.case_args import UsageError, read_cases_file, secret_seed
@@ -56,15 +56,8 @@ examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line that names the option (the usage is one --help away)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = preflight.UsageParser(
         prog="python -m bench",
         description="Evaluate and time custom_kernel the way the amd-moe-mxfp4 leaderboard does.",
         epilog=EPILOG,
@@ -441,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
 def _backends(args) -> tuple[list, list[str]]:
     """--backend, with MOE_BACKEND standing for the default backends: (specs, notes)."""
     backends = parse_backends(args.backend, ROOT)
-    check_select_env()
+    check_submission_env()
     notes = apply_env_backend(backends, backend_from_env())
     return backends, notes
 
@@ -614,13 +607,14 @@ def _main(argv: list[str] | None) -> int:
             "rows for selection.backend_table.MI355X_BACKENDS (measured here):\n" + "\n".join(table_rows), markup=False
         )
     pins = pin_rows(rows, amd=device == "cuda" and _is_rocm())
+    pins_path = Path(args.out) / f"{mode}_pins.py" if args.out else None
     if pins:
         console.print("the selection's choices, as table rows that pin them:\n" + pins_text(pins), markup=False)
-        if args.out:
-            path = Path(args.out) / f"{mode}_pins.py"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(pins_text(pins))
-            console.print(f"wrote {path}")
+        if pins_path:
+            pins_path.write_text(pins_text(pins))
+            console.print(f"wrote {pins_path}")
+    elif pins_path:
+        pins_path.unlink(missing_ok=True)  # an earlier run's, which this one does not support
     if interrupted:
         measured = sum(r["status"] not in ("skipped", "interrupted") or r["runs"] is not None for r in rows)
         where = f"; written to {args.out}" if written else ""

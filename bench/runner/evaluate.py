@@ -227,9 +227,16 @@ def run_profile(
         kernel(data)
     device.synchronize()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.kind == "cuda" else [])
+    t0 = time.perf_counter()
     with profile(activities=activities) as prof:
         out = kernel(data)
         device.synchronize()
+    wall_s = time.perf_counter() - t0
     sort_by = "self_device_time_total" if device.kind == "cuda" else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
+    if device.kind != "cuda":
+        table = (
+            f"The call took {wall_s:.2f} s. Without a GPU, Triton's interpreter runs the kernels as Python and "
+            "numpy, which torch.profiler does not see: the table holds torch's own operations only.\n" + table
+        )
     return _single_call_result(params, check(data, out), traffic, profile=table)

@@ -15,6 +15,7 @@ from bench.runner import interpreter_time
 from bench.runner.case_args import Case, UsageError
 
 AITER_BACKENDS = ("aiter", "aiter-fused")
+USAGE_STATUS = 2  # every tool's exit status for a usage error
 ANNOUNCE_S = 60.0  # say how long an interpreted run takes from this estimate on
 REFUSE_S = 600.0  # and refuse it without --force from this one
 
@@ -34,6 +35,20 @@ def _number(kind: type, low: float, inclusive: bool):
         return value
 
     return parse
+
+
+class UsageParser(argparse.ArgumentParser):
+    """The command line of a tool (the runner, bench.job, bench.seed_check, the tuners): a usage
+    error is one line, `<prog>: error: <message>` naming the option, and exit status 2; the usage
+    is one --help away."""
+
+    def error(self, message: str):
+        self.exit(USAGE_STATUS, f"{self.prog}: error: {message}\n")
+
+    def fail(self, message: str) -> int:
+        """The same line for an error found after parsing, as the status for main() to return."""
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        return USAGE_STATUS
 
 
 positive_int = _number(int, 1, inclusive=True)

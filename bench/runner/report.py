@@ -501,7 +501,9 @@ def _clean(v):
 def write_outputs(
     out_dir: Path, mode: str, rows: Sequence[dict], summary: Sequence[dict], meta: dict, profiles: dict | None = None
 ) -> list[Path]:
-    """<mode>.json, <mode>.csv, <mode>.md, <mode>.png (timed and test modes) or <mode>.txt (profile tables)."""
+    """<mode>.json, <mode>.csv, <mode>.md, <mode>.png (timed and test modes) or <mode>.txt (profile tables).
+    A file of an earlier run in out_dir that this one does not write (the chart of a run whose
+    cases all failed or were interrupted) is removed, so that the folder describes one run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     doc = {
@@ -527,4 +529,7 @@ def write_outputs(
         p = chart(rows, mode, out_dir / f"{mode}.png", title)
         if p is not None:
             written.append(p)
+    for stale in (out_dir / f"{mode}.png", out_dir / f"{mode}.txt"):
+        if stale not in written:
+            stale.unlink(missing_ok=True)
     return written
