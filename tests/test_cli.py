@@ -20,10 +20,12 @@ from bench.runner import cli, evaluate, interpreter_time, preflight, report
 from bench.runner.backends import BackendSpec, apply_env_backend, backend_from_env
 from bench.runner.case_args import UsageError, read_cases_file, select_cases
 from bench.runner.timing import BENCHMARK_LIMITS, Limits
+from problem.cases import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 PADDED_CASE = "dhidden=500,dexpert=256,nroutedexperts=8,nexpertspertoken=4,nsharedexperts=1,bs=8"
 ON_CPU = not torch.cuda.is_available()
+TINY_CASE = ",".join(f"{k}={v}" for k, v in TINY[0].items())
 
 
 def usage_error(argv, capsys) -> str:
@@ -419,7 +421,8 @@ def test_ctrl_c_in_a_timed_case_keeps_the_repetitions_measured():
 def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
     """A real run in its own process group, interrupted as a terminal does once the first case is done."""
     out_dir = tmp_path / "out"
-    cmd = [sys.executable, "-m", "bench", "--backend", "triton", "--cases", "smoke:1", "smoke:2", "--roofline", "off"]
+    # problem.cases.TINY first (a second's work), then a SMOKE case long enough to be interrupted in
+    cmd = [sys.executable, "-m", "bench", "--backend", "triton", "--cases", TINY_CASE, "smoke:1", "--roofline", "off"]
     proc = subprocess.Popen(
         cmd + ["--out", str(out_dir)],
         cwd=ROOT,
@@ -431,7 +434,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
     )
     try:
         for line in proc.stdout:
-            if "smoke1" in line and " pass " in line:
+            if "custom0" in line and " pass " in line:
                 break
         time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)
@@ -443,7 +446,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
     assert "Traceback" not in stderr + stdout
     assert stderr.strip().splitlines() == [f"interrupted (Ctrl-C): 1 of 2 results measured; written to {out_dir}"]
     rows = json.loads((out_dir / "test.json").read_text())["rows"]
-    # the Ctrl-C came half a second into smoke2's checked call
+    # the Ctrl-C came half a second into smoke1's checked call
     assert [r["status"] for r in rows] == ["pass", "interrupted"] and "during this case" in rows[1]["message"]
 
 
