@@ -619,16 +619,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = p.parse_args(argv)
     entry = args.entry[:-3] if args.entry.endswith(".py") else args.entry
+    out = Path(args.output)
     try:
+        if out.is_dir():
+            raise UsageError(f"-o {out}: a folder; give the file to write, e.g. -o {out / 'submission.py'}")
         text = bundle(args.root, entry, directives=not args.no_directives, backend=args.backend)
+        write(out, text)
     except BundleError as exc:
         print(f"bundle.py: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, UsageError) else 1
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
     print(f"wrote {out} ({len(text.splitlines())} lines, {len(text.encode()) / 1024:.1f} KiB)")
     return 0
+
+
+def write(out: Path, text: str) -> None:
+    """The bundle at `out`, its folder created; a path that cannot be written is a usage error."""
+    existing = next(folder for folder in out.parents if folder.exists())
+    if not existing.is_dir():
+        raise UsageError(f"-o {out}: {existing} is a file, not a folder")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text)
+    except OSError as exc:
+        raise UsageError(f"-o {out}: cannot write it ({exc.strerror or exc})") from None
 
 
 if __name__ == "__main__":

@@ -8,12 +8,15 @@ once, where the runner's aiter kernel adds bf16 atomically.
 
 import contextlib
 import math
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 
 from mxfp4.codec import MX_BLOCK, dequantize, quantize_activation, quantize_weight, shuffle_scales, shuffle_weight
-from task import input_t, output_t
+
+if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
+    from task import input_t, output_t
 
 PAD_ALIGN = 256
 RTOL = ATOL = 5e-2
@@ -56,7 +59,7 @@ def generate_input(
     nsharedexperts: int,
     bs: int,
     seed: int,
-) -> input_t:
+) -> "input_t":
     """The runner's generate_input (SPEC 2): same draws, same order, on CUDA if present else CPU."""
     device = default_device()
     config = make_config(dhidden, dexpert, nroutedexperts, nexpertspertoken, nsharedexperts, bs)
@@ -130,7 +133,7 @@ def require_unpadded(config: dict) -> None:
 
 
 @torch.no_grad()
-def ref_kernel(data: input_t) -> output_t:
+def ref_kernel(data: "input_t") -> "output_t":
     """SPEC 1 a4w4 in torch from the raw weights: one pass per expert that is hit."""
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
     require_unpadded(config)
@@ -182,6 +185,6 @@ def compare(output: torch.Tensor, expected: torch.Tensor, rtol=RTOL, atol=ATOL, 
     return False, "\n".join(lines)
 
 
-def check_implementation(data: input_t, output: output_t) -> tuple[bool, str]:
+def check_implementation(data: "input_t", output: "output_t") -> tuple[bool, str]:
     """Run ref_kernel on the same data (after the submission, as the runner does) and compare."""
     return compare(output, ref_kernel(data))

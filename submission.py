@@ -20,6 +20,7 @@ for the official shapes ahead of the evaluation and stores the choices (selectio
 import functools
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -31,7 +32,9 @@ from problem.validation import validate_inputs  # noqa: E402
 from selection.backend_table import backend_for  # noqa: E402
 from selection.candidates import BACKEND_RUNNERS, candidates_for, platform  # noqa: E402
 from selection.selector import select_mode  # noqa: E402
-from task import input_t, output_t  # noqa: E402
+
+if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
+    from task import input_t, output_t
 
 BACKENDS = ("aiter", "aiter-fused", "triton", "reference")
 
@@ -81,7 +84,7 @@ def selection_choice(config: dict) -> str | None:
     return selector().choice(config) if selection_on() else None
 
 
-def custom_kernel(data: input_t) -> output_t:
+def custom_kernel(data: "input_t") -> "output_t":
     validate_inputs(data)
     if selection_on():
         return selector()(data)
@@ -89,6 +92,6 @@ def custom_kernel(data: input_t) -> output_t:
 
 
 if __name__ == "__main__":
-    from selection.prerun import prerun
+    from selection.prerun import main
 
-    prerun(selected_backend(), selection_on(), selector)
+    raise SystemExit(main(selected_backend, selection_on, selector))

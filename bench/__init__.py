@@ -1,11 +1,9 @@
-"""Local evaluation runner for the amd-moe-mxfp4 leaderboard: `python -m bench --help`.
+"""The tools around the submission; none of them is bundled.
 
-Modules: selection (cases, seeds, backend names), timing (statistics, stop rules, timers, cache
-flush), evaluate (the per-case loops of each mode), worker (one backend in one process),
-backends (loading submission files), preflight (checks before a run), estimate (the CPU
-interpreter's run time), roofline (floors and device ceilings), report (tables, JSON/CSV/Markdown,
-chart), checks (--check's rules), backend_rows and choice_rows (table rows that pin what a run
-measured), cli (the command line); job (the whole leaderboard job around eval.py) and seed_check
-(custom_kernel on many leaderboard-style seeds). Beside them: gfx950/ (the offline gfx950 compile
-check, `python -m bench.gfx950`) and tune/ (the tuners). docs/runner.md describes them.
+runner/ the local runner, `python -m bench` (docs/runner.md); job.py, `python -m bench.job`, the
+whole leaderboard job around the task's eval.py; seed_check.py, `python -m bench.seed_check`,
+custom_kernel on many leaderboard-style seeds; roofline.py, the floors of docs/spec.md section 6
+(the runner's and the gfx950 estimate's). tune/ the tuners, gfx950/ the offline gfx950 compile
+check and the MI355X cost model, h200/ the H200's measurements and the cost model's H200 twin.
+NOTES.md and RESULTS.md index notes/ and results/.
 """

@@ -17,7 +17,6 @@ and the whole job's time against the cap, as job.md and job.json under --out.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import math
@@ -33,6 +32,7 @@ import time
 from pathlib import Path
 
 import bundle
+from bench.runner.preflight import UsageParser
 from problem.cases import BENCHMARKS, TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -394,15 +394,8 @@ def run_job(task_dir: Path, bundle_file: Path | None, modes: list[str], out: Pat
     return job
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line that names the option."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def main(argv: list[str] | None = None) -> int:
-    p = _Parser(prog="bench.job", description=__doc__.split("\n\n")[0])
+    p = UsageParser(prog="python -m bench.job", description=__doc__.split("\n\n")[0])
     p.add_argument("--task-dir", required=True, type=Path, help="the task's folder: eval.py, task.yml, utils.py")
     p.add_argument("--bundle", type=Path, help="the submission file (default: bundle.py's bundle of this package)")
     p.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES), help="default: all three, in order")
@@ -412,8 +405,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         job = run_job(args.task_dir.resolve(), args.bundle, args.modes, args.out, args.seed)
     except JobError as exc:
-        print(f"bench.job: error: {exc}", file=sys.stderr)
-        return 2
+        return p.fail(str(exc))
     verdict = "passed" if job["passed"] else "NOT PASSED"
     print(f"bench.job: {verdict}, {job['total_s']:.1f} s of {JOB_CAP_S} s; report {args.out / 'job.md'}")
     return 0 if job["passed"] else 1

@@ -7,27 +7,25 @@ checked on inputs it never saw. Prints one line per case: passes, the worst erro
 of the tolerance (selection.selector.worst_error: 1 is the edge) and the choice.
 """
 
-import argparse
 import sys
 import time
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.seed_check", description=__doc__.split("\n\n")[0])
+    from bench.runner.preflight import UsageParser, positive_int
+
+    p = UsageParser(prog="python -m bench.seed_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=["official"], help="case selectors as for python -m bench")
-    p.add_argument("--seeds", type=int, default=100, help="seeds per case (seed + 13 k, k = 1..N)")
+    p.add_argument("--seeds", type=positive_int, default=100, help="seeds per case (seed + 13 k, k = 1..N)")
     args = p.parse_args(argv)
-    if args.seeds < 1:
-        p.error("--seeds must be at least 1")
     import torch
 
-    from bench.selection import LEADERBOARD_SEED_STEP, SelectionError, select_cases
+    from bench.runner.case_args import LEADERBOARD_SEED_STEP, UsageError, select_cases
 
     try:
         cases = select_cases(args.cases)
-    except SelectionError as exc:
-        print(f"--cases: {exc}", file=sys.stderr)
-        return 2
+    except UsageError as exc:
+        return p.fail(f"--cases: {exc}")
     from reference import compare, generate_input, ref_kernel
     from selection.selector import worst_error
     from submission import custom_kernel, selection_choice

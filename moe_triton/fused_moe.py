@@ -24,6 +24,7 @@ from triton.compiler import CompiledKernel
 from triton.runtime import driver
 
 from buffers import get_buffer
+from moe_triton.env import native_forced
 from moe_triton.kernels.decode import moe_prep_kernel, moe_stage1_kernel, moe_stage2_kernel
 from moe_triton.kernels.native import (
     moe_native_prep_kernel,
@@ -68,11 +69,9 @@ def _is_gfx950(index: int) -> bool:
 def native_default(device: torch.device) -> bool:
     """The native path where the hardware has scaled MXFP4 MFMAs (a gfx950 device), unless
     MOE_TRITON_NATIVE says otherwise (1: always, 0: never)."""
-    forced = os.environ.get("MOE_TRITON_NATIVE", "")
-    if forced not in ("", "0", "1"):
-        raise ValueError(f"MOE_TRITON_NATIVE: expected 0 or 1, got {forced!r}")
-    if forced:
-        return forced == "1"
+    forced = native_forced()
+    if forced is not None:
+        return forced
     is_rocm = device.type == "cuda" and torch.version.hip is not None
     return is_rocm and _is_gfx950(device.index if device.index is not None else torch.cuda.current_device())
 

@@ -4,7 +4,7 @@
 Keys are (d_hidden, d_inter, n_experts, topk, n_tokens), as in tile_configs. A shape not listed
 runs aiter. The table stays empty until a measurement on an MI355X says otherwise:
 `python -m bench --mode benchmark --backend aiter triton` there prints the rows that belong here
-(bench/backend_rows.py), each with the two times it is based on.
+(bench/runner/pins.py), each with the two times it is based on.
 """
 
 MI355X_BACKENDS: dict[tuple[int, int, int, int, int], str] = {}

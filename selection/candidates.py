@@ -12,7 +12,7 @@ reused (selection.selector.candidates_digest).
 
 import functools
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -20,16 +20,18 @@ from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
 from moe_triton.tiles_nvidia import ALTERNATES, tile_config
 from selection.backend_table import shape_key
-from task import input_t, output_t
+
+if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
+    from task import input_t, output_t
 
 
 class Candidate(NamedTuple):
     name: str
-    run: Callable[[input_t], output_t]
+    run: Callable[["input_t"], "output_t"]
     detail: str = ""
 
 
-def run_triton(data: input_t, tiles=None, native: bool | None = None) -> output_t:
+def run_triton(data: "input_t", tiles=None, native: bool | None = None) -> "output_t":
     from moe_triton.fused_moe import fused_moe_triton
 
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
@@ -38,20 +40,20 @@ def run_triton(data: input_t, tiles=None, native: bool | None = None) -> output_
     )
 
 
-def run_reference(data: input_t) -> output_t:
+def run_reference(data: "input_t") -> "output_t":
     from reference import ref_kernel
 
     return ref_kernel(data)
 
 
-def run_aiter(data: input_t) -> output_t:
+def run_aiter(data: "input_t") -> "output_t":
     """aiter's stages with the override table; the output is aiter_backend's cached buffer."""
     from moe_aiter.backend import fused_moe_aiter
 
     return fused_moe_aiter(data)
 
 
-def run_aiter_fused(data: input_t) -> output_t:
+def run_aiter_fused(data: "input_t") -> "output_t":
     from moe_aiter.backend import fused_moe_aiter_template
 
     return fused_moe_aiter_template(data)

@@ -5,13 +5,17 @@ cache and stores the choices (selection/choice_file.py) for the evaluation's fir
 already are skipped, and it stops itself at PRERUN_DEADLINE_S, each shape's selection budget cut
 to the time left. One line per shape. Without selection (no GPU, MOE_SELECT=0, MOE_BACKEND set)
 it prints one line and does nothing else; MOE_SELECT=1 under the CPU interpreter runs problem.cases.TINY
-instead, so CI exercises it.
+instead, so CI exercises it. A bad setting (MOE_BACKEND, MOE_SELECT, MOE_SELECT_BUDGET_S,
+MOE_TRITON_NATIVE) is one line on stderr and exit status 2, as the runner's usage errors; Ctrl-C is
+one line and 130.
 """
 
 import os
+import sys
 import time
 from collections.abc import Callable
 
+from moe_triton.env import native_forced
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import generate_input, make_config
 from selection.candidates import platform
@@ -33,6 +37,18 @@ def prerun_cases() -> list[dict]:
     return TINY if platform() == "cpu" else TESTS + BENCHMARKS
 
 
+def _what(cases: list[dict] | None) -> str:
+    """What the pre-run selects for, as it is: the official shapes on a GPU, TINY on the CPU."""
+    if cases is not None:
+        return f"{len(cases)} given shape{'s' if len(cases) != 1 else ''}"
+    if platform() == "cpu":
+        return (
+            f"problem.cases.TINY ({len(TINY)} small shape{'s' if len(TINY) != 1 else ''}) under the CPU "
+            "interpreter, which would take hours on the official shapes"
+        )
+    return f"the {len(TESTS + BENCHMARKS)} official shapes ({platform()})"
+
+
 def prerun(
     backend: str,
     selecting: bool,
@@ -45,7 +61,7 @@ def prerun(
     if not selecting:
         out(f"moe-mxfp4 submission: backend {backend}; no selection ({_why_not()})")
         return
-    out(f"moe-mxfp4 submission: backend {backend}; selecting for the official shapes ({platform()})")
+    out(f"moe-mxfp4 submission: backend {backend}; selecting for {_what(cases)}")
     chosen_by = make_selector()
     budget = budget_s()
     start = clock()
@@ -66,3 +82,24 @@ def prerun(
         del data
         out(f"moe-mxfp4 pre-run {name}: {order[0].name} (selected in {clock() - t0:.1f} s)")
     out(f"moe-mxfp4 pre-run done in {clock() - start:.1f} s")
+
+
+def main(backend_of: Callable[[], str], selecting_of: Callable[[], bool], make_selector: Callable, prog=None) -> int:
+    """`python3 submission.py`: backend_of and selecting_of (submission.selected_backend and
+    selection_on) raise ValueError on a bad MOE_BACKEND or MOE_SELECT; the budget and
+    MOE_TRITON_NATIVE are checked here even where nothing selects, so that a typo shows before the
+    evaluation. Exit status 0, 2 for a bad setting, 130 for Ctrl-C, each with one line."""
+    prog = prog or os.path.basename(sys.argv[0]) or "submission.py"
+    try:
+        backend, selecting = backend_of(), selecting_of()
+        budget_s()
+        native_forced()
+    except ValueError as exc:
+        print(f"{prog}: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        prerun(backend, selecting, make_selector)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    return 0

@@ -3,7 +3,7 @@
 import pytest
 
 import submission
-from bench.backend_rows import backend_rows
+from bench.runner.pins import backend_rows
 from selection import backend_table
 
 CONFIG = dict(d_hidden=7168, d_expert=256, n_routed_experts=256, n_shared_experts=1, total_top_k=9, bs=16)

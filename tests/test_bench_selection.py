@@ -2,13 +2,15 @@
 choice and first-call time per case, the rows that pin the choices, MOE_SELECT checked up front."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
 
-from bench import cli
-from bench.choice_rows import pin_rows, pins_text
-from bench.selection import SelectionError, check_select_env, parse_backend
+from bench.runner import cli
+from bench.runner.backends import check_submission_env, parse_backend
+from bench.runner.case_args import UsageError
+from bench.runner.pins import pin_rows, pins_text
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
 from moe_triton.tiles_nvidia import ALTERNATES
 
@@ -44,11 +46,12 @@ def test_auto_is_the_static_choice_and_select_the_selection():
         ({"MOE_SELECT": "on"}, "MOE_SELECT='on': expected one of auto, 1, 0"),
         ({"MOE_SELECT_BUDGET_S": "-3"}, "MOE_SELECT_BUDGET_S='-3': expected seconds >= 0"),
         ({"MOE_SELECT_BUDGET_S": "soon"}, "MOE_SELECT_BUDGET_S='soon': expected seconds >= 0"),
+        ({"MOE_TRITON_NATIVE": "2"}, "MOE_TRITON_NATIVE='2': expected 0 or 1 (or unset)"),
     ],
 )
-def test_bad_selection_variables_are_refused_in_one_line(monkeypatch, capsys, env, needle):
-    with pytest.raises(SelectionError, match=needle):
-        check_select_env(env)
+def test_bad_submission_variables_are_refused_in_one_line_before_any_case(monkeypatch, capsys, env, needle):
+    with pytest.raises(UsageError, match=re.escape(needle)):
+        check_submission_env(env)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     with pytest.raises(SystemExit) as exc:
@@ -58,8 +61,9 @@ def test_bad_selection_variables_are_refused_in_one_line(monkeypatch, capsys, en
 
 
 def test_the_runner_accepts_what_the_submission_accepts():
-    for env in ({}, {"MOE_SELECT": ""}, {"MOE_SELECT": "auto"}, {"MOE_SELECT": "0", "MOE_SELECT_BUDGET_S": "2.5"}):
-        check_select_env(env)
+    accepted = ({}, {"MOE_SELECT": ""}, {"MOE_SELECT": "auto"}, {"MOE_SELECT": "0", "MOE_SELECT_BUDGET_S": "2.5"})
+    for env in (*accepted, {"MOE_TRITON_NATIVE": ""}, {"MOE_TRITON_NATIVE": "0"}, {"MOE_TRITON_NATIVE": "1"}):
+        check_submission_env(env)
 
 
 def test_the_report_shows_the_choice_and_the_first_calls_time_per_backend(tmp_path, capsys, monkeypatch):
@@ -129,7 +133,7 @@ def test_seed_check_refuses_bad_options(capsys):
     from bench import seed_check
 
     assert seed_check.main(["--cases", "nope"]) == 2
-    assert capsys.readouterr().err.startswith("--cases: ")
+    assert capsys.readouterr().err.startswith("python -m bench.seed_check: error: --cases: unknown case 'nope'")
     with pytest.raises(SystemExit) as exc:
         seed_check.main(["--seeds", "0"])
     assert exc.value.code == 2

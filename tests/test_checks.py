@@ -4,7 +4,7 @@ because the reference reads the same table."""
 
 import pytest
 
-from bench import checks, cli
+from bench.runner import checks, cli
 from moe_aiter import backend as aiter_backend
 from moe_aiter import inject as so
 from reference import generate_input

@@ -15,20 +15,17 @@ import pytest
 import torch
 from rich.console import Console
 
-from bench import cli, estimate, evaluate, preflight, report, roofline
-from bench.selection import (
-    BackendSpec,
-    SelectionError,
-    apply_env_backend,
-    backend_from_env,
-    read_cases_file,
-    select_cases,
-)
-from bench.timing import BENCHMARK_LIMITS, Limits
+from bench import roofline
+from bench.runner import cli, evaluate, interpreter_time, preflight, report
+from bench.runner.backends import BackendSpec, apply_env_backend, backend_from_env
+from bench.runner.case_args import UsageError, read_cases_file, select_cases
+from bench.runner.timing import BENCHMARK_LIMITS, Limits
+from problem.cases import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
 PADDED_CASE = "dhidden=500,dexpert=256,nroutedexperts=8,nexpertspertoken=4,nsharedexperts=1,bs=8"
 ON_CPU = not torch.cuda.is_available()
+TINY_CASE = ",".join(f"{k}={v}" for k, v in TINY[0].items())
 
 
 def usage_error(argv, capsys) -> str:
@@ -89,9 +86,9 @@ def test_the_tile_tuner_without_a_gpu_says_why_and_exits_2(capsys):
 
     if tiles.why_cannot_run() is None:
         pytest.skip("this machine can run the tuner")
-    assert tiles.main(["--cases", "bench", "--sweep"]) == tiles.EXIT_CANNOT_RUN
+    assert tiles.main(["--cases", "bench", "--sweep"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and err[0].startswith("bench.tune.tiles cannot run here: ")
+    assert len(err) == 1 and err[0].startswith("python -m bench.tune.tiles: error: cannot run here: ")
 
 
 def test_aiter_backends_without_rocm_say_what_to_run_instead(capsys):
@@ -135,6 +132,63 @@ def test_host_mode_times_calls_queued_behind_a_sleep_and_retries_when_the_gpu_ca
     assert res.stats.best <= res.host_ns <= res.stats.worst and "median of 7 calls behind a 0.8 s" in res.message
     failing = evaluate.run_host({"seed": 3}, calls.append, lambda seed: seed, lambda data, out: (False, "bad"), device)
     assert (failing.status, failing.message) == ("fail", "checked call, seed 3: bad")
+
+
+# ---------------------------------------------------------------- every tool's usage errors (issue 24, item 8)
+
+
+def _tool_error(main, argv, capsys) -> str:
+    """stderr of a tool's main() that refuses argv: status 2 (returned or raised), one line."""
+    try:
+        status = main(argv)
+    except SystemExit as exc:
+        status = exc.code
+    err = capsys.readouterr().err
+    assert status == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    return err
+
+
+def test_every_tool_says_error_the_same_way(tmp_path, capsys):
+    import bundle
+    from bench import job, seed_check
+    from bench.tune import aiter_rows, tiles
+
+    unknown = "unknown case 'nope': use tests, benchmarks, smoke, official, all"
+    for main, argv, line in (
+        (cli.main, ["--cases", "nope"], f"python -m bench: error: {unknown}"),
+        (seed_check.main, ["--cases", "nope"], f"python -m bench.seed_check: error: --cases: {unknown}"),
+        (seed_check.main, ["--seeds", "0"], "python -m bench.seed_check: error: argument --seeds: must be at least 1"),
+        (tiles.main, ["--cases", "nope"], f"python -m bench.tune.tiles: error: --cases: {unknown}"),
+        (tiles.main, ["--reps", "0"], "python -m bench.tune.tiles: error: argument --reps: must be at least 1"),
+        (aiter_rows.main, ["--cases", "nope"], f"python -m bench.tune.aiter_rows: error: {unknown}"),
+        (job.main, ["--task-dir", str(tmp_path / "none")], "python -m bench.job: error: --task-dir"),
+        (bundle.main, ["-o", str(tmp_path)], f"bundle.py: error: -o {tmp_path}: a folder;"),
+    ):
+        assert _tool_error(main, argv, capsys).startswith(line), (main.__module__, argv)
+
+
+def test_the_tile_tuner_takes_the_runners_cases(capsys):
+    """One case syntax for the runner and the tuner (bench.runner.case_args): lists with indices,
+    inline shapes; on a machine that cannot time it gets as far as saying so."""
+    from bench.tune import tiles
+
+    if tiles.why_cannot_run() is None:
+        pytest.skip("this machine can run the tuner")
+    for cases in (["bench:0,3"], ["smoke", "official"], [PADDED_CASE.replace("500", "512")]):
+        err = _tool_error(tiles.main, ["--cases", *cases], capsys)
+        assert err.startswith("python -m bench.tune.tiles: error: cannot run here: "), cases
+
+
+def test_profile_mode_on_the_cpu_says_why_the_table_is_short():
+    class Device:
+        kind = "cpu"
+
+        def synchronize(self):
+            pass
+
+    res = evaluate.run_profile({"seed": 1}, torch.neg, lambda seed: torch.ones(4), lambda d, o: (True, ""), Device())
+    first = res.profile.splitlines()[0]
+    assert first.startswith("The call took ") and "torch.profiler does not see" in first and res.status == "pass"
 
 
 # ---------------------------------------------------------------- --cases-file (item 6)
@@ -184,7 +238,7 @@ def test_moe_backend_stands_for_the_default_backends(tmp_path):
     named = [BackendSpec("triton", ROOT / "submission.py", "triton")]
     assert apply_env_backend(named, "reference") == ["MOE_BACKEND=reference ignored for --backend triton"]
     assert named[0].moe_backend == "triton"
-    with pytest.raises(SelectionError, match="given twice"):
+    with pytest.raises(UsageError, match="given twice"):
         apply_env_backend([BackendSpec("auto", sub), BackendSpec("triton", sub, "triton")], "triton")
     assert backend_from_env({"MOE_BACKEND": ""}) is None and backend_from_env({}) is None
 
@@ -253,6 +307,55 @@ def test_a_failure_inside_a_library_keeps_its_traceback(tmp_path, capsys):
     assert "fractions.py" in capsys.readouterr().out
 
 
+def test_a_setting_refused_anywhere_in_the_package_prints_its_line_only():
+    """A ValueError from a package module (moe_triton/env.py) is refused by design, as one from a
+    root module is; one from the standard library keeps its traceback."""
+    import fractions
+
+    from bench.runner import worker
+    from moe_triton.env import native_forced
+
+    with pytest.raises(ValueError) as own:
+        native_forced({"MOE_TRITON_NATIVE": "2"})
+    with pytest.raises(ValueError) as library:
+        fractions.Fraction("x")
+    assert worker.refused_by_design(own.value, {ROOT})
+    assert not worker.refused_by_design(library.value, {ROOT})
+
+
+@pytest.mark.parametrize(
+    "source, needle",
+    [
+        (
+            None,
+            "backend 'bundle.py': not a submission file (it defines no custom_kernel); `python bundle.py` writes one",
+        ),
+        ("def custom_kernel(:\n", "not a submission file (it does not compile, line 1: invalid syntax)"),
+        ("import torch\n\ncustom = 1\n", "not a submission file (it defines no custom_kernel)"),
+    ],
+)
+def test_a_backend_file_without_custom_kernel_is_refused_before_the_run(tmp_path, capsys, source, needle):
+    if source is None:
+        backend = "bundle.py"  # the package's own bundler, found at the repository root
+    else:
+        backend = str(tmp_path / "sub.py")
+        (tmp_path / "sub.py").write_text(source)
+    assert needle in usage_error(["--backend", backend], capsys)
+
+
+def test_a_submission_file_may_bind_custom_kernel_any_way(tmp_path):
+    from bench.runner.backends import not_a_submission
+
+    for source in (
+        "from elsewhere import custom_kernel\n",
+        "import os\nif os.environ:\n    custom_kernel = print\nelse:\n    def custom_kernel(data):\n        pass\n",
+        "try:\n    from a import k as custom_kernel\nexcept ImportError:\n    custom_kernel = None\n",
+    ):
+        (tmp_path / "s.py").write_text(source)
+        assert not_a_submission(tmp_path / "s.py") is None, source
+    assert not_a_submission(ROOT / "submission.py") is None
+
+
 def test_leaderboard_mode_stops_after_an_erroring_case(tmp_path):
     argv = ["--mode", "leaderboard", "--backend", "reference", "--cases", PADDED_CASE, "smoke:1", "--no-warmup"]
     assert cli.main(argv + ["--max-reps", "2", "--inline", "--roofline", "off", "--out", str(tmp_path), "-q"]) == 1
@@ -301,7 +404,7 @@ def test_ctrl_c_in_a_timed_case_keeps_the_repetitions_measured():
             pass
 
         def timer(self):
-            from bench.timing import CpuTimer
+            from bench.runner.timing import CpuTimer
 
             return CpuTimer()
 
@@ -318,7 +421,8 @@ def test_ctrl_c_in_a_timed_case_keeps_the_repetitions_measured():
 def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
     """A real run in its own process group, interrupted as a terminal does once the first case is done."""
     out_dir = tmp_path / "out"
-    cmd = [sys.executable, "-m", "bench", "--backend", "triton", "--cases", "smoke:1", "smoke:2", "--roofline", "off"]
+    # problem.cases.TINY first (a second's work), then a SMOKE case long enough to be interrupted in
+    cmd = [sys.executable, "-m", "bench", "--backend", "triton", "--cases", TINY_CASE, "smoke:1", "--roofline", "off"]
     proc = subprocess.Popen(
         cmd + ["--out", str(out_dir)],
         cwd=ROOT,
@@ -330,7 +434,7 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
     )
     try:
         for line in proc.stdout:
-            if "smoke1" in line and " pass " in line:
+            if "custom0" in line and " pass " in line:
                 break
         time.sleep(0.5)
         os.killpg(proc.pid, signal.SIGINT)
@@ -342,23 +446,29 @@ def test_ctrl_c_writes_what_was_measured_and_exits_130(tmp_path):
     assert "Traceback" not in stderr + stdout
     assert stderr.strip().splitlines() == [f"interrupted (Ctrl-C): 1 of 2 results measured; written to {out_dir}"]
     rows = json.loads((out_dir / "test.json").read_text())["rows"]
-    # the Ctrl-C came half a second into smoke2's checked call
+    # the Ctrl-C came half a second into smoke1's checked call
     assert [r["status"] for r in rows] == ["pass", "interrupted"] and "during this case" in rows[1]["message"]
 
 
 def test_ctrl_c_in_a_checked_call_marks_that_case_interrupted(tmp_path, capsys):
     sub = tmp_path / "sub.py"
     sub.write_text("def custom_kernel(data):\n    raise KeyboardInterrupt\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    for earlier in ("test.png", "test_pins.py", "test.json"):  # an earlier run's outputs
+        (out / earlier).write_text("an earlier run's")
     argv = ["--backend", str(sub), "--cases", "smoke:1", "smoke:2", "--inline", "--roofline", "off", "-q"]
-    assert cli.main(argv + ["--out", str(tmp_path)]) == 130
-    rows = json.loads((tmp_path / "test.json").read_text())["rows"]
+    assert cli.main(argv + ["--out", str(out)]) == 130
+    rows = json.loads((out / "test.json").read_text())["rows"]
     assert [(r["status"], r["message"]) for r in rows] == [
         ("interrupted", "interrupted (Ctrl-C) during this case"),
         ("skipped", "interrupted (Ctrl-C) before this case"),
     ]
     assert capsys.readouterr().err.strip().splitlines() == [
-        f"interrupted (Ctrl-C): 0 of 2 results measured; written to {tmp_path}"
+        f"interrupted (Ctrl-C): 0 of 2 results measured; written to {out}"
     ]
+    # nothing measured, no chart and no pins: the earlier run's are gone, not left beside the new tables
+    assert sorted(p.name for p in out.iterdir()) == ["test.csv", "test.json", "test.md"]
 
 
 # ---------------------------------------------------------------- the interpreter's estimate (item 8)
@@ -373,7 +483,7 @@ def test_expected_blocks_match_random_routing():
             counts = torch.bincount(ids.flatten(), minlength=routed)
             trials.append(int(((counts + block_m - 1) // block_m).sum()))
         want = sum(trials) / len(trials) + -(-tokens // block_m)
-        got = estimate.expected_blocks(tokens, routed, per_token, 1, block_m)
+        got = interpreter_time.expected_blocks(tokens, routed, per_token, 1, block_m)
         assert abs(got - want) <= 0.03 * want, (tokens, routed, got, want)
 
 

@@ -1,5 +1,6 @@
 """The documents the code and the user rely on: every "SPEC n" citation names a section of
-docs/spec.md, and the README's test command is the one CI runs."""
+docs/spec.md, the README's test command is the one CI runs, and the README stays a user's page
+(under 8 KB, GPU-only commands marked, the bundle made before it is used)."""
 
 import re
 from pathlib import Path
@@ -37,7 +38,31 @@ def test_readme_test_command_is_what_ci_runs():
 
 def test_docs_link_each_other():
     readme = (ROOT / "README.md").read_text()
-    for doc in ("docs/spec.md", "docs/triton.md", "docs/aiter.md", "docs/runner.md"):
+    for doc in (
+        "docs/spec.md",
+        "docs/triton.md",
+        "docs/aiter.md",
+        "docs/runner.md",
+        "docs/selection.md",
+        "docs/gfx950.md",
+        "docs/bundle.md",
+        "docs/status.md",
+    ):
         assert doc in readme and (ROOT / doc).is_file()
     assert "docs/gfx950.md" in (ROOT / "docs" / "triton.md").read_text()
     assert "docs/aiter_overrides.md" in (ROOT / "docs" / "aiter.md").read_text()
+
+
+def test_the_readme_is_a_users_page():
+    """Under 8 KB (status and design live in docs/); every example that needs a GPU says so in its
+    comment; no example uses dist/ before `python bundle.py` has made it (issue 24)."""
+    text = (ROOT / "README.md").read_text()
+    assert len(text.encode()) < 8192, len(text.encode())
+    commands = [line.strip() for line in text.splitlines() if line.startswith("    ")]
+    gpu_only = ("--mode benchmark", "--mode leaderboard", "--mode host", "bench.seed_check", "bench.tune", "aiter")
+    for command in commands:
+        if any(word in command for word in gpu_only):
+            assert "GPU" in command or "MI355X" in command, f"not marked as needing a GPU: {command}"
+    first_bundle = next(i for i, c in enumerate(commands) if c.startswith("python bundle.py"))
+    first_use = next(i for i, c in enumerate(commands) if "dist/" in c and not c.startswith("python bundle.py"))
+    assert first_bundle < first_use

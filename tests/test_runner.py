@@ -9,19 +9,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench import cli, evaluate, report, roofline
-from bench.backends import backend_env, load_custom_kernel
-from bench.selection import (
-    Case,
-    SelectionError,
-    combine_seed,
-    parse_backend,
-    parse_backends,
-    parse_case_spec,
-    secret_seed,
-    select_cases,
-)
-from bench.timing import Limits, calculate_stats, should_stop
+from bench import roofline
+from bench.runner import cli, evaluate, report
+from bench.runner.backends import backend_env, load_custom_kernel, parse_backend, parse_backends
+from bench.runner.case_args import Case, UsageError, combine_seed, parse_case_spec, secret_seed, select_cases
+from bench.runner.timing import Limits, calculate_stats, should_stop
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,7 +41,7 @@ def test_secret_seed_from_cli_or_environment():
     assert secret_seed(None, {"POPCORN_SEED": ""}) is None
     assert secret_seed(None, {"POPCORN_SEED": "77"}) == 77
     assert secret_seed(5, {"POPCORN_SEED": "77"}) == 5
-    with pytest.raises(SelectionError, match="POPCORN_SEED"):
+    with pytest.raises(UsageError, match="POPCORN_SEED"):
         secret_seed(None, {"POPCORN_SEED": "abc"})
 
 
@@ -90,7 +82,7 @@ def test_the_real_case_lists_load():
 
 @pytest.mark.parametrize("bad", ["nope", "benchmarks:9", "bench:x", "dhidden=1,dexpert=2", "dhidden=1,colour=3"])
 def test_unknown_case_is_a_clear_error(bad):
-    with pytest.raises(SelectionError) as exc:
+    with pytest.raises(UsageError) as exc:
         select_cases([bad], None, LISTS)
     assert bad.split(":")[0].split("=")[0] in str(exc.value) or "case" in str(exc.value)
 
@@ -104,13 +96,13 @@ def test_backend_names_and_files(tmp_path):
     assert parse_backend(str(f), ROOT).moe_backend is None
     assert parse_backend(f"{f}@reference", ROOT).moe_backend == "reference"
     assert [s.label for s in parse_backends(["triton,reference", str(f)], ROOT)] == ["triton", "reference", str(f)]
-    with pytest.raises(SelectionError, match="unknown backend 'fastest'"):
+    with pytest.raises(UsageError, match="unknown backend 'fastest'"):
         parse_backend("fastest", ROOT)
-    with pytest.raises(SelectionError, match="no such file"):
+    with pytest.raises(UsageError, match="no such file"):
         parse_backend(str(tmp_path / "missing.py"), ROOT)
-    with pytest.raises(SelectionError, match="after @"):
+    with pytest.raises(UsageError, match="after @"):
         parse_backend(f"{f}@warp", ROOT)
-    with pytest.raises(SelectionError, match="twice"):
+    with pytest.raises(UsageError, match="twice"):
         parse_backends(["triton", "triton"], ROOT)
 
 
@@ -135,7 +127,7 @@ def test_per_backend_limits():
     got = cli.parse_limit_overrides(["reference:reps=10,wall=15", "triton:time=2"], ["triton", "reference"])
     assert got == {"reference": {"max_reps": 10, "max_wall_s": 15.0}, "triton": {"max_time_s": 2.0}}
     for bad in ("aiter:reps=1", "reference:speed=3", "reference:reps=x", "reps=3"):
-        with pytest.raises(SelectionError, match="--limit"):
+        with pytest.raises(UsageError, match="--limit"):
             cli.parse_limit_overrides([bad], ["triton", "reference"])
 
 

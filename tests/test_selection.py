@@ -466,7 +466,7 @@ def test_the_prerun_stops_at_its_deadline_and_cuts_the_last_budget(data, expecte
     assert b.calls == {"static": 3}  # checked once per shape (the pre-run returns no output); alt skipped
 
 
-def test_the_prerun_skips_stored_shapes_and_says_so_without_selection(tmp_path, expected):
+def test_the_prerun_skips_stored_shapes_and_says_so_without_selection(tmp_path, expected, monkeypatch):
     path = tmp_path / "choices.json"
     b = Bench(expected)
     s = b.selector(
@@ -483,6 +483,58 @@ def test_the_prerun_skips_stored_shapes_and_says_so_without_selection(tmp_path, 
     lines = []
     prerun.prerun("triton", False, lambda: pytest.fail("no selector without selection"), out=lines.append)
     assert len(lines) == 1 and lines[0].startswith("moe-mxfp4 submission: backend triton; no selection")
+    # without given cases it says what it selects for: TINY on the CPU, the official shapes on a GPU
+    lines = []
+    monkeypatch.setattr(prerun, "platform", lambda: "cpu")
+    prerun.prerun("triton", True, lambda: s2, out=lines.append)
+    assert lines[0] == (
+        "moe-mxfp4 submission: backend triton; selecting for problem.cases.TINY (1 small shape) under the CPU "
+        "interpreter, which would take hours on the official shapes"
+    )
+    monkeypatch.setattr(prerun, "platform", lambda: "gpu")
+    assert prerun._what(None) == "the 10 official shapes (gpu)" and len(prerun.prerun_cases()) == 10
+
+
+@pytest.mark.parametrize(
+    "env, line",
+    [
+        ({"MOE_SELECT": "2"}, "MOE_SELECT: expected one of auto, 1, 0, got '2'"),
+        ({"MOE_SELECT": "yes"}, "MOE_SELECT: expected one of auto, 1, 0, got 'yes'"),
+        (
+            {"MOE_BACKEND": "bogus"},
+            "MOE_BACKEND: unknown backend 'bogus'; choose one of aiter, aiter-fused, triton, reference",
+        ),
+        ({"MOE_SELECT_BUDGET_S": "abc"}, "MOE_SELECT_BUDGET_S: expected seconds >= 0, got 'abc'"),
+        # refused while nothing selects too: the typo shows before the evaluation
+        ({"MOE_SELECT": "0", "MOE_SELECT_BUDGET_S": "-1"}, "MOE_SELECT_BUDGET_S: expected seconds >= 0, got '-1'"),
+        ({"MOE_TRITON_NATIVE": "2"}, "MOE_TRITON_NATIVE: expected 0 or 1, got '2'"),
+    ],
+)
+def test_the_prerun_refuses_a_bad_setting_in_one_line_with_status_2(monkeypatch, capsys, env, line):
+    for key in ("MOE_SELECT", "MOE_BACKEND", sel.BUDGET_ENV, "MOE_TRITON_NATIVE"):
+        monkeypatch.delenv(key, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    never = lambda: pytest.fail("no selector for a bad setting")
+    assert prerun.main(submission.selected_backend, submission.selection_on, never, prog="submission.py") == 2
+    out, err = capsys.readouterr()
+    assert err == f"submission.py: error: {line}\n" and out == ""
+
+
+def test_ctrl_c_in_the_prerun_is_one_line_and_status_130(monkeypatch, capsys):
+    class Interrupted:
+        def known(self, config):
+            return None
+
+        def prepare(self, data, budget=None):
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(prerun, "platform", lambda: "cpu")
+    monkeypatch.delenv(sel.BUDGET_ENV, raising=False)
+    monkeypatch.delenv("MOE_TRITON_NATIVE", raising=False)
+    assert prerun.main(lambda: "triton", lambda: True, Interrupted, prog="submission.py") == 130
+    out, err = capsys.readouterr()
+    assert err == "submission.py: interrupted (Ctrl-C)\n" and "selecting for problem.cases.TINY" in out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU's candidates (a GPU's: bench.seed_check, bench.job)")

@@ -199,7 +199,7 @@ def _table(title: str, columns, rows, left: tuple, failed):
 
 def _print_fitted(console, title: str, columns, rows, left: tuple, failed, drop_order) -> None:
     """The table with columns left out (drop_order) until it fits the console, named in a caption."""
-    from bench.report import fit_columns
+    from bench.runner.report import fit_columns
 
     cols, dropped = fit_columns(console, list(columns), lambda c: _table(title, c, rows, left, failed), drop_order)
     console.print(_table(title, cols, rows, left, failed))

@@ -315,13 +315,13 @@ def _check(args, asm_folder: AsmFolder | None) -> int:
     from bench.gfx950.check import analyse
     from bench.gfx950.estimate import assumptions, estimate
     from bench.gfx950.variants import config_fields, variants
-    from bench.report import aiter_times
-    from bench.selection import SelectionError, select_cases
+    from bench.runner.case_args import UsageError, select_cases
+    from bench.runner.report import aiter_times
     from problem.cases import table_key
 
     try:
         cases = select_cases(args.cases)
-    except SelectionError as exc:
+    except UsageError as exc:
         print(f"--cases: {exc}", file=sys.stderr)
         return 2
     try:

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.selection import SelectionError, select_cases  # noqa: E402
+from bench.runner.case_args import UsageError, select_cases  # noqa: E402
+from bench.runner.preflight import UsageParser  # noqa: E402
 from bench.tune import write_overrides  # noqa: E402
 from moe_aiter.catalogue import (  # noqa: E402
     CK_A4W4_GEMM1_INSTANCES,
@@ -40,7 +41,6 @@ from moe_aiter.inject import ck_moe_kernel_name, flydsl_moe_kernel_name  # noqa:
 
 DEFAULT_RESULTS = ROOT / "bench" / "out" / "tune_aiter.jsonl"
 DEFAULT_TABLE = ROOT / "shape_overrides.py"
-EXIT_CANNOT_RUN = 2
 
 
 @dataclass(frozen=True)
@@ -291,7 +291,7 @@ def _short(c: Candidate) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = UsageParser(
         prog="python -m bench.tune.aiter_rows",
         description="Re-derive the aiter override table (shape_overrides.py) by timing every valid row on an MI355X.",
     )
@@ -346,7 +346,7 @@ def main(argv: list[str] | None = None, setup: tuple[str, dict] | None = None, d
     console = Console(log_path=False)
     try:
         cases = select_cases(args.cases)
-    except SelectionError as exc:
+    except UsageError as exc:
         parser.error(str(exc))
     cands = [c for case in cases for c in candidates(case)]
     if args.dry_run:
@@ -361,8 +361,7 @@ def main(argv: list[str] | None = None, setup: tuple[str, dict] | None = None, d
     if device is None:
         why = why_cannot_run()
         if why:
-            print(f"bench.tune.aiter_rows cannot run here: {why}", file=sys.stderr)
-            return EXIT_CANNOT_RUN
+            return parser.fail(f"cannot run here: {why}")
         device = "cuda"
     records = tune(cands, make_job(args, device, setup), args.results, args.timeout, console, args.quiet)
     report(console, records, cands)

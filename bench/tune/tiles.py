@@ -7,11 +7,11 @@ python -m bench.tune.tiles --cases bench --sweep --json sweep.json
     reference.ref_kernel and time it the runner's way; prints TUNED entries for moe_triton/tiles_nvidia.py.
 python -m bench.tune.tiles --cases bench --sweep --keep-block-m --names E32+1-k8+1-bs16
     the same for the named cases only, at their configured routing block.
-python -m bench.tune.tiles --cases all --seeds 20
+python -m bench.tune.tiles --cases official --seeds 20
     check the configured tiles on leaderboard-style seeds (seed + 13 i).
 python -m bench.tune.tiles --variants block_n1=64,128 warps1=4,8
     time a grid of overrides of the configured tiles, the runner's way.
-python -m bench.tune.tiles --cases all --native --alternates --seeds 20
+python -m bench.tune.tiles --cases official --native --alternates --seeds 20
     the native path (forced): check the table's tile and every moe_triton.tiles_amd.NATIVE_ALTERNATES
     entry of each case on leaderboard-style seeds, then time them (ALTERNATES without --native).
 """
@@ -26,12 +26,14 @@ from pathlib import Path
 
 import torch
 
+from bench.runner.case_args import UsageError, select_cases
+from bench.runner.preflight import UsageParser, non_negative_int, positive_int
 from moe_triton import fused_moe as moe_triton
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
 from moe_triton.tiles_nvidia import ALTERNATES, tile_config
-from problem.cases import BENCHMARKS, TESTS, case_name
+from problem.cases import case_name
 from reference import check_implementation, generate_input
 
 STAGE1_OPTIONS = [
@@ -164,9 +166,6 @@ def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, 
     return best, log
 
 
-EXIT_CANNOT_RUN = 2
-
-
 def why_cannot_run() -> str | None:
     """None where the tuner can time kernels (a GPU, not the interpreter), else the reason (one line)."""
     if not torch.cuda.is_available():
@@ -177,28 +176,30 @@ def why_cannot_run() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = UsageParser(
         prog="python -m bench.tune.tiles", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--cases", choices=["tests", "bench", "all"], default="bench")
+    parser.add_argument(
+        "--cases", nargs="+", default=["benchmarks"], metavar="SEL", help="case selectors as for python -m bench"
+    )
     parser.add_argument("--sweep", action="store_true", help="search tiles per case (see above)")
     parser.add_argument("--keep-block-m", action="store_true", help="sweep only the configured routing block")
     parser.add_argument("--names", nargs="*", default=[], help="only cases whose name contains one of these")
     parser.add_argument("--variants", nargs="*", default=[], help="field=v1,v2 ... overrides to time")
-    parser.add_argument("--seeds", type=int, default=0, help="leaderboard-style seeds to check per case")
+    parser.add_argument("--seeds", type=non_negative_int, default=0, help="leaderboard-style seeds to check per case")
     parser.add_argument("--native", action="store_true", help="the native MXFP4 path (forced), its tile tables")
     parser.add_argument("--alternates", action="store_true", help="also the selection's alternates per case")
-    parser.add_argument("--reps", type=int, default=30)
+    parser.add_argument("--reps", type=positive_int, default=30)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    if args.reps < 1:
-        parser.error("--reps must be at least 1")
+    try:
+        selected = [c.params for c in select_cases(args.cases)]
+    except UsageError as exc:
+        parser.error(f"--cases: {exc}")
     why = why_cannot_run()
     if why:
-        print(f"bench.tune.tiles cannot run here: {why}", file=sys.stderr)
-        return EXIT_CANNOT_RUN
+        return parser.fail(f"cannot run here: {why}")
 
-    selected = {"tests": TESTS, "bench": BENCHMARKS, "all": TESTS + BENCHMARKS}[args.cases]
     if args.names:
         selected = [c for c in selected if any(n in case_name(c) for n in args.names)]
     flush = torch.empty(512 * 1024 * 1024, dtype=torch.uint8, device="cuda")

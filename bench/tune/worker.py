@@ -6,7 +6,7 @@ outlives the timeout costs that candidate only: the worker is killed if need be,
 is reported as "crash" or "timeout", and the next one starts a fresh worker. In the worker a
 candidate is injected (moe_aiter.backend.install_overrides, which clears get_2stage_cfgs' cache),
 checked against reference.ref_kernel on the case seed + 13 and then timed by
-bench.evaluate.run_timed, whose first call is checked on the case seed: two leaderboard-style
+bench.runner.evaluate.run_timed, whose first call is checked on the case seed: two leaderboard-style
 seeds, timing as the runner times.
 """
 
@@ -19,7 +19,7 @@ import queue as queue_mod
 import sys
 import time
 
-from bench.worker import error_summary, set_seed
+from bench.runner.worker import error_summary, set_seed
 
 POLL_S = 0.2
 
@@ -57,8 +57,8 @@ class _Evaluator:
         os.environ["MOE_BACKEND"] = "aiter"
         _call_setup(job.get("setup"), job.get("setup_kwargs"))
         set_seed(42)
-        from bench.backends import load_custom_kernel
-        from bench.timing import Device, Limits
+        from bench.runner.backends import load_custom_kernel
+        from bench.runner.timing import Device, Limits
 
         self.kernel = load_custom_kernel(os.path.join(root, "submission.py"), root, "tune")
         self.device = Device(job["device"], job["flush"])
@@ -66,8 +66,8 @@ class _Evaluator:
         self.versions = _versions()
 
     def evaluate(self, task: dict) -> dict:
-        from bench import evaluate
-        from bench.selection import LEADERBOARD_SEED_STEP
+        from bench.runner import evaluate
+        from bench.runner.case_args import LEADERBOARD_SEED_STEP
         from moe_aiter import backend as aiter_backend
         from moe_aiter.inject import aiter_key
         from reference import check_implementation, generate_input

@@ -18,25 +18,23 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from bench import preflight
-from bench.backend_rows import backend_rows
-from bench.checks import CHECKS
-from bench.choice_rows import pin_rows, pins_text
-from bench.selection import (
-    MODES,
+from bench.runner import preflight
+from bench.runner.backends import (
     NAMED_BACKENDS,
-    SelectionError,
     apply_env_backend,
     backend_from_env,
-    check_select_env,
+    check_submission_env,
     parse_backends,
-    read_cases_file,
-    secret_seed,
 )
-from bench.selection import select_cases as _select_cases
-from bench.timing import BENCHMARK_LIMITS, BENCHMARK_WARMUP, LEADERBOARD_LIMITS, LEADERBOARD_WARMUP, Limits
+from bench.runner.case_args import UsageError, read_cases_file, secret_seed
+from bench.runner.case_args import select_cases as _select_cases
+from bench.runner.checks import CHECKS
+from bench.runner.pins import backend_rows, pin_rows, pins_text
+from bench.runner.timing import BENCHMARK_LIMITS, BENCHMARK_WARMUP, LEADERBOARD_LIMITS, LEADERBOARD_WARMUP, Limits
 
-ROOT = Path(__file__).resolve().parent.parent
+MODES = ("test", "benchmark", "leaderboard", "profile", "host")
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EPILOG = """
 cases: tests | benchmarks | smoke | official | all | benchmarks:0,3 | bench:2-4 |
@@ -58,15 +56,8 @@ examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
-    """Usage errors as one line that names the option (the usage is one --help away)."""
-
-    def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
+    p = preflight.UsageParser(
         prog="python -m bench",
         description="Evaluate and time custom_kernel the way the amd-moe-mxfp4 leaderboard does.",
         epilog=EPILOG,
@@ -218,21 +209,21 @@ def parse_limit_overrides(items: list[str], labels: list[str]) -> dict[str, dict
     for item in items:
         label, sep, spec = item.rpartition(":")
         if not sep or not label:
-            raise SelectionError(f"--limit {item!r}: expected BACKEND:KEY=V[,KEY=V], KEY one of {keys}")
+            raise UsageError(f"--limit {item!r}: expected BACKEND:KEY=V[,KEY=V], KEY one of {keys}")
         if label not in labels:
-            raise SelectionError(
+            raise UsageError(
                 f"--limit {item!r}: {label!r} is not a backend of this run (--backend gives {', '.join(labels)})"
             )
         for part in spec.split(","):
             key, eq, value = part.partition("=")
             field = _LIMIT_KEYS.get(key.strip())
             if not eq or field is None:
-                raise SelectionError(f"--limit {item!r}: {part!r} is not {keys}")
+                raise UsageError(f"--limit {item!r}: {part!r} is not {keys}")
             parse = preflight.positive_int if field == "max_reps" else preflight.positive_float
             try:
                 out.setdefault(label, {})[field] = parse(value.strip())
             except argparse.ArgumentTypeError as exc:
-                raise SelectionError(f"--limit {item!r}: {key.strip()} {exc}") from None
+                raise UsageError(f"--limit {item!r}: {key.strip()} {exc}") from None
     return out
 
 
@@ -250,7 +241,7 @@ def _versions() -> dict:
 
 def _status_line(label: str, case, res: dict) -> str:
     """The live line of a finished case: status, time, and the failure's one-line message."""
-    from bench.report import first_line, time_text
+    from bench.runner.report import first_line, time_text
 
     st = res.get("stats")
     parts = [f"{label}: {case.label} {case.shape} {res['status']}"]
@@ -327,7 +318,7 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
 
             try:
                 if inline:
-                    from bench.worker import run_backend
+                    from bench.runner.worker import run_backend
 
                     run_backend(job, handle)
                 else:
@@ -384,7 +375,7 @@ def _pump(q, proc, handle, grace_s: float | None = None) -> bool:
 def _spawn(job: dict, handle) -> None:
     import multiprocessing as mp
 
-    from bench.worker import process_main
+    from bench.runner.worker import process_main
 
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
@@ -443,7 +434,7 @@ def main(argv: list[str] | None = None) -> int:
 def _backends(args) -> tuple[list, list[str]]:
     """--backend, with MOE_BACKEND standing for the default backends: (specs, notes)."""
     backends = parse_backends(args.backend, ROOT)
-    check_select_env()
+    check_submission_env()
     notes = apply_env_backend(backends, backend_from_env())
     return backends, notes
 
@@ -465,7 +456,7 @@ def _main(argv: list[str] | None) -> int:
         preflight.check_aiter(backends, device)
         preflight.check_leaderboard_check(args.check, device)
         preflight.check_mode(mode, device)
-    except SelectionError as exc:
+    except UsageError as exc:
         parser.error(str(exc))
     if args.flush not in ("official", "l2", "none") and not args.flush.isdigit():
         parser.error(f"--flush: expected official, l2, none or a byte count, got {args.flush!r}")
@@ -503,7 +494,7 @@ def _main(argv: list[str] | None) -> int:
             console.print("no GPU: running the SMOKE cases (give --cases to choose)")
     try:
         cases = _select_cases(selectors, secret)
-    except SelectionError as exc:
+    except UsageError as exc:
         parser.error(str(exc))
     if not cases:
         parser.error("no cases selected")
@@ -513,12 +504,13 @@ def _main(argv: list[str] | None) -> int:
         run_time = preflight.check_run_time(
             backends, device, cases, mode, Limits(**limits), None if args.no_warmup else Limits(**warm), args.force
         )
-    except SelectionError as exc:
+    except UsageError as exc:
         parser.error(str(exc))
     if run_time:
         console.print(run_time)
 
-    from bench import report, roofline
+    from bench import roofline
+    from bench.runner import report
 
     ceilings = ceilings_given
     if ceilings is None and args.roofline != "off":
@@ -615,13 +607,14 @@ def _main(argv: list[str] | None) -> int:
             "rows for selection.backend_table.MI355X_BACKENDS (measured here):\n" + "\n".join(table_rows), markup=False
         )
     pins = pin_rows(rows, amd=device == "cuda" and _is_rocm())
+    pins_path = Path(args.out) / f"{mode}_pins.py" if args.out else None
     if pins:
         console.print("the selection's choices, as table rows that pin them:\n" + pins_text(pins), markup=False)
-        if args.out:
-            path = Path(args.out) / f"{mode}_pins.py"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(pins_text(pins))
-            console.print(f"wrote {path}")
+        if pins_path:
+            pins_path.write_text(pins_text(pins))
+            console.print(f"wrote {pins_path}")
+    elif pins_path:
+        pins_path.unlink(missing_ok=True)  # an earlier run's, which this one does not support
     if interrupted:
         measured = sum(r["status"] not in ("skipped", "interrupted") or r["runs"] is not None for r in rows)
         where = f"; written to {args.out}" if written else ""

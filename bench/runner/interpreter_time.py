@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from bench.selection import Case
-from bench.timing import Limits
+from bench.runner.case_args import Case
+from bench.runner.timing import Limits
 
 KERNEL_NS = 1600.0  # one interpreted call, per weight element per routing block
 GENERATE_NS = 16.0  # generate_input, per weight element of all experts

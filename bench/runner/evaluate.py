@@ -4,7 +4,7 @@ Everything the loops touch is passed in (kernel, generate, check, device), so th
 tested with stand-ins:
   test         generate, synchronize, one call, synchronize, check.
   benchmark    generate once; one call that must pass the check; then timed repetitions on the
-               same data, no further checks, until the stop rule (bench.timing.should_stop).
+               same data, no further checks, until the stop rule (bench.runner.timing.should_stop).
   leaderboard  the same first checked call; then before every timed repetition the seed grows
                by 13 and the inputs are regenerated, and every output is checked.
   profile      generate, one call under torch.profiler (then, outside the profile, the check).
@@ -21,8 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from bench.selection import LEADERBOARD_SEED_STEP
-from bench.timing import Limits, Stats, calculate_stats, should_stop
+from bench.runner.case_args import LEADERBOARD_SEED_STEP
+from bench.runner.timing import Limits, Stats, calculate_stats, should_stop
 
 
 @dataclass
@@ -227,9 +227,16 @@ def run_profile(
         kernel(data)
     device.synchronize()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.kind == "cuda" else [])
+    t0 = time.perf_counter()
     with profile(activities=activities) as prof:
         out = kernel(data)
         device.synchronize()
+    wall_s = time.perf_counter() - t0
     sort_by = "self_device_time_total" if device.kind == "cuda" else "self_cpu_time_total"
     table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
+    if device.kind != "cuda":
+        table = (
+            f"The call took {wall_s:.2f} s. Without a GPU, Triton's interpreter runs the kernels as Python and "
+            "numpy, which torch.profiler does not see: the table holds torch's own operations only.\n" + table
+        )
     return _single_call_result(params, check(data, out), traffic, profile=table)

@@ -11,10 +11,11 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench import estimate
-from bench.selection import Case, SelectionError
+from bench.runner import interpreter_time
+from bench.runner.case_args import Case, UsageError
 
 AITER_BACKENDS = ("aiter", "aiter-fused")
+USAGE_STATUS = 2  # every tool's exit status for a usage error
 ANNOUNCE_S = 60.0  # say how long an interpreted run takes from this estimate on
 REFUSE_S = 600.0  # and refuse it without --force from this one
 
@@ -36,6 +37,20 @@ def _number(kind: type, low: float, inclusive: bool):
     return parse
 
 
+class UsageParser(argparse.ArgumentParser):
+    """The command line of a tool (the runner, bench.job, bench.seed_check, the tuners): a usage
+    error is one line, `<prog>: error: <message>` naming the option, and exit status 2; the usage
+    is one --help away."""
+
+    def error(self, message: str):
+        self.exit(USAGE_STATUS, f"{self.prog}: error: {message}\n")
+
+    def fail(self, message: str) -> int:
+        """The same line for an error found after parsing, as the status for main() to return."""
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        return USAGE_STATUS
+
+
 positive_int = _number(int, 1, inclusive=True)
 non_negative_int = _number(int, 0, inclusive=True)
 positive_float = _number(float, 0, inclusive=False)
@@ -46,7 +61,7 @@ def check_libraries() -> None:
     """The runner's own dependencies (the `bench` extra), before any case runs."""
     missing = [name for name in ("rich", "matplotlib", "pandas") if importlib.util.find_spec(name) is None]
     if missing:
-        raise SelectionError(f"the runner needs {', '.join(missing)}: pip install '.[bench]'")
+        raise UsageError(f"the runner needs {', '.join(missing)}: pip install '.[bench]'")
 
 
 def check_out_dir(out: str | None) -> None:
@@ -57,9 +72,9 @@ def check_out_dir(out: str | None) -> None:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise SelectionError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
+        raise UsageError(f"--out {out}: cannot create it ({exc.strerror or exc})") from None
     if not os.access(path, os.W_OK):
-        raise SelectionError(f"--out {out}: not writable")
+        raise UsageError(f"--out {out}: not writable")
 
 
 def check_device(choice: str) -> str:
@@ -67,7 +82,7 @@ def check_device(choice: str) -> str:
     import torch
 
     if choice == "cuda" and not torch.cuda.is_available():
-        raise SelectionError(
+        raise UsageError(
             f"--device cuda: torch {torch.__version__} sees no GPU here (no CUDA or ROCm device); "
             "use --device cpu (Triton's interpreter) or leave --device auto"
         )
@@ -96,7 +111,7 @@ def check_aiter(backends: Sequence, device: str) -> None:
         return
     why = _aiter_missing(device)
     if why:
-        raise SelectionError(
+        raise UsageError(
             f"--backend {' '.join(wanted)}: {why}; aiter runs only with ROCm on an MI355X (gfx950). "
             "Here use --backend triton (the same layer in Triton; the CPU interpreter without a GPU) or reference"
         )
@@ -105,7 +120,7 @@ def check_aiter(backends: Sequence, device: str) -> None:
 def check_mode(mode: str, device: str) -> None:
     """--mode host times the host side of calls queued on a GPU; the interpreter has no queue."""
     if mode == "host" and device != "cuda":
-        raise SelectionError(
+        raise UsageError(
             "--mode host: measures custom_kernel's enqueue time on a GPU, and this run has none "
             "(under Triton's CPU interpreter a call runs to its end); use --mode test or benchmark here"
         )
@@ -117,7 +132,7 @@ def check_leaderboard_check(check: str, device: str) -> None:
         return
     why = _aiter_missing(device)
     if why:
-        raise SelectionError(
+        raise UsageError(
             f"--check {check}: {why}; the leaderboard's check runs aiter's fused_moe, which needs ROCm on an "
             "MI355X (gfx950). Here use --check a4w4 (the default: reference.ref_kernel)"
         )
@@ -133,19 +148,19 @@ def interpreted(backends: Sequence, device: str) -> list:
 def check_run_time(
     backends: Sequence, device: str, cases: Sequence[Case], mode: str, limits, warmup, force: bool
 ) -> str | None:
-    """The estimate's line for an interpreted run long enough to mention; SelectionError past REFUSE_S
+    """The estimate's line for an interpreted run long enough to mention; UsageError past REFUSE_S
     without --force."""
     slow = interpreted(backends, device)
     if not slow:
         return None
-    per_case = estimate.run_seconds(cases, mode, limits, warmup)
+    per_case = interpreter_time.run_seconds(cases, mode, limits, warmup)
     total = sum(per_case) * len(slow)
     if total < ANNOUNCE_S:
         return None
     worst = max(range(len(cases)), key=per_case.__getitem__)
-    text = f"this run takes about {estimate.duration_text(total)} under Triton's CPU interpreter"
+    text = f"this run takes about {interpreter_time.duration_text(total)} under Triton's CPU interpreter"
     if len(cases) * len(slow) > 1:
-        text += f" (the longest case, {cases[worst].label}, about {estimate.duration_text(per_case[worst])})"
+        text += f" (the longest case, {cases[worst].label}, about {interpreter_time.duration_text(per_case[worst])})"
     if total >= REFUSE_S and not force:
-        raise SelectionError(f"{text}: pass --force to run it anyway, or choose smaller cases (--cases smoke)")
+        raise UsageError(f"{text}: pass --force to run it anyway, or choose smaller cases (--cases smoke)")
     return text

@@ -36,19 +36,26 @@ def _traceback_text(exc: BaseException, limit: int = 12) -> str:
 
 
 def refused_by_design(exc: BaseException, roots) -> bool:
-    """A ValueError raised by the submission's own code under one of roots (validation, the
-    launchers' checks): an input it refuses on purpose, which the message explains; errors raised
-    inside torch, Triton or a backend's library keep their traceback on screen."""
+    """A ValueError raised by the submission's own code, a module in one of roots or in one of its
+    packages (validation, the launchers' checks): an input or setting it refuses on purpose, which
+    the message explains; errors raised inside torch, Triton or a backend's library keep their
+    traceback on screen."""
     if not isinstance(exc, ValueError) or exc.__traceback__ is None:
         return False
     tb = exc.__traceback__
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return Path(tb.tb_frame.f_code.co_filename).resolve().parent in roots
+    path = Path(tb.tb_frame.f_code.co_filename).resolve()
+    for root in roots:
+        if path.parent == root:
+            return True
+        if path.is_relative_to(root) and (root / path.relative_to(root).parts[0] / "__init__.py").is_file():
+            return True
+    return False
 
 
 def _error_result(exc: BaseException, context: str = "", roots=()):
-    from bench.evaluate import CaseResult
+    from bench.runner.evaluate import CaseResult
 
     return CaseResult(
         status="error",
@@ -70,7 +77,7 @@ def set_seed(seed: int) -> None:
 
 
 def run_backend(job: dict, emit: Callable[[dict], None]) -> None:
-    from bench.backends import backend_env
+    from bench.runner.backends import backend_env
 
     root = job["root"]
     if root not in sys.path:
@@ -80,11 +87,11 @@ def run_backend(job: dict, emit: Callable[[dict], None]) -> None:
 
 
 def _run(job: dict, emit: Callable[[dict], None]) -> None:
-    from bench import evaluate
-    from bench.backends import load_custom_kernel
-    from bench.checks import make_check
     from bench.roofline import traffic
-    from bench.timing import Device, Limits
+    from bench.runner import evaluate
+    from bench.runner.backends import load_custom_kernel
+    from bench.runner.checks import make_check
+    from bench.runner.timing import Device, Limits
 
     set_seed(job.get("global_seed", 42))
     from reference import generate_input, make_config

@@ -1,7 +1,11 @@
-"""The table rows that pin the selection's choices (the report's `choice` column) for a fixed
-submission: selection.backend_table.MI355X_BACKENDS for the backend, the tile table for an alternate tile
-(TUNED on NVIDIA, NATIVE_TUNED on gfx950). Pinned, a bundle made with MOE_SELECT=0 in its
-environment runs what the selection found, without selecting."""
+"""Table rows that pin what a timed run measured, printed after the tables.
+
+backend_rows: the rows of selection.backend_table.MI355X_BACKENDS that a run of both the aiter and
+the triton backend supports (per shape, the faster backend that passed, with both times).
+pin_rows: the rows that pin the selection's choices (the report's `choice` column) for a fixed
+submission: MI355X_BACKENDS for the backend, the tile table for an alternate tile (TUNED on
+NVIDIA, NATIVE_TUNED on gfx950). Pinned, a bundle made with MOE_SELECT=0 in its environment runs
+what the selection found, without selecting."""
 
 from __future__ import annotations
 
@@ -41,3 +45,20 @@ def pins_text(tables: dict[str, list[str]]) -> str:
     return "".join(
         heads.get(name, f"# rows for {name}") + "\n" + "\n".join(lines) + "\n" for name, lines in tables.items()
     )
+
+
+def backend_rows(rows: Sequence[dict]) -> list[str]:
+    """Python lines for MI355X_BACKENDS from report rows (report.build_row), one per shape that
+    both backends ran and passed; empty unless both ran."""
+    from problem.cases import table_key
+
+    times: dict[tuple, dict[str, float]] = {}
+    for r in rows:
+        if r["backend"] in ("aiter", "triton") and r["status"] == "pass" and r["mean_us"] is not None:
+            times.setdefault(table_key(r), {})[r["backend"]] = r["mean_us"]
+    lines = []
+    for key, t in times.items():
+        if len(t) == 2:
+            best = min(t, key=t.get)
+            lines.append(f"    {key}: {best!r},  # aiter {t['aiter']:.1f} us, triton {t['triton']:.1f} us")
+    return lines

@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from bench.roofline import Ceilings, floor_ns
-from bench.selection import Case
+from bench.runner.case_args import Case
 
 TIMED_MODES = ("benchmark", "leaderboard")
 SUMMARY_MODES = (*TIMED_MODES, "host")  # the modes with a geomean table
@@ -20,7 +20,7 @@ SUMMARY_MODES = (*TIMED_MODES, "host")  # the modes with a geomean table
 
 def aiter_times() -> dict[tuple, float]:
     """Shape (without seed) -> aiter's MI355X time in us, from problem/cases.py."""
-    from bench.selection import SHAPE_KEYS
+    from bench.runner.case_args import SHAPE_KEYS
     from problem.cases import AITER_MI355X_US, BENCHMARKS
 
     return {tuple(int(c[k]) for k in SHAPE_KEYS): float(t) for c, t in zip(BENCHMARKS, AITER_MI355X_US, strict=True)}
@@ -501,7 +501,9 @@ def _clean(v):
 def write_outputs(
     out_dir: Path, mode: str, rows: Sequence[dict], summary: Sequence[dict], meta: dict, profiles: dict | None = None
 ) -> list[Path]:
-    """<mode>.json, <mode>.csv, <mode>.md, <mode>.png (timed and test modes) or <mode>.txt (profile tables)."""
+    """<mode>.json, <mode>.csv, <mode>.md, <mode>.png (timed and test modes) or <mode>.txt (profile tables).
+    A file of an earlier run in out_dir that this one does not write (the chart of a run whose
+    cases all failed or were interrupted) is removed, so that the folder describes one run."""
     out_dir.mkdir(parents=True, exist_ok=True)
     written = []
     doc = {
@@ -527,4 +529,7 @@ def write_outputs(
         p = chart(rows, mode, out_dir / f"{mode}.png", title)
         if p is not None:
             written.append(p)
+    for stale in (out_dir / f"{mode}.png", out_dir / f"{mode}.txt"):
+        if stale not in written:
+            stale.unlink(missing_ok=True)
     return written

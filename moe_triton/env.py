@@ -1,0 +1,14 @@
+"""MOE_TRITON_NATIVE, which forces the Triton backend's path, by one rule for the launcher
+(fused_moe.native_default) and the up-front checks of the runner and the pre-run; it imports
+nothing, so that the runner checks it before Triton is imported."""
+
+import os
+
+
+def native_forced(environ=None) -> bool | None:
+    """MOE_TRITON_NATIVE: True (1: the native path everywhere), False (0: never) or None (unset or
+    empty: the device decides)."""
+    forced = (os.environ if environ is None else environ).get("MOE_TRITON_NATIVE", "")
+    if forced not in ("", "0", "1"):
+        raise ValueError(f"MOE_TRITON_NATIVE: expected 0 or 1, got {forced!r}")
+    return None if not forced else forced == "1"

@@ -1,0 +1,101 @@
+"""The layout the design card draws: few modules at the top and directly in bench/, every other
+one in a package by concern, and no circle of imports among the repository's modules."""
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SKIP = {".venv", ".git", "dist", "build", "job_task"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in ROOT.rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        if SKIP & set(rel.parts):
+            continue
+        parts = list(rel.with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        out[".".join(parts)] = path
+    return out
+
+
+def _imports(tree: ast.AST) -> set[str]:
+    """Every module an import statement names (functions' own imports included; those under `if
+    TYPE_CHECKING:` never run), with the modules a dotted import also imports (a.b imports a)."""
+    names = set()
+    todo = [tree]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.If) and ast.unparse(node.test).endswith("TYPE_CHECKING"):
+            todo += node.orelse
+            continue
+        todo += ast.iter_child_nodes(node)
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return {".".join(n.split(".")[:i]) for n in names for i in range(1, n.count(".") + 2)}
+
+
+def import_cycles(modules: dict[str, Path]) -> list[set[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    graph = {m: sorted((_imports(ast.parse(p.read_text())) & modules.keys()) - {m}) for m, p in modules.items()}
+    index, low, stack, on_stack, cycles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(component)
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return cycles
+
+
+def test_no_module_imports_itself_through_others():
+    modules = _modules()
+    assert {"submission", "bench.runner.cli", "moe_triton.fused_moe", "selection.selector"} <= modules.keys()
+    cycles = import_cycles(modules)
+    assert not cycles, f"modules that import each other: {[sorted(c) for c in cycles]}"
+
+
+def test_the_cycle_finder_finds_a_lazy_cycle(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text('"""Doc."""\n')
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import f\nfrom pkg.d import h\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    from pkg.c import g\n")
+    (tmp_path / "pkg" / "c.py").write_text("from pkg import a\n")
+    # d's import of a runs only under a type checker: no cycle through d
+    (tmp_path / "pkg" / "d.py").write_text("import typing\n\nif typing.TYPE_CHECKING:\n    from pkg.a import x\n")
+    mods = {f"pkg.{n}": tmp_path / "pkg" / f"{n}.py" for n in "abcd"}
+    assert import_cycles(mods) == [{"pkg.a", "pkg.b", "pkg.c"}]
+
+
+def test_few_modules_at_the_top_and_directly_in_bench():
+    top = sorted(p.name for p in ROOT.glob("*.py"))
+    assert len(top) <= 8, top
+    bench = sorted(p.name for p in (ROOT / "bench").glob("*.py"))
+    assert len(bench) <= 10, bench
+    # every folder of modules is a package, so that its name says what it holds
+    for folder in {p.parent for p in _modules().values()} - {ROOT}:
+        assert (folder / "__init__.py").is_file() or folder.name == "tests", folder
