@@ -151,6 +151,7 @@ def _tool_error(main, argv, capsys) -> str:
 def test_every_tool_says_error_the_same_way(tmp_path, capsys):
     import bundle
     from bench import job, seed_check
+    from bench.gfx950 import run as gfx950_run
     from bench.tune import aiter_rows, tiles
 
     unknown = "unknown case 'nope': use tests, benchmarks, smoke, official, all"
@@ -163,6 +164,7 @@ def test_every_tool_says_error_the_same_way(tmp_path, capsys):
         (aiter_rows.main, ["--cases", "nope"], f"python -m bench.tune.aiter_rows: error: {unknown}"),
         (job.main, ["--task-dir", str(tmp_path / "none")], "python -m bench.job: error: --task-dir"),
         (bundle.main, ["-o", str(tmp_path)], f"bundle.py: error: -o {tmp_path}: a folder;"),
+        (gfx950_run.main, ["--cases", "nope"], f"python -m bench.gfx950: error: --cases: {unknown}"),
     ):
         assert _tool_error(main, argv, capsys).startswith(line), (main.__module__, argv)
 

@@ -268,7 +268,8 @@ def test_the_help_says_the_decode_path_is_expected_to_fail(capsys):
 def test_bad_case_selector_is_a_one_line_error():
     done = _run(["-m", "bench.gfx950", "--cases", "nonsense"])
     assert done.returncode == 2
-    assert done.stderr.strip().startswith("--cases: unknown case 'nonsense'") and "Traceback" not in done.stderr
+    err = done.stderr.strip()
+    assert err.startswith("python -m bench.gfx950: error: --cases: unknown case 'nonsense'") and "Traceback" not in err
 
 
 @pytest.mark.parametrize(
@@ -530,7 +531,8 @@ def test_extra_variants_name_only_tile_fields(tmp_path):
     extra.write_text(json.dumps({"x": {"bogus": 1}}))
     done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert done.stderr.startswith(f"--extra-variants: {extra}: x: no tile field bogus (fields: block_m,")
+    prefix = f"python -m bench.gfx950: error: --extra-variants: {extra}: x: no tile field bogus (fields: block_m,"
+    assert done.stderr.startswith(prefix)
     extra.write_text("[1]")
     done = _run(["-m", "bench.gfx950", "--cases", "smoke:0", "--extra-variants", str(extra)])
     assert done.returncode == 2 and "expected an object of name -> {field: value}" in done.stderr

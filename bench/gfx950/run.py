@@ -322,17 +322,17 @@ def _check(args, asm_folder: AsmFolder | None) -> int:
     try:
         cases = select_cases(args.cases)
     except UsageError as exc:
-        print(f"--cases: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: --cases: {exc}", file=sys.stderr)
         return 2
     try:
         extra = extra_variants(args.extra_variants, config_fields(args.path)) if args.extra_variants else {}
     except (OSError, ValueError) as exc:
-        print(f"--extra-variants: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: --extra-variants: {exc}", file=sys.stderr)
         return 2
     try:
         plans = [(case, variants(case.params, args.path, extra)) for case in cases]
     except ValueError as exc:  # two variants of a case under one name
-        print(exc, file=sys.stderr)
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     aiter = aiter_times()
     machine = model.MI355X.with_options(args.gap_us, args.hbm_fraction, **dict(args.constant))
