@@ -33,9 +33,9 @@ from moe_triton.kernels.native import (
     moe_native_stage2_kernel,
 )
 from moe_triton.kernels.routing import moe_route_kernel
-from moe_triton.tiles import NativeTileConfig, TileConfig
+from moe_triton.tiles import Fp8TileConfig, NativeTileConfig, TileConfig
 from moe_triton.tiles_amd import native_tile_config
-from moe_triton.tiles_nvidia import tile_config
+from moe_triton.tiles_nvidia import static_tiles
 
 # Measured on the H200 (bench/NOTES.md, fourth version): 32-blocks per quantization program
 # (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of the route loop.
@@ -238,10 +238,7 @@ def route_and_quantize(
     n_slots = n_tokens * topk
     device = hidden_states.device
     sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
-    # A handful of histogram programs (at most 8): few enough for each route program to sum
-    # their counts in one load, large enough chunks for their histograms to be cheap.
-    hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
-    n_chunks = triton.cdiv(n_slots, hist_chunk)
+    hist_chunk, n_chunks = histogram_chunks(n_slots)
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
     quant_programs = triton.cdiv(n_tokens * d_hidden // 32, QUANT_BLOCKS)
@@ -316,14 +313,29 @@ def route_and_quantize(
             FAST=fast,
             **pdl,
         )
+    launch_route(topk_ids, chunk_counts, (sorted_ids, sorted_expert_ids, num_valid_ids), n_experts, block_m, pdl)
+    return sorted_ids, sorted_expert_ids, num_valid_ids, a1
+
+
+def histogram_chunks(n_slots: int) -> tuple[int, int]:
+    """(slots per histogram program, programs): a handful (at most 8), few enough for each route
+    program to sum their counts in one load, large enough chunks for their histograms to be cheap."""
+    hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
+    return hist_chunk, triton.cdiv(n_slots, hist_chunk)
+
+
+def launch_route(topk_ids, chunk_counts, routing: tuple, n_experts: int, block_m: int, pdl: dict) -> None:
+    """Launch 2 of the decode and fp8 paths: moe_route_kernel places each expert's slots from the
+    chunk histograms into the routing arrays (routing_buffers)."""
+    n_tokens, topk = topk_ids.shape
+    n_slots = n_tokens * topk
+    n_chunks, expert_bins = chunk_counts.shape
     _launch(
         moe_route_kernel,
         (n_experts,),
         topk_ids,
         chunk_counts,
-        sorted_ids,
-        sorted_expert_ids,
-        num_valid_ids,
+        *routing,
         n_tokens,
         n_experts,
         n_slots,
@@ -336,7 +348,6 @@ def route_and_quantize(
         MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
         **pdl,
     )
-    return sorted_ids, sorted_expert_ids, num_valid_ids, a1
 
 
 def fused_moe_triton(
@@ -348,13 +359,15 @@ def fused_moe_triton(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     config: dict | None = None,
-    tiles: TileConfig | NativeTileConfig | None = None,
+    tiles: TileConfig | Fp8TileConfig | NativeTileConfig | None = None,
     native: bool | None = None,
 ) -> torch.Tensor:
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
     2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the inputs against
     config (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
-    path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py)."""
+    path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py). Off the
+    native path, an Fp8TileConfig runs the fp8 path (moe_triton/fp8.py) and a TileConfig the decode
+    path; without tiles, the static table (tiles_nvidia.static_tiles) picks."""
     if native is None:
         native = native_default(hidden_states.device)
     if native:
@@ -363,7 +376,17 @@ def fused_moe_triton(
     key = (hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, PDL, interpret)
     plan = _plans.get(key)
     if plan is None:
-        plan = _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles)
+        n_tokens, d_hidden = hidden_states.shape
+        n_experts, two_inter, _ = w1.shape
+        cfg = tiles or static_tiles(
+            n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1], fast_decode(hidden_states.device)
+        )
+        if isinstance(cfg, Fp8TileConfig):
+            from moe_triton.fp8 import fp8_plan
+
+            plan = fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg)
+        else:
+            plan = _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg)
         _plans[key] = plan
         while len(_plans) > MAX_PLANS:
             _plans.popitem(last=False)
@@ -375,33 +398,50 @@ def fused_moe_triton(
     return out if not interpret else out.to(torch.bfloat16)
 
 
-def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles) -> "_DecodePlan":
-    """The decode path's first call of a shape: the launches as written, recorded into its plan
-    (plan.first_out holds this call's output)."""
+def check_tail(cfg) -> None:
+    if cfg.tail_m and not (16 <= cfg.tail_m < cfg.block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
+        raise ValueError(
+            f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {cfg.block_m}"
+        )
+
+
+def record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids) -> "_DecodePlan":
+    """A first call of a shape: launch_all(out, w1, w2, w1_scale, w2_scale) (the weights as bytes)
+    makes its launches through _launch, which records them into the shape's plan (plan.first_out
+    holds this call's output). The decode and fp8 paths build their plans so."""
     global _recording
+    device = hidden_states.device
+    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
+    out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
+    weights = tuple(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale))
+    call_tensors = (hidden_states, *weights, topk_weights, topk_ids, out)
+    _recording = recorded = []
+    try:
+        launch_all(out, *weights)
+    finally:
+        _recording = None
+    launches = [_Launch(*launch, call_tensors) for launch in recorded]
+    plan = _DecodePlan(launches, tuple(hidden_states.shape), acc_dtype, direct=fast_decode(device) and DIRECT_LAUNCH)
+    plan.first_out = out
+    return plan
+
+
+def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "_DecodePlan":
+    """The decode path's first call of a shape: its launches, recorded into its plan."""
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
     d_inter = two_inter // 2
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
-    cfg = tiles or tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    check_tail(cfg)
     block_m = cfg.block_m
-    if cfg.tail_m and not (16 <= cfg.tail_m < block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
-        raise ValueError(f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {block_m}")
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
     fast, interpret = fast_decode(device), interpreting()
     pdl = pdl_options(fast)
-
     a2 = get_buffer("a2", (n_blocks * block_m, d_inter), torch.bfloat16, device)
-    acc_dtype = torch.float32 if interpret else torch.bfloat16
-    out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
-    w1_bytes, w2_bytes = w1.view(torch.uint8), w2.view(torch.uint8)
-    w1_scale_bytes, w2_scale_bytes = w1_scale.view(torch.uint8), w2_scale.view(torch.uint8)
-    call_tensors = (hidden_states, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes, topk_weights, topk_ids, out)
 
-    _recording = recorded = []
-    try:
+    def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes):
         sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
             hidden_states, topk_ids, n_experts, block_m, out
         )
@@ -464,12 +504,8 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                 **pdl,
                 **register_cap(fast, cfg.max_regs2),
             )
-    finally:
-        _recording = None
-    launches = [_Launch(*launch, call_tensors) for launch in recorded]
-    plan = _DecodePlan(launches, (n_tokens, d_hidden), acc_dtype, direct=fast and DIRECT_LAUNCH)
-    plan.first_out = out
-    return plan
+
+    return record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
 
 
 def native_launches(cfg: NativeTileConfig) -> int:

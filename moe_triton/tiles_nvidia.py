@@ -1,9 +1,12 @@
-"""The decode path's tiles (the NVIDIA design; also what the CPU interpreter and non-gfx950 ROCm
-GPUs run): TUNED holds the H200 sweep's winners (bench/tune/tiles.py --sweep, bench/NOTES.md),
-other shapes get default_config; ALTERNATES are the first-call selection's other candidates.
+"""The NVIDIA tiles. The decode path's (also what the CPU interpreter and non-gfx950 ROCm GPUs run):
+TUNED holds the H200 sweep's winners (bench/tune/tiles.py --sweep, bench/NOTES.md), other shapes
+get default_config; ALTERNATES are the first-call selection's other candidates. The fp8 path's
+(kernels/fp8.py): FP8_TUNED and fp8_default_config, FP8_ALTERNATES beside them in the selection.
+STATIC_FP8 names the shapes whose static choice (no selection, MOE_SELECT=0) is the fp8 path on an
+NVIDIA GPU: none until the H200 benchmark says so (bench/h200/fp8_check.py).
 """
 
-from moe_triton.tiles import TileConfig, default_block_m
+from moe_triton.tiles import Fp8TileConfig, TileConfig, default_block_m
 
 # bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode of
 # bench/NOTES.md's fifth version; block_n1 counts h columns. tail_m from bench/NOTES.md (fifth
@@ -76,3 +79,78 @@ ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {
         "stages1-2": TileConfig(128, 64, 256, 8, 2, 128, 128, 4, 2, 1, tail_m=32),  # untimed
     },
 }
+
+
+# The fp8 path's tiles: chosen from the offline sm_90 compile (python -m bench.h200.compile: no
+# spills, registers for 3-4 programs per SM at small routing blocks), never timed yet;
+# bench/h200/fp8_check.py --sweep times them and prints rows for this table.
+FP8_TUNED: dict[tuple[int, int, int, int, int], Fp8TileConfig] = {
+    (7168, 256, 257, 9, 16): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+    (7168, 256, 257, 9, 128): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
+    (7168, 256, 257, 9, 512): Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8),
+    (7168, 512, 33, 9, 16): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+    (7168, 512, 33, 9, 128): Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+    (7168, 512, 33, 9, 512): Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+    (7168, 2048, 33, 9, 512): Fp8TileConfig(128, 32, 256, 8, 3, 64, 256, 8, 2, 1, tail_m=32),
+}
+
+# Other fp8 tiles per shape for the selection, all untimed: 128 weight rows per stage-1 program
+# (block_n1 64), a register cap for a fourth program per SM, the neighbouring routing block.
+FP8_ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, Fp8TileConfig]] = {
+    (7168, 256, 257, 9, 16): {
+        "regs1-128": Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
+        "n1-64": Fp8TileConfig(16, 64, 256, 4, 2, 64, 256, 4, 2, 4),
+    },
+    (7168, 256, 257, 9, 128): {
+        "regs1-128": Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8, max_regs1=128),
+        "block-m-32": Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8),
+    },
+    (7168, 256, 257, 9, 512): {
+        "regs1-128": Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8, max_regs1=128),
+        "block-m-64": Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+    },
+    (7168, 512, 33, 9, 16): {
+        "regs1-128": Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
+        "n1-64": Fp8TileConfig(16, 64, 256, 4, 2, 128, 256, 4, 2, 1),
+    },
+    (7168, 512, 33, 9, 128): {
+        "block-m-64": Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+        "regs1-128": Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
+    },
+    (7168, 512, 33, 9, 512): {
+        "block-m-128": Fp8TileConfig(128, 32, 256, 8, 3, 64, 256, 8, 2, 1, tail_m=32),
+        "block-m-32": Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+    },
+    (7168, 2048, 33, 9, 512): {
+        "block-m-64": Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
+        "warps-4": Fp8TileConfig(128, 32, 256, 4, 3, 64, 256, 4, 2, 1, tail_m=32),
+    },
+}
+
+# Shapes whose static choice on an NVIDIA GPU is the fp8 path (FP8_TUNED's tile); the lead fills
+# this from the H200 benchmark. Empty: the decode path everywhere until then.
+STATIC_FP8: frozenset[tuple[int, int, int, int, int]] = frozenset()
+
+
+def fp8_default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> Fp8TileConfig:
+    """The fp8 table's pattern: 64 interleaved weight rows per stage-1 program, stage-2 tiles of 64
+    columns and K steps of 256; large routing blocks on two warp groups with tail tiles."""
+    block_m = default_block_m(n_tokens, n_experts, topk)
+    if block_m >= 128:
+        return Fp8TileConfig(block_m, 32, 256, 8, 3, 64, 256, 8, 2, 1, tail_m=32)
+    return Fp8TileConfig(block_m, 32, 256, 4, 3, 64, 256, 4, 2, 4)
+
+
+def fp8_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> Fp8TileConfig:
+    tuned = FP8_TUNED.get((d_hidden, d_inter, n_experts, topk, n_tokens))
+    return tuned or fp8_default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+
+
+def static_tiles(
+    n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int, fp8: bool
+) -> TileConfig | Fp8TileConfig:
+    """The static choice of a shape: the fp8 table's tile where STATIC_FP8 names the shape and the
+    fp8 path can run (fp8: an NVIDIA GPU), else the decode table's."""
+    if fp8 and (d_hidden, d_inter, n_experts, topk, n_tokens) in STATIC_FP8:
+        return fp8_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    return tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
