@@ -3,7 +3,8 @@ into the operands (docs/triton.md, "The fp8 path"). Four launches (six with tail
 into the shape's plan as the decode path's are (fused_moe.record_plan): later calls replay them.
 
 Scratch from the buffers pool: the routing arrays, a1 (e4m3 bytes [M, H]) with its bases [M] and
-its exact bf16 copy for rows outside the window, a2 (MXFP4: fp4 bytes [rows, I/2], scales [rows, I/32]).
+its exact bf16 copy for rows outside the window, a2 (MXFP4: fp4 bytes [rows, I/2], scales [rows, I/32];
+with decode_stage2 the decode path's bf16 a2, which its moe_stage2_kernel reads).
 """
 
 import torch
@@ -23,6 +24,7 @@ from moe_triton.fused_moe import (
     routing_buffers,
     routing_capacity,
 )
+from moe_triton.kernels.decode import moe_stage2_kernel
 from moe_triton.kernels.fp8 import moe_fp8_prep_kernel, moe_fp8_stage1_kernel, moe_fp8_stage2_kernel
 from moe_triton.tiles import Fp8TileConfig
 
@@ -35,7 +37,9 @@ def check_fp8_tiles(cfg: Fp8TileConfig, d_inter: int) -> None:
             raise ValueError(f"tiles: {name} {getattr(cfg, name)} must be a multiple of 32")
     if d_inter % cfg.block_k2:
         raise ValueError(f"tiles: block_k2 {cfg.block_k2} must divide d_inter {d_inter}")
-    if cfg.acc_k and (cfg.acc_k % 32 or cfg.acc_k > min(cfg.block_k1, cfg.block_k2)):
+    if cfg.acc_k and (
+        cfg.acc_k % 32 or cfg.acc_k > min(cfg.block_k1, cfg.block_k1 if cfg.decode_stage2 else cfg.block_k2)
+    ):
         raise ValueError(f"tiles: acc_k {cfg.acc_k} must be 0 or a multiple of 32 up to both block_k")
 
 
@@ -62,8 +66,12 @@ def fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, 
     a1 = get_buffer("fp8_a1", (n_tokens, d_hidden), torch.uint8, device)
     a1_base = get_buffer("fp8_a1_base", (n_tokens,), torch.int32, device)
     a1_exact = get_buffer("fp8_a1_exact", (n_tokens, d_hidden), torch.bfloat16, device)
-    a2 = get_buffer("fp8_a2", (rows_sorted, d_inter // 2), torch.uint8, device)
-    a2_scale = get_buffer("fp8_a2_scale", (rows_sorted, d_inter // 32), torch.uint8, device)
+    if cfg.decode_stage2:
+        # The decode path's a2 (bf16); its stage-2 kernel never reads a scale tensor.
+        a2 = a2_scale = get_buffer("a2", (rows_sorted, d_inter), torch.bfloat16, device)
+    else:
+        a2 = get_buffer("fp8_a2", (rows_sorted, d_inter // 2), torch.uint8, device)
+        a2_scale = get_buffer("fp8_a2_scale", (rows_sorted, d_inter // 32), torch.uint8, device)
     kernel_options = dict(ACC_K=cfg.acc_k, FAST=fast, INTERPRET=interpret, **pdl)
 
     def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes):
@@ -84,6 +92,7 @@ def fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, 
             EXPERT_BINS=expert_bins,
             HIST_CHUNK=hist_chunk,
             ROW_BLOCKS=triton.next_power_of_2(d_hidden // 32),
+            FAST=fast,
             num_warps=8 if d_hidden >= 4096 else 4,
             **pdl,
         )
@@ -109,18 +118,23 @@ def fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, 
                 TAIL_M=cfg.tail_m,
                 BLOCK_N=cfg.block_n1,
                 BLOCK_K=cfg.block_k1,
+                A2_BF16=cfg.decode_stage2,
                 num_warps=cfg.warps1,
                 num_stages=cfg.stages1,
                 **kernel_options,
                 **register_cap(fast, cfg.max_regs1),
             )
         for rows in row_tiles:
+            stage2 = (
+                (moe_stage2_kernel, a2, w2_bytes)
+                if cfg.decode_stage2
+                else (moe_fp8_stage2_kernel, a2, a2_scale, w2_bytes)
+            )
+            options = dict(FAST=fast, INTERPRET=interpret, **pdl) if cfg.decode_stage2 else kernel_options
             _launch(
-                moe_fp8_stage2_kernel,
+                stage2[0],
                 (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
-                a2,
-                a2_scale,
-                w2_bytes,
+                *stage2[1:],
                 w2_scale_bytes,
                 out,
                 topk_weights,
@@ -138,7 +152,7 @@ def fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, 
                 N_TILES=cfg.n_tiles2,
                 num_warps=cfg.warps2,
                 num_stages=cfg.stages2,
-                **kernel_options,
+                **options,
                 **register_cap(fast, cfg.max_regs2),
             )
 

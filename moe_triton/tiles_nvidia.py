@@ -81,50 +81,39 @@ ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {
 }
 
 
-# The fp8 path's tiles: chosen from the offline sm_90 compile (python -m bench.h200.compile: no
-# spills, registers for 3-4 programs per SM at small routing blocks), never timed yet;
-# bench/h200/fp8_check.py --sweep times them and prints rows for this table.
+# The fp8 path's tiles. Measured on the H200 (docs/triton.md, "The fp8 path": per-kernel times, 2026-12-01)
+# its stage 2 was slower than the decode path's on every shape timed, so the table runs the fp8
+# stage 1 before the decode path's stage 2 (decode_stage2, with the decode table's stage-2 tile);
+# its stage-1 tiles come from the offline sm_90 compile (python -m bench.h200.compile: no spills),
+# untuned. bench/h200/fp8_check.py sweep times others and prints rows for this table.
 FP8_TUNED: dict[tuple[int, int, int, int, int], Fp8TileConfig] = {
-    (7168, 256, 257, 9, 16): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4),
-    (7168, 256, 257, 9, 128): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
-    (7168, 256, 257, 9, 512): Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8),
-    (7168, 512, 33, 9, 16): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4),
-    (7168, 512, 33, 9, 128): Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 4),
-    (7168, 512, 33, 9, 512): Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
-    (7168, 2048, 33, 9, 512): Fp8TileConfig(128, 32, 256, 8, 3, 64, 256, 8, 2, 1, tail_m=32),
+    (7168, 256, 257, 9, 16): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, decode_stage2=True),
+    (7168, 256, 257, 9, 128): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8, decode_stage2=True),
+    (7168, 256, 257, 9, 512): Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8, max_regs2=72, decode_stage2=True),
+    (7168, 512, 33, 9, 16): Fp8TileConfig(16, 32, 256, 4, 3, 128, 256, 4, 2, 1, max_regs2=88, decode_stage2=True),
+    (7168, 512, 33, 9, 128): Fp8TileConfig(32, 32, 256, 4, 3, 128, 256, 4, 2, 4, decode_stage2=True),
+    (7168, 512, 33, 9, 512): Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4, decode_stage2=True),
+    (7168, 2048, 33, 9, 512): Fp8TileConfig(128, 32, 256, 8, 3, 128, 128, 4, 2, 1, tail_m=32, decode_stage2=True),
 }
 
-# Other fp8 tiles per shape for the selection, all untimed: 128 weight rows per stage-1 program
-# (block_n1 64), a register cap for a fourth program per SM, the neighbouring routing block.
+# Other fp8 tiles per shape for the selection: "both-fp8" runs stage 2 on fp8 MMAs too (MXFP4 a2
+# decoded per K step); "acc0" is the table tile with Triton's default fp8 accumulation (the
+# tensor core's own, never promoted to fp32: not exact, docs/triton.md) and e4m3 activations
+# pipelined straight into shared memory: 13-14% faster in stage 1 where measured.
 FP8_ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, Fp8TileConfig]] = {
-    (7168, 256, 257, 9, 16): {
-        "regs1-128": Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
-        "n1-64": Fp8TileConfig(16, 64, 256, 4, 2, 64, 256, 4, 2, 4),
-    },
-    (7168, 256, 257, 9, 128): {
-        "regs1-128": Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8, max_regs1=128),
-        "block-m-32": Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8),
-    },
-    (7168, 256, 257, 9, 512): {
-        "regs1-128": Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8, max_regs1=128),
-        "block-m-64": Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
-    },
-    (7168, 512, 33, 9, 16): {
-        "regs1-128": Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
-        "n1-64": Fp8TileConfig(16, 64, 256, 4, 2, 128, 256, 4, 2, 1),
-    },
-    (7168, 512, 33, 9, 128): {
-        "block-m-64": Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
-        "regs1-128": Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
-    },
-    (7168, 512, 33, 9, 512): {
-        "block-m-128": Fp8TileConfig(128, 32, 256, 8, 3, 64, 256, 8, 2, 1, tail_m=32),
-        "block-m-32": Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 4),
-    },
-    (7168, 2048, 33, 9, 512): {
-        "block-m-64": Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4),
-        "warps-4": Fp8TileConfig(128, 32, 256, 4, 3, 64, 256, 4, 2, 1, tail_m=32),
-    },
+    key: {
+        "both-fp8": tiles._replace(
+            decode_stage2=False,
+            block_n2=64,
+            block_k2=256,
+            warps2=4 if tiles.block_m < 128 else 8,
+            stages2=2,
+            n_tiles2=min(8, max(1, tiles.n_tiles2)),
+            max_regs2=0,
+        ),
+        "acc0": tiles._replace(acc_k=0),
+    }
+    for key, tiles in FP8_TUNED.items()
 }
 
 # Shapes whose static choice on an NVIDIA GPU is the fp8 path (FP8_TUNED's tile); the lead fills
@@ -133,12 +122,14 @@ STATIC_FP8: frozenset[tuple[int, int, int, int, int]] = frozenset()
 
 
 def fp8_default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> Fp8TileConfig:
-    """The fp8 table's pattern: 64 interleaved weight rows per stage-1 program, stage-2 tiles of 64
-    columns and K steps of 256; large routing blocks on two warp groups with tail tiles."""
+    """The fp8 table's pattern: an fp8 stage 1 of 64 interleaved weight rows per program (two warp
+    groups and tail tiles for large routing blocks) before the decode default rule's stage 2."""
     block_m = default_block_m(n_tokens, n_experts, topk)
-    if block_m >= 128:
-        return Fp8TileConfig(block_m, 32, 256, 8, 3, 64, 256, 8, 2, 1, tail_m=32)
-    return Fp8TileConfig(block_m, 32, 256, 4, 3, 64, 256, 4, 2, 4)
+    decode = default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    warps1 = 8 if block_m >= 128 else 4
+    return Fp8TileConfig(
+        block_m, 32, 256, warps1, 3, *decode[5:10], tail_m=decode.tail_m, max_regs2=decode.max_regs2, decode_stage2=True
+    )
 
 
 def fp8_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> Fp8TileConfig:

@@ -23,19 +23,17 @@ a2 and the weights are decoded into it, which leaves every dot product unchanged
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.decode import _mx_round_trip, _round_to_bf16
+from moe_triton.kernels.decode import FAST_EXP, _k_slot, _mx_round_trip, _round_to_bf16
 from moe_triton.kernels.routing import _after_previous_launch, _chunk_histogram, _routing_block, _skip_block
 from mxfp4.encode import mx_encode_pairs
 
 # The base of an a1 row whose blocks do not fit the fp8 window.
 OUT_OF_WINDOW = tl.constexpr(-1024)
-# Activation bases (scale exponents) with an exact fp32 factor 2^(base - 6) whatever the sums.
-ACT_BASE_MAX = tl.constexpr(60)
-# Weight scale bytes a step's base may take (factor 2^(base - 133) between 2^-69 and 2^58).
+# Scale bytes a base may take (factor 2^(base - 133) between 2^-69 and 2^58): beyond them the fp32
+# products and sums could leave the normal range, and the fallback takes the row.
 W_BASE_MIN = tl.constexpr(64)
 W_BASE_MAX = tl.constexpr(191)
-# Octaves of the windows below the base: activations d = 6 .. -8, weights d = 6 .. -5.
-ACT_WINDOW = tl.constexpr(14)
+# Octaves below the base that a block may lie: d = 6 .. -5.
 W_WINDOW = tl.constexpr(11)
 # The fallback's K step: exact fp32 weight values in registers, so a narrow one, unpipelined.
 FALLBACK_K = tl.constexpr(32)
@@ -60,17 +58,6 @@ def _fp8_slot(cols):
 
 
 @triton.jit
-def _e4m3_bits(f):
-    """fp32 values that e4m3 holds exactly (|f| <= 448, multiples of 2^-9) -> their e4m3 bytes
-    (int32), from the bits: no conversion instruction, so the interpreter agrees with the GPU."""
-    bits = f.to(tl.int32, bitcast=True)
-    exponent = (bits >> 23) & 0xFF
-    normal = ((exponent - 120) << 3) | ((bits >> 20) & 7)
-    subnormal = (tl.abs(f) * 512.0).to(tl.int32)
-    return ((bits >> 24) & 0x80) | tl.where(exponent >= 121, normal, subnormal)
-
-
-@triton.jit
 def _e4m3_value(byte):
     """e4m3 bytes (int32, 0..255, never 0x7F / 0xFF) -> their fp32 values, from the bits."""
     e = (byte >> 3) & 0xF
@@ -78,37 +65,6 @@ def _e4m3_value(byte):
     normal = (((e + 120) << 23) | (m << 20)).to(tl.float32, bitcast=True)
     v = tl.where(e > 0, normal, m.to(tl.float32) * 0.001953125)
     return tl.where((byte & 0x80) != 0, -v, v)
-
-
-@triton.jit
-def _block_exponent(xb):
-    """SPEC 3.3 scale exponent s (int32 [R, G]) of the 32-blocks of xb [R, G, 32], as _mx_round_trip
-    computes it (NaNs left out of the amax)."""
-    amax = tl.max(tl.abs(xb), axis=2)
-    rounded = (amax.to(tl.int32, bitcast=True) + 0x200000) & -0x800000
-    biased = (rounded >> 23) & 0xFF
-    return tl.where(biased == 0xFF, 127, tl.minimum(tl.maximum(biased - 129, -127), 127))
-
-
-@triton.jit
-def _fold_rows(x, ROWS: tl.constexpr, BLOCKS: tl.constexpr):
-    """SPEC 3.3 quantization of x fp32 [ROWS, BLOCKS * 32], folded per row: returns the quantized
-    values (fp32, exact), their e4m3 bytes relative to the row's base (int32, same shape) and the
-    bases [ROWS] (int32: the largest scale exponent of the row's nonzero blocks; OUT_OF_WINDOW
-    where a nonzero block lies more than ACT_WINDOW octaves below it or it is outside
-    +-ACT_BASE_MAX, and then the row's bytes are not used)."""
-    v = _mx_round_trip(x, ROWS, BLOCKS * 32, 0)
-    s = _block_exponent(tl.reshape(x, (ROWS, BLOCKS, 32)))
-    vb = tl.reshape(v, (ROWS, BLOCKS, 32))
-    nonzero = tl.max(tl.abs(vb), axis=2) > 0
-    top = tl.max(tl.where(nonzero, s, -1000), axis=1)
-    base = tl.where(top == -1000, 0, top)
-    lowest = tl.min(tl.where(nonzero, s, 1000), axis=1)
-    fits = (lowest >= base - ACT_WINDOW) & (base <= ACT_BASE_MAX) & (base >= -ACT_BASE_MAX)
-    factor = _pow2(6 - tl.minimum(tl.maximum(base, -ACT_BASE_MAX), ACT_BASE_MAX))
-    folded = tl.where(fits[:, None, None], vb * factor[:, None, None], 0.0)
-    codes = tl.reshape(_e4m3_bits(folded), (ROWS, BLOCKS * 32))
-    return v, codes, tl.where(fits, base, OUT_OF_WINDOW)
 
 
 @triton.jit
@@ -127,10 +83,13 @@ def moe_fp8_prep_kernel(
     EXPERT_BINS: tl.constexpr,
     HIST_CHUNK: tl.constexpr,
     ROW_BLOCKS: tl.constexpr,
+    FAST: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Programs below n_chunks count experts (as moe_prep_kernel); each other program takes one
-    token row: SPEC 3.3, folded against the row's base, the output row zeroed."""
+    token row: SPEC 3.3 (the package's integer encoder), the codes decoded into e4m3 against the
+    row's largest scale byte as the weights are, the base stored (OUT_OF_WINDOW and the exact
+    bf16 values where the row leaves the window), the output row zeroed."""
     _after_previous_launch(PDL)
     pid = tl.program_id(0)
     if pid < n_chunks:
@@ -138,17 +97,27 @@ def moe_fp8_prep_kernel(
     else:
         row = (pid - n_chunks).to(tl.int64)
         blocks = tl.arange(0, ROW_BLOCKS)
-        cols = tl.reshape(blocks[:, None] * 32 + tl.arange(0, 32)[None, :], (1, ROW_BLOCKS * 32))
-        mask = cols < d_hidden
-        x = tl.load(hidden_ptr + row * d_hidden + cols, mask=mask, other=0.0).to(tl.float32)
-        v, codes, base = _fold_rows(x, 1, ROW_BLOCKS)
-        slots = row * d_hidden + _fp8_slot(cols)
-        tl.store(a1_ptr + slots, codes.to(tl.uint8), mask=mask)
-        tl.store(a1_base_ptr + row + tl.zeros((1,), dtype=tl.int64), base)
-        tl.store(a1_exact_ptr + slots, v.to(tl.bfloat16), mask=mask & (base == OUT_OF_WINDOW)[:, None])
-        tl.store(
-            out_ptr + row * d_hidden + cols, tl.zeros((1, ROW_BLOCKS * 32), dtype=out_ptr.dtype.element_ty), mask=mask
-        )
+        inside = blocks < d_hidden // 32
+        pairs = row * (d_hidden // 2) + blocks[:, None] * 16 + tl.arange(0, 16)[None, :]
+        bits = tl.load(hidden_ptr.to(tl.pointer_type(tl.int32)) + pairs, mask=inside[:, None], other=0)
+        bits = tl.reshape(bits, (1, ROW_BLOCKS, 16))
+        fp4, scale = mx_encode_pairs(bits & 0xFFFF, (bits >> 16) & 0xFFFF, 7)
+        s = scale.to(tl.int32)
+        used = tl.max((fp4 & 0x77).to(tl.int32), axis=2) > 0  # blocks with a nonzero code
+        top = tl.max(tl.where(used, s, 0), axis=1)
+        bad = _window(top, tl.min(tl.where(used, s, 255), axis=1)) & (tl.max(used.to(tl.int32), axis=1) > 0)
+        quads = tl.reshape(fp4, (1, ROW_BLOCKS, 4, 4)).to(tl.int32) << (8 * tl.arange(0, 4))[None, None, None, :]
+        words = tl.reshape(tl.sum(quads, axis=3), (1, ROW_BLOCKS * 4))
+        codes = _fp4_to_e4m3(words, s, top, 1, ROW_BLOCKS * 32, FAST)
+        codes = codes.to(tl.uint8, bitcast=True) if FAST else codes.to(tl.uint8)
+        cols = tl.arange(0, ROW_BLOCKS * 32)[None, :]
+        tl.store(a1_ptr + row * d_hidden + cols, codes, mask=cols < d_hidden)
+        tl.store(a1_base_ptr + row + tl.zeros((1,), dtype=tl.int64), tl.where(bad, OUT_OF_WINDOW, top))
+        if tl.max(bad.to(tl.int32), axis=0) > 0:
+            exact = _fp4_values(words, s, 1, ROW_BLOCKS * 32, False)
+            tl.store(a1_exact_ptr + row * d_hidden + cols, exact.to(tl.bfloat16), mask=cols < d_hidden)
+        zeros = tl.zeros((1, ROW_BLOCKS * 32), dtype=out_ptr.dtype.element_ty)
+        tl.store(out_ptr + row * d_hidden + cols, zeros, mask=cols < d_hidden)
 
 
 @triton.jit
@@ -205,7 +174,7 @@ def _window(top, low):
 @triton.jit
 def _row_bases(w_scale_ptr, w_rows, k_dim, ROWS: tl.constexpr):
     """(top, bad) of whole weight rows: the largest scale byte of each row over k_dim, and whether
-    the row leaves the window (_window). Read before stage 1's K loop, 32 bytes of a row at a time."""
+    the row leaves the window (_window). Read before stage 1's K loop, 64 bytes of a row at a time."""
     top = tl.zeros((ROWS,), dtype=tl.int32)
     low = tl.full((ROWS,), 255, dtype=tl.int32)
     for c0 in tl.range(0, k_dim // 32, 32, num_stages=1):
@@ -290,6 +259,21 @@ def _fp8_dot(acc, w, a, ACC_K: tl.constexpr, FAST: tl.constexpr):
 
 
 @triton.jit
+def _a1_tile(a1_ptr, tokens, valid, d_hidden, k0, BLOCK_K: tl.constexpr, DIRECT: tl.constexpr, FAST: tl.constexpr):
+    """a1[tokens, k0:k0+BLOCK_K]: e4m3 on the fast path, the bytes as int32 elsewhere. DIRECT loads
+    it as e4m3, which the pipeliner copies straight into the MMA's shared-memory operand; otherwise
+    as uint8 bitcast in registers, because triton 3.6 and 3.9 fail to pipeline an e4m3 operand
+    loaded as such into a dot whose max_num_imprecise_acc is below its K."""
+    offs = tokens[:, None] * d_hidden + (k0 + tl.arange(0, BLOCK_K))[None, :]
+    if FAST and DIRECT:
+        a = tl.load(a1_ptr.to(tl.pointer_type(tl.float8e4nv)) + offs, mask=valid[:, None], other=0.0)
+    else:
+        a = tl.load(a1_ptr + offs, mask=valid[:, None], other=0)
+        a = a.to(tl.float8e4nv, bitcast=True) if FAST else a.to(tl.int32)
+    return a
+
+
+@triton.jit
 def _exact_dot(acc, a, words, scales, COLS: tl.constexpr, BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr):
     """The fallback's step: acc += W @ a^T with the exact weight values (bf16 MMAs on a GPU, whose
     products are exact; fp32 under the interpreter). a fp32 [rows, BLOCK_K], values exact in bf16."""
@@ -301,11 +285,11 @@ def _exact_dot(acc, a, words, scales, COLS: tl.constexpr, BLOCK_K: tl.constexpr,
 
 @triton.jit
 def _exact_activations(a_ptr, base, exact_ptr, offs, mask):
-    """a1's values (fp32) of a tile for the fallback: e4m3 bytes times 2^(base - 6) where the row
+    """a1's values (fp32) of a tile for the fallback: e4m3 bytes times 2^(base - 133) where the row
     fits the window, the bf16 values written beside them where it does not."""
     outside = (base == OUT_OF_WINDOW)[:, None]
     bytes_ = tl.load(a_ptr + offs, mask=mask, other=0).to(tl.int32)
-    folded = _e4m3_value(bytes_) * _pow2(tl.where(base == OUT_OF_WINDOW, 6, base - 6))[:, None]
+    folded = _e4m3_value(bytes_) * _pow2(tl.where(base == OUT_OF_WINDOW, 133, base) - 133)[:, None]
     exact = tl.load(exact_ptr + offs, mask=mask & outside, other=0.0).to(tl.float32)
     return tl.where(outside, exact, folded)
 
@@ -331,12 +315,14 @@ def moe_fp8_stage1_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     ACC_K: tl.constexpr,
+    A2_BF16: tl.constexpr,
     FAST: tl.constexpr,
     INTERPRET: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Per routing block and BLOCK_N columns of h: the gate and up rows interleaved (as on the
-    decode path) times a1, then silu(gate) * up rounded to bf16 and quantized into a2 (MXFP4)."""
+    decode path) times a1, then silu(gate) * up rounded to bf16 and quantized into a2: MXFP4 for
+    moe_fp8_stage2_kernel, or (A2_BF16) the decode path's bf16 a2 for its moe_stage2_kernel."""
     _after_previous_launch(PDL)
     if _skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
@@ -354,15 +340,11 @@ def moe_fp8_stage1_kernel(
     acc = tl.zeros((2 * BLOCK_N, ROWS), dtype=tl.float32)
     if fits:
         for k0 in range(0, d_hidden, BLOCK_K):
-            offs = tokens64[:, None] * d_hidden + (k0 + tl.arange(0, BLOCK_K))[None, :]
-            a = tl.load(a1_ptr + offs, mask=valid[:, None], other=0)
-            # Loaded as uint8 and bitcast: triton 3.6 and 3.9 fail to pipeline an fp8 operand loaded
-            # as such into a dot whose max_num_imprecise_acc is below its K.
-            a = a.to(tl.float8e4nv, bitcast=True) if FAST else a.to(tl.int32)
+            a = _a1_tile(a1_ptr, tokens64, valid, d_hidden, k0, BLOCK_K, ACC_K == 0, FAST)
             words, scales = _weight_tile(w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K)
             w = _fp4_to_e4m3(words, scales, top, 2 * BLOCK_N, BLOCK_K, FAST)
             acc = _fp8_dot(acc, w, a, ACC_K, FAST)
-        acc = acc * _pow2(top - 133)[:, None] * _pow2(base - 6)[None, :]
+        acc = acc * _pow2(top - 133)[:, None] * _pow2(base - 133)[None, :]
     else:
         acc = tl.zeros((2 * BLOCK_N, ROWS), dtype=tl.float32)
         for k0 in tl.range(0, d_hidden, FALLBACK_K, num_stages=1):
@@ -372,6 +354,13 @@ def moe_fp8_stage1_kernel(
             acc = _exact_dot(acc, a, words, scales, 2 * BLOCK_N, FALLBACK_K, INTERPRET)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (ROWS, BLOCK_N, 2)))
     h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
+    if A2_BF16:
+        # For the decode path's stage 2 (moe_stage2_kernel): a2 dequantized in bf16, as its stage 1
+        # writes it (times 2^FAST_EXP on the fast path, columns in _k_slot order).
+        a2 = _mx_round_trip(h, ROWS, BLOCK_N, FAST_EXP if FAST else 0)
+        offs = rows[:, None].to(tl.int64) * d_inter + _k_slot(cols)[None, :]
+        tl.store(a2_ptr + offs, a2.to(tl.bfloat16), mask=(cols < d_inter)[None, :])
+        return
     # a2 as MXFP4 (SPEC 3.3, the package's integer encoder), ZERO_BLOCK for blocks of zero codes.
     bits = tl.reshape(h.to(tl.int32, bitcast=True), (ROWS, BLOCK_N // 32, 16, 2))
     even, odd = tl.split(bits)
