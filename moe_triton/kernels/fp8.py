@@ -466,7 +466,8 @@ def moe_fp8_stage2_kernel(
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
     weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
     rows64 = rows.to(tl.int64)
-    program_cols = tl.program_id(1) * N_TILES * BLOCK_N + tl.arange(0, N_TILES * BLOCK_N)
+    # Every weight row of the program's tiles (the count padded to a power of two: clamped repeats).
+    program_cols = tl.program_id(1) * N_TILES * BLOCK_N + tl.arange(0, triton.next_power_of_2(N_TILES * BLOCK_N))
     fits = _steps_fit(a2_scale_ptr, rows64, d_inter, K_STEPS, BLOCK_K, True)
     w_rows_all = expert * d_hidden + tl.minimum(program_cols, d_hidden - 1)
     fits = fits & _steps_fit(w2_scale_ptr, w_rows_all, d_inter, K_STEPS, BLOCK_K, False)
@@ -495,15 +496,15 @@ def moe_fp8_stage2_kernel(
                 acc = tl.zeros((BLOCK_N, ROWS), dtype=tl.float32)
     else:
         # The fallback: the exact values, FALLBACK_K columns at a time.
-        STEPS: tl.constexpr = K_STEPS * (BLOCK_K // FALLBACK_K)
-        for step in tl.range(0, N_TILES * STEPS, num_stages=1):
-            cols = (tl.program_id(1) * N_TILES + step // STEPS) * BLOCK_N + tl.arange(0, BLOCK_N)
+        for step in tl.range(0, N_TILES * K_STEPS, num_stages=1):
+            cols = (tl.program_id(1) * N_TILES + step // K_STEPS) * BLOCK_N + tl.arange(0, BLOCK_N)
             w_rows = expert * d_hidden + tl.minimum(cols, d_hidden - 1)
-            k0 = (step % STEPS) * FALLBACK_K
-            a_words, a_scales = _mx_tile(a2_ptr, a2_scale_ptr, rows64, d_inter, k0, FALLBACK_K)
-            a = _fp4_values(a_words, a_scales, ROWS, FALLBACK_K, True)
-            words, scales = _weight_tile(w2_ptr, w2_scale_ptr, w_rows, d_inter, k0, FALLBACK_K)
-            acc = _exact_dot(acc, a, words, scales, BLOCK_N, FALLBACK_K, INTERPRET)
-            if step % STEPS == STEPS - 1:
+            k_step = step % K_STEPS
+            for k0 in tl.range(k_step * BLOCK_K, (k_step + 1) * BLOCK_K, FALLBACK_K, num_stages=1):
+                a_words, a_scales = _mx_tile(a2_ptr, a2_scale_ptr, rows64, d_inter, k0, FALLBACK_K)
+                a = _fp4_values(a_words, a_scales, ROWS, FALLBACK_K, True)
+                words, scales = _weight_tile(w2_ptr, w2_scale_ptr, w_rows, d_inter, k0, FALLBACK_K)
+                acc = _exact_dot(acc, a, words, scales, BLOCK_N, FALLBACK_K, INTERPRET)
+            if k_step == K_STEPS - 1:
                 _add_tile(acc, weight, tokens, valid, cols, out_ptr, d_hidden)
                 acc = tl.zeros((BLOCK_N, ROWS), dtype=tl.float32)
