@@ -97,18 +97,18 @@ def compiling_for_sm90():
     """The compile-only driver active and the launchers' NVIDIA fast path on (they test the device)."""
     from triton.runtime.driver import driver as driver_config
 
-    from moe_triton import fp8, fused_moe
+    from moe_triton import fused_moe
 
     saved_driver = driver_config._active
-    saved = (fused_moe.fast_decode, fp8.fast_decode)
-    fused_moe.fast_decode = fp8.fast_decode = lambda device: True
+    saved = fused_moe.fast_decode
+    fused_moe.fast_decode = lambda device: True
     active = _compile_only_driver()
     driver_config.set_active(active)
     try:
         yield active
     finally:
         driver_config._active = saved_driver
-        fused_moe.fast_decode, fp8.fast_decode = saved
+        fused_moe.fast_decode = saved
 
 
 def _tool(name: str) -> str:

@@ -1,4 +1,4 @@
-"""`python -m bench.h200.fp8_check MODE`: the fp8 path (moe_triton/fp8.py) against the decode path on
+"""`python -m bench.h200.fp8_check MODE`: the fp8 path (moe_triton/kernels/fp8.py) against the decode path on
 an NVIDIA GPU (issue 25). Every mode writes MODE.json and MODE.md under --out ($OUT by default) and
 prints a short table last; each invocation is meant to fit one 9-minute device call (split it
 with --shapes, --seeds, --budget-s).
@@ -293,7 +293,7 @@ def time_candidates(case: dict, candidates: dict, reps: int, device, peer=None) 
 
 
 def mode_time(args, torch) -> dict:
-    from bench.timing import Device
+    from bench.runner.timing import Device
     from problem.cases import BENCHMARKS, case_name
 
     device = Device("cuda", "official")
@@ -388,7 +388,7 @@ def block_m_options(case: dict) -> list[int]:
 
 
 def mode_sweep(args, torch) -> dict:
-    from bench.timing import Device
+    from bench.runner.timing import Device
     from problem.cases import table_key
     from reference import ref_kernel
 

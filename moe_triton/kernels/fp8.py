@@ -1,5 +1,5 @@
 """The fp8 path's kernels of the a4w4 MoE layer (SPEC 1): both GEMMs as e4m3 x e4m3 MMAs with fp32
-accumulation, exact (docs/triton.md, "The fp8 path"); the launcher is moe_triton/fp8.py.
+accumulation, exact (docs/triton.md, "The fp8 path"); the launcher is fused_moe._fp8_plan.
 
 Every e2m1 value times 2^d is exact in fp8 e4m3 for d in [-8, 6]. A 32-block's scale is folded
 into its e4m3 values relative to a base:
@@ -38,11 +38,11 @@ W_WINDOW = tl.constexpr(11)
 # The fallback's K step: exact fp32 weight values in registers, so a narrow one, unpipelined.
 FALLBACK_K = tl.constexpr(32)
 # a2's scale byte for a block whose codes are all zero (SPEC 3.3 bytes stop at 254).
-ZERO_BLOCK = tl.constexpr(255)
+EMPTY_BLOCK = tl.constexpr(255)
 
 
 @triton.jit
-def _pow2(e):
+def _exp2_int(e):
     """2^e as fp32 for int32 e in [-149, 127], subnormals included (built from bits)."""
     bits = tl.where(e >= -126, (e + 127) << 23, 1 << tl.maximum(e + 149, 0))
     return bits.to(tl.float32, bitcast=True)
@@ -214,7 +214,7 @@ def _fp4_to_e4m3(words, scales, top, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, 
 @triton.jit
 def _fp4_values(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr):
     """The exact MXFP4 values in _fp8_slot order (fp32 [ROWS, BLOCK_K]), for every scale byte: byte 0
-    is 2^-127, 255 is NaN (SPEC 3.1), or for activations (ACT) ZERO_BLOCK. The fallback's decode."""
+    is 2^-127, 255 is NaN (SPEC 3.1), or for activations (ACT) EMPTY_BLOCK. The fallback's decode."""
     G: tl.constexpr = BLOCK_K // 32
     nibbles = (tl.reshape(words, (ROWS, G, 4))[:, :, :, None] >> (4 * tl.arange(0, 8))[None, None, None, :]) & 0xF
     mag = nibbles & 7
@@ -289,7 +289,7 @@ def _exact_activations(a_ptr, base, exact_ptr, offs, mask):
     fits the window, the bf16 values written beside them where it does not."""
     outside = (base == OUT_OF_WINDOW)[:, None]
     bytes_ = tl.load(a_ptr + offs, mask=mask, other=0).to(tl.int32)
-    folded = _e4m3_value(bytes_) * _pow2(tl.where(base == OUT_OF_WINDOW, 133, base) - 133)[:, None]
+    folded = _e4m3_value(bytes_) * _exp2_int(tl.where(base == OUT_OF_WINDOW, 133, base) - 133)[:, None]
     exact = tl.load(exact_ptr + offs, mask=mask & outside, other=0.0).to(tl.float32)
     return tl.where(outside, exact, folded)
 
@@ -344,7 +344,7 @@ def moe_fp8_stage1_kernel(
             words, scales = _weight_tile(w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K)
             w = _fp4_to_e4m3(words, scales, top, 2 * BLOCK_N, BLOCK_K, FAST)
             acc = _fp8_dot(acc, w, a, ACC_K, FAST)
-        acc = acc * _pow2(top - 133)[:, None] * _pow2(base - 133)[None, :]
+        acc = acc * _exp2_int(top - 133)[:, None] * _exp2_int(base - 133)[None, :]
     else:
         acc = tl.zeros((2 * BLOCK_N, ROWS), dtype=tl.float32)
         for k0 in tl.range(0, d_hidden, FALLBACK_K, num_stages=1):
@@ -361,12 +361,12 @@ def moe_fp8_stage1_kernel(
         offs = rows[:, None].to(tl.int64) * d_inter + _k_slot(cols)[None, :]
         tl.store(a2_ptr + offs, a2.to(tl.bfloat16), mask=(cols < d_inter)[None, :])
         return
-    # a2 as MXFP4 (SPEC 3.3, the package's integer encoder), ZERO_BLOCK for blocks of zero codes.
+    # a2 as MXFP4 (SPEC 3.3, the package's integer encoder), EMPTY_BLOCK for blocks of zero codes.
     bits = tl.reshape(h.to(tl.int32, bitcast=True), (ROWS, BLOCK_N // 32, 16, 2))
     even, odd = tl.split(bits)
     fp4, scale = mx_encode_pairs(even, odd, 23)
     empty = tl.max((fp4 & 0x77).to(tl.int32), axis=2) == 0
-    scale = tl.where(empty, ZERO_BLOCK, scale.to(tl.int32)).to(tl.uint8)
+    scale = tl.where(empty, EMPTY_BLOCK, scale.to(tl.int32)).to(tl.uint8)
     pairs = tl.program_id(1) * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
     tl.store(
         a2_ptr + rows[:, None].to(tl.int64) * (d_inter // 2) + pairs[None, :],
@@ -397,7 +397,7 @@ def _add_tile(acc, weight, tokens, valid, cols, out_ptr, d_hidden):
 def _steps_fit(scale_ptr, rows, k_dim, STEPS: tl.constexpr, BLOCK_K: tl.constexpr, ACT: tl.constexpr):
     """Whether the rows' scale bytes fit the fp8 window in every K step (_window per row and step),
     read before stage 2's loop: it adds each tile into the output as it finishes, so a step found
-    outside could no longer be redone. ACT: activation scales, whose ZERO_BLOCK entries (blocks of
+    outside could no longer be redone. ACT: activation scales, whose EMPTY_BLOCK entries (blocks of
     zero codes) take no part."""
     G: tl.constexpr = BLOCK_K // 32
     STEPS_P2: tl.constexpr = triton.next_power_of_2(STEPS)
@@ -405,9 +405,9 @@ def _steps_fit(scale_ptr, rows, k_dim, STEPS: tl.constexpr, BLOCK_K: tl.constexp
     s = tl.load(
         scale_ptr + rows[:, None, None] * (k_dim // 32) + cols[None, :, :],
         mask=(tl.arange(0, STEPS_P2) < STEPS)[None, :, None],
-        other=ZERO_BLOCK,
+        other=EMPTY_BLOCK,
     ).to(tl.int32)
-    real = s != ZERO_BLOCK if ACT else s >= 0
+    real = s != EMPTY_BLOCK if ACT else s >= 0
     bad = _window(tl.max(tl.where(real, s, 0), axis=2), tl.min(tl.where(real, s, 255), axis=2))
     bad = bad & (tl.max(real.to(tl.int32), axis=2) > 0)
     return tl.max(tl.max(bad.to(tl.int32), axis=1), axis=0) == 0
@@ -422,9 +422,9 @@ def _mx_tile(ptr, scale_ptr, rows, k_dim, k0, BLOCK_K: tl.constexpr):
 
 @triton.jit
 def _act_top(scales):
-    """Each activation row's base byte in a step: its largest scale byte, ZERO_BLOCK left out."""
+    """Each activation row's base byte in a step: its largest scale byte, EMPTY_BLOCK left out."""
     s = scales.to(tl.int32)
-    return tl.max(tl.where(s == ZERO_BLOCK, 0, s), axis=1)
+    return tl.max(tl.where(s == EMPTY_BLOCK, 0, s), axis=1)
 
 
 @triton.jit
@@ -490,7 +490,7 @@ def moe_fp8_stage2_kernel(
             top_w = tl.max(scales.to(tl.int32), axis=1)
             w = _fp4_to_e4m3(words, scales, top_w, BLOCK_N, BLOCK_K, FAST)
             part = _fp8_dot(tl.zeros((BLOCK_N, ROWS), dtype=tl.float32), w, a, ACC_K, FAST)
-            acc += part * (_pow2(top_w - 133)[:, None] * _pow2(top_a - 133)[None, :])
+            acc += part * (_exp2_int(top_w - 133)[:, None] * _exp2_int(top_a - 133)[None, :])
             if step % K_STEPS == K_STEPS - 1:
                 _add_tile(acc, weight, tokens, valid, cols, out_ptr, d_hidden)
                 acc = tl.zeros((BLOCK_N, ROWS), dtype=tl.float32)
