@@ -3,8 +3,9 @@
 Calls fused_moe_triton on empty CPU tensors of each official shape while a compile-only CUDA driver
 is active, with the NVIDIA fast path on (the PTX decodes, dependent launches, register caps), so
 every kernel compiles as the launcher would launch it on an H200. Per launch it reads the cubin
-(cuobjdump from triton's package): registers per thread, local memory (spills), shared memory, the
-MMA instructions (QGMMA: fp8 wgmma, HGMMA: bf16) and the instructions of the main loop's body.
+(bench.h200.sass, cuobjdump from triton's package): registers per thread, local memory and
+STL/LDL (spills), shared memory, the MMA instructions (QGMMA: fp8 wgmma, HGMMA: bf16) and the
+instructions of the main loop's body.
 Compiled figures, not measurements. docs/triton.md, "The fp8 path", has its table.
 
     python -m bench.h200.compile                       # fp8 table tiles, every official shape
@@ -17,11 +18,11 @@ import argparse
 import contextlib
 import os
 import re
-import subprocess
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
+
+from bench.h200.sass import disassemble, instructions, opcode, resources
 
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = ("cuda", 90, 32)
@@ -111,31 +112,21 @@ def compiling_for_sm90():
         fused_moe.fast_decode = saved
 
 
-def _tool(name: str) -> str:
-    import triton
-
-    return str(Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / name)
-
-
-def _loop_body(sass: str) -> list[str]:
-    """The instructions of the longest backward branch's body (the main K loop)."""
-    ins = [(int(a, 16), t.strip()) for a, t in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    where = {a: i for i, (a, _) in enumerate(ins)}
+def _loop_body(lines: list[tuple[int, str]]) -> list[str]:
+    """The main K loop's instructions: of the loops (a backward branch's target down to the branch)
+    that hold fp8 MMAs (QGMMA: the fp8 path) or else bf16 ones (HGMMA), the longest; the fallback's
+    bf16 loop and the prepasses are shorter or hold none. bench.h200.sass.split knows only HGMMA."""
+    where = {a: i for i, (a, _) in enumerate(lines)}
     loops = []
-    for i, (a, text) in enumerate(ins):
-        m = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
-        if m and int(m.group(1), 16) < a and int(m.group(1), 16) in where:
-            loops.append([t for _, t in ins[where[int(m.group(1), 16)] : i + 1]])
-    # The main loop: the one with fp8 MMAs (the fp8 path), else bf16 ones, else the longest.
-    for mma in ("QGMMA", "HGMMA", ""):
-        found = [body for body in loops if any(mma in t for t in body)]
+    for i, (addr, text) in enumerate(lines):
+        found = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+        if found and int(found.group(1), 16) < addr and int(found.group(1), 16) in where:
+            loops.append([t for _, t in lines[where[int(found.group(1), 16)] : i + 1]])
+    for mma in ("QGMMA", "HGMMA"):
+        found = [body for body in loops if any(opcode(t) == mma for t in body)]
         if found:
             return max(found, key=len)
     return []
-
-
-def _opcode(text: str) -> str:
-    return re.sub(r"^@!?U?P\w+\s+", "", text).split()[0].split(".")[0]
 
 
 SASS_DIR = os.environ.get("MOE_SASS_DIR", "")  # where to keep each kernel's SASS and PTX (debugging)
@@ -143,28 +134,26 @@ SASS_DIR = os.environ.get("MOE_SASS_DIR", "")  # where to keep each kernel's SAS
 
 def kernel_figures(kernel) -> dict:
     """What one compiled kernel holds: registers, spills, shared memory, MMAs, the loop body."""
-    with tempfile.TemporaryDirectory() as tmp:
-        cubin = Path(tmp) / "k.cubin"
-        cubin.write_bytes(kernel.asm["cubin"])
-        usage = subprocess.run([_tool("cuobjdump"), "-res-usage", str(cubin)], capture_output=True, text=True).stdout
-        sass = subprocess.run([_tool("cuobjdump"), "-sass", str(cubin)], capture_output=True, text=True).stdout
+    cubin = kernel.asm["cubin"]
+    sass, usage = disassemble(cubin), resources(cubin)
     if SASS_DIR:
         stem = Path(SASS_DIR) / kernel.metadata.name[:60]
         stem.with_suffix(".sass").write_text(sass)
         stem.with_suffix(".ptx").write_text(kernel.asm["ptx"])
         stem.with_suffix(".ttgir").write_text(kernel.asm["ttgir"])
-    fields = dict(re.findall(r"(\w+(?:\[\d+\])?):(\d+)", usage.splitlines()[-1] if usage else ""))
-    body = _loop_body(sass)
-    ops = Counter(_opcode(t) for t in body)
+    lines = instructions(sass)
+    body = _loop_body(lines)
+    ops = Counter(opcode(t) for t in body)
+    every = Counter(opcode(t) for _, t in lines)
     return {
         "kernel": kernel.src.fn.__name__ if hasattr(kernel.src, "fn") else kernel.metadata.name,
-        "regs": int(fields.get("REG", 0)),
-        "local_bytes": int(fields.get("LOCAL", 0)),
-        "spill_instructions": len(re.findall(r"\b(?:STL|LDL)\b", sass)),
+        "regs": usage.registers,
+        "local_bytes": usage.local,
+        "spill_instructions": every["STL"] + every["LDL"],
         "shared_bytes": kernel.metadata.shared,
         "warps": kernel.metadata.num_warps,
-        "qgmma": len(re.findall(r"\bQGMMA\b", sass)),
-        "hgmma": len(re.findall(r"\bHGMMA\b", sass)),
+        "qgmma": every["QGMMA"],
+        "hgmma": every["HGMMA"],
         "loop_instructions": len(body),
         "loop_ops": dict(ops.most_common(12)),
     }
