@@ -16,6 +16,7 @@ with --shapes, --seeds, --budget-s).
   sweep  fp8 tiles per shape: stage-1 and stage-2 options timed per kernel (torch.profiler,
          dependent launches off, as bench/tune/tiles.py does), the best pair checked against
          ref_kernel and timed the leaderboard's way; prints FP8_TUNED rows with ok / FAIL.
+         --stage2 fp8 / decode sweeps the tiles of that stage-2 kernel (default: the table's).
   ncu    one call of the fp8 path (and the decode path, --paths) per shape (default I-2048 bs-512
          and E-257 bs-512) between cudaProfilerStart and Stop, for Nsight Compute; `--print-ncu`
          prints the whole command line (NCU_METRICS: duration, DRAM bytes read and written and
@@ -397,6 +398,8 @@ def mode_sweep(args, torch) -> dict:
     started = time.perf_counter()
     for name, case in official_cases(args.shapes):
         fp8, _alts, _decode = table_tiles(case)
+        if args.stage2 != "table":
+            fp8 = fp8._replace(decode_stage2=args.stage2 == "decode")
         data = leaderboard_input(case, 0)
         ref = ref_kernel(data)
         log, best = [], None
@@ -415,7 +418,8 @@ def mode_sweep(args, torch) -> dict:
                     continue
                 log.append({"tiles": repr(tiles), "kernel_us": k})
                 s1_best = min(s1_best, (k.get("moe_fp8_stage1_kernel", math.inf), i % len(STAGE1)), key=lambda x: x[0])
-                s2_best = min(s2_best, (k.get("moe_fp8_stage2_kernel", math.inf), i % len(STAGE2)), key=lambda x: x[0])
+                stage2_us = k.get("moe_fp8_stage2_kernel", k.get("moe_stage2_kernel", math.inf))
+                s2_best = min(s2_best, (stage2_us, i % len(STAGE2)), key=lambda x: x[0])
             if s1_best[1] is None or s2_best[1] is None:
                 continue
             tiles = fp8._replace(
@@ -473,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-s", type=float, default=480.0, help="check, sweep: stop starting work after this")
     parser.add_argument("--skip-crafted", action="store_true", help="check: no crafted fallback inputs")
     parser.add_argument("--reps", type=int, default=10, help="time, sweep: timed repetitions per candidate")
+    parser.add_argument(
+        "--stage2", choices=["table", "fp8", "decode"], default="table", help="sweep: whose stage-2 kernel"
+    )
     parser.add_argument("--skip-peer", action="store_true", help="time: no peer")
     parser.add_argument("--peer-adapter", default=os.environ.get("FP8_CHECK_PEER", ""), help="time: peer file")
     parser.add_argument("--peer-path", default=str(ROOT / ".peers"), help="time: put on sys.path for the peer")
