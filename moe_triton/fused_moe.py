@@ -1,10 +1,12 @@
 """Launcher of the Triton backend: routing, stage 1 and stage 2 in four launches (six with a tail
 tile), no host sync.
 
-Two paths: the decode path (moe_triton_kernels: fp4 weights decoded to bf16 in registers, bf16
-MMAs; the NVIDIA one) and the native path (moe_native_kernels: tl.dot_scaled on packed MXFP4
-operands, gfx950's scaled MFMAs), chosen automatically on a gfx950 device and selectable
-anywhere (`native=True`, or MOE_TRITON_NATIVE=1 / 0), where Triton emulates dot_scaled.
+Three paths: the decode path (kernels/decode.py: fp4 weights decoded to bf16 in registers, bf16
+MMAs; the NVIDIA one), the fp8 path (kernels/fp8.py: e4m3 MMAs on operands with the scales
+folded in, NVIDIA; run for an Fp8TileConfig) and the native path (kernels/native.py:
+tl.dot_scaled on packed MXFP4 operands, gfx950's scaled MFMAs), chosen automatically on a gfx950
+device and selectable anywhere (`native=True`, or MOE_TRITON_NATIVE=1 / 0), where Triton
+emulates dot_scaled.
 
 Scratch (routing arrays; the activations of both GEMMs, bf16 on the decode path, fp4 bytes and
 e8m0 scales on the native path) comes from the buffers pool; the output is a new tensor every
@@ -26,6 +28,7 @@ from triton.runtime import driver
 from buffers import get_buffer
 from moe_triton.env import native_forced
 from moe_triton.kernels.decode import moe_prep_kernel, moe_stage1_kernel, moe_stage2_kernel
+from moe_triton.kernels.fp8 import moe_fp8_prep_kernel, moe_fp8_stage1_kernel, moe_fp8_stage2_kernel
 from moe_triton.kernels.native import (
     moe_native_prep_kernel,
     moe_native_route_kernel,
@@ -33,9 +36,9 @@ from moe_triton.kernels.native import (
     moe_native_stage2_kernel,
 )
 from moe_triton.kernels.routing import moe_route_kernel
-from moe_triton.tiles import NativeTileConfig, TileConfig
+from moe_triton.tiles import Fp8TileConfig, NativeTileConfig, TileConfig
 from moe_triton.tiles_amd import native_tile_config
-from moe_triton.tiles_nvidia import tile_config
+from moe_triton.tiles_nvidia import static_tiles
 
 # Measured on the H200 (bench/NOTES.md, fourth version): 32-blocks per quantization program
 # (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of the route loop.
@@ -238,10 +241,7 @@ def route_and_quantize(
     n_slots = n_tokens * topk
     device = hidden_states.device
     sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
-    # A handful of histogram programs (at most 8): few enough for each route program to sum
-    # their counts in one load, large enough chunks for their histograms to be cheap.
-    hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
-    n_chunks = triton.cdiv(n_slots, hist_chunk)
+    hist_chunk, n_chunks = histogram_chunks(n_slots)
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
     quant_programs = triton.cdiv(n_tokens * d_hidden // 32, QUANT_BLOCKS)
@@ -316,14 +316,29 @@ def route_and_quantize(
             FAST=fast,
             **pdl,
         )
+    launch_route(topk_ids, chunk_counts, (sorted_ids, sorted_expert_ids, num_valid_ids), n_experts, block_m, pdl)
+    return sorted_ids, sorted_expert_ids, num_valid_ids, a1
+
+
+def histogram_chunks(n_slots: int) -> tuple[int, int]:
+    """(slots per histogram program, programs): a handful (at most 8), few enough for each route
+    program to sum their counts in one load, large enough chunks for their histograms to be cheap."""
+    hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
+    return hist_chunk, triton.cdiv(n_slots, hist_chunk)
+
+
+def launch_route(topk_ids, chunk_counts, routing: tuple, n_experts: int, block_m: int, pdl: dict) -> None:
+    """Launch 2 of the decode and fp8 paths: moe_route_kernel places each expert's slots from the
+    chunk histograms into the routing arrays (routing_buffers)."""
+    n_tokens, topk = topk_ids.shape
+    n_slots = n_tokens * topk
+    n_chunks, expert_bins = chunk_counts.shape
     _launch(
         moe_route_kernel,
         (n_experts,),
         topk_ids,
         chunk_counts,
-        sorted_ids,
-        sorted_expert_ids,
-        num_valid_ids,
+        *routing,
         n_tokens,
         n_experts,
         n_slots,
@@ -336,7 +351,6 @@ def route_and_quantize(
         MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
         **pdl,
     )
-    return sorted_ids, sorted_expert_ids, num_valid_ids, a1
 
 
 def fused_moe_triton(
@@ -348,13 +362,15 @@ def fused_moe_triton(
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
     config: dict | None = None,
-    tiles: TileConfig | NativeTileConfig | None = None,
+    tiles: TileConfig | Fp8TileConfig | NativeTileConfig | None = None,
     native: bool | None = None,
 ) -> torch.Tensor:
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
     2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the inputs against
     config (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
-    path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py)."""
+    path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py). Off the
+    native path, an Fp8TileConfig runs the fp8 path (_fp8_plan) and a TileConfig the decode
+    path; without tiles, the static table (tiles_nvidia.static_tiles) picks."""
     if native is None:
         native = native_default(hidden_states.device)
     if native:
@@ -363,7 +379,15 @@ def fused_moe_triton(
     key = (hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, PDL, interpret)
     plan = _plans.get(key)
     if plan is None:
-        plan = _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles)
+        n_tokens, d_hidden = hidden_states.shape
+        n_experts, two_inter, _ = w1.shape
+        cfg = tiles or static_tiles(
+            n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1], fast_decode(hidden_states.device)
+        )
+        if isinstance(cfg, Fp8TileConfig):
+            plan = _fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg)
+        else:
+            plan = _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg)
         _plans[key] = plan
         while len(_plans) > MAX_PLANS:
             _plans.popitem(last=False)
@@ -375,33 +399,50 @@ def fused_moe_triton(
     return out if not interpret else out.to(torch.bfloat16)
 
 
-def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles) -> "_DecodePlan":
-    """The decode path's first call of a shape: the launches as written, recorded into its plan
-    (plan.first_out holds this call's output)."""
+def check_tail(cfg) -> None:
+    if cfg.tail_m and not (16 <= cfg.tail_m < cfg.block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
+        raise ValueError(
+            f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {cfg.block_m}"
+        )
+
+
+def record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids) -> "_DecodePlan":
+    """A first call of a shape: launch_all(out, w1, w2, w1_scale, w2_scale) (the weights as bytes)
+    makes its launches through _launch, which records them into the shape's plan (plan.first_out
+    holds this call's output). The decode and fp8 paths build their plans so."""
     global _recording
+    device = hidden_states.device
+    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
+    out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
+    weights = tuple(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale))
+    call_tensors = (hidden_states, *weights, topk_weights, topk_ids, out)
+    _recording = recorded = []
+    try:
+        launch_all(out, *weights)
+    finally:
+        _recording = None
+    launches = [_Launch(*launch, call_tensors) for launch in recorded]
+    plan = _DecodePlan(launches, tuple(hidden_states.shape), acc_dtype, direct=fast_decode(device) and DIRECT_LAUNCH)
+    plan.first_out = out
+    return plan
+
+
+def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "_DecodePlan":
+    """The decode path's first call of a shape: its launches, recorded into its plan."""
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
     d_inter = two_inter // 2
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
-    cfg = tiles or tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    check_tail(cfg)
     block_m = cfg.block_m
-    if cfg.tail_m and not (16 <= cfg.tail_m < block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
-        raise ValueError(f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {block_m}")
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
     fast, interpret = fast_decode(device), interpreting()
     pdl = pdl_options(fast)
-
     a2 = get_buffer("a2", (n_blocks * block_m, d_inter), torch.bfloat16, device)
-    acc_dtype = torch.float32 if interpret else torch.bfloat16
-    out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
-    w1_bytes, w2_bytes = w1.view(torch.uint8), w2.view(torch.uint8)
-    w1_scale_bytes, w2_scale_bytes = w1_scale.view(torch.uint8), w2_scale.view(torch.uint8)
-    call_tensors = (hidden_states, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes, topk_weights, topk_ids, out)
 
-    _recording = recorded = []
-    try:
+    def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes):
         sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
             hidden_states, topk_ids, n_experts, block_m, out
         )
@@ -464,12 +505,147 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                 **pdl,
                 **register_cap(fast, cfg.max_regs2),
             )
-    finally:
-        _recording = None
-    launches = [_Launch(*launch, call_tensors) for launch in recorded]
-    plan = _DecodePlan(launches, (n_tokens, d_hidden), acc_dtype, direct=fast and DIRECT_LAUNCH)
-    plan.first_out = out
-    return plan
+
+    return record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
+
+
+# ---------------------------------------------------------------- the fp8 path (kernels/fp8.py)
+#
+# Both GEMMs on e4m3 MMAs with the MXFP4 scales folded into the operands (docs/triton.md, "The fp8
+# path"); four launches (six with tail tiles), recorded into the shape's plan as the decode path's
+# are. Scratch: a1 (e4m3 bytes [M, H]) with its bases [M] and its exact bf16 copy for rows outside
+# the window; a2 as MXFP4 (fp4 bytes [rows, I/2], scales [rows, I/32]), or with decode_stage2 the
+# decode path's bf16 a2, which its moe_stage2_kernel reads.
+
+
+def check_fp8_tiles(cfg: Fp8TileConfig, d_inter: int) -> None:
+    """The tiles the fp8 kernels can take, refused in one line naming the field."""
+    check_tail(cfg)
+    for name in ("block_k1", "block_k2"):
+        if getattr(cfg, name) % 32 or getattr(cfg, name) < 32:
+            raise ValueError(f"tiles: {name} {getattr(cfg, name)} must be a multiple of 32")
+    if d_inter % cfg.block_k2:
+        raise ValueError(f"tiles: block_k2 {cfg.block_k2} must divide d_inter {d_inter}")
+    if cfg.acc_k and (
+        cfg.acc_k % 32 or cfg.acc_k > min(cfg.block_k1, cfg.block_k1 if cfg.decode_stage2 else cfg.block_k2)
+    ):
+        raise ValueError(f"tiles: acc_k {cfg.acc_k} must be 0 or a multiple of 32 up to both block_k")
+
+
+def _fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg: Fp8TileConfig):
+    """The fp8 path's first call of a shape: its launches, recorded into its plan."""
+    if not isinstance(cfg, Fp8TileConfig):
+        raise ValueError(f"tiles: the fp8 path takes an Fp8TileConfig, got {type(cfg).__name__}")
+    n_tokens, d_hidden = hidden_states.shape
+    n_experts, two_inter, _ = w1.shape
+    d_inter = two_inter // 2
+    topk = topk_ids.shape[1]
+    n_slots = n_tokens * topk
+    check_fp8_tiles(cfg, d_inter)
+    block_m = cfg.block_m
+    n_blocks = routing_capacity(n_slots, n_experts, block_m)
+    device = hidden_states.device
+    fast, interpret = fast_decode(device), interpreting()
+    pdl = pdl_options(fast)
+    hist_chunk, n_chunks = histogram_chunks(n_slots)
+    expert_bins = triton.next_power_of_2(n_experts + 1)
+    chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
+    routing = routing_buffers(n_slots, n_experts, block_m, device)
+    rows_sorted = n_blocks * block_m
+    a1 = get_buffer("fp8_a1", (n_tokens, d_hidden), torch.uint8, device)
+    a1_base = get_buffer("fp8_a1_base", (n_tokens,), torch.int32, device)
+    a1_exact = get_buffer("fp8_a1_exact", (n_tokens, d_hidden), torch.bfloat16, device)
+    if cfg.decode_stage2:
+        # The decode path's a2 (bf16); its stage-2 kernel never reads a scale tensor.
+        a2 = a2_scale = get_buffer("a2", (rows_sorted, d_inter), torch.bfloat16, device)
+    else:
+        a2 = get_buffer("fp8_a2", (rows_sorted, d_inter // 2), torch.uint8, device)
+        a2_scale = get_buffer("fp8_a2_scale", (rows_sorted, d_inter // 32), torch.uint8, device)
+    kernel_options = dict(ACC_K=cfg.acc_k, FAST=fast, INTERPRET=interpret, **pdl)
+
+    def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes):
+        _launch(
+            moe_fp8_prep_kernel,
+            (n_chunks + n_tokens,),
+            topk_ids,
+            hidden_states,
+            a1,
+            a1_base,
+            a1_exact,
+            out,
+            chunk_counts,
+            n_tokens,
+            n_slots,
+            n_chunks,
+            d_hidden,
+            EXPERT_BINS=expert_bins,
+            HIST_CHUNK=hist_chunk,
+            ROW_BLOCKS=triton.next_power_of_2(d_hidden // 32),
+            FAST=fast,
+            num_warps=8 if d_hidden >= 4096 else 4,
+            **pdl,
+        )
+        launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, pdl)
+        row_tiles = (block_m, cfg.tail_m) if cfg.tail_m else (block_m,)
+        for rows in row_tiles:
+            _launch(
+                moe_fp8_stage1_kernel,
+                (n_blocks, triton.cdiv(d_inter, cfg.block_n1)),
+                a1,
+                a1_base,
+                a1_exact,
+                w1_bytes,
+                w1_scale_bytes,
+                a2,
+                a2_scale,
+                *routing,
+                n_tokens,
+                d_hidden,
+                d_inter,
+                BLOCK_M=block_m,
+                ROWS=rows,
+                TAIL_M=cfg.tail_m,
+                BLOCK_N=cfg.block_n1,
+                BLOCK_K=cfg.block_k1,
+                A2_BF16=cfg.decode_stage2,
+                num_warps=cfg.warps1,
+                num_stages=cfg.stages1,
+                **kernel_options,
+                **register_cap(fast, cfg.max_regs1),
+            )
+        for rows in row_tiles:
+            stage2 = (
+                (moe_stage2_kernel, a2, w2_bytes)
+                if cfg.decode_stage2
+                else (moe_fp8_stage2_kernel, a2, a2_scale, w2_bytes)
+            )
+            options = dict(FAST=fast, INTERPRET=interpret, **pdl) if cfg.decode_stage2 else kernel_options
+            _launch(
+                stage2[0],
+                (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
+                *stage2[1:],
+                w2_scale_bytes,
+                out,
+                topk_weights,
+                *routing,
+                n_tokens,
+                d_hidden,
+                d_inter,
+                TOPK=topk,
+                BLOCK_M=block_m,
+                ROWS=rows,
+                TAIL_M=cfg.tail_m,
+                BLOCK_N=cfg.block_n2,
+                BLOCK_K=cfg.block_k2,
+                K_STEPS=d_inter // cfg.block_k2,
+                N_TILES=cfg.n_tiles2,
+                num_warps=cfg.warps2,
+                num_stages=cfg.stages2,
+                **options,
+                **register_cap(fast, cfg.max_regs2),
+            )
+
+    return record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
 
 
 def native_launches(cfg: NativeTileConfig) -> int:

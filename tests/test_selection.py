@@ -12,7 +12,7 @@ import torch
 
 import submission
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
-from moe_triton.tiles_nvidia import ALTERNATES, TUNED, tile_config
+from moe_triton.tiles_nvidia import ALTERNATES, FP8_ALTERNATES, TUNED, fp8_tile_config, tile_config
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import ATOL, RTOL, check_implementation, generate_input, make_config, ref_kernel
 from selection import candidates as cands
@@ -367,8 +367,10 @@ def test_the_static_choice_is_the_first_candidate_on_every_target():
     config = make_config(7168, 256, 256, 8, 1, 16)
     key = shape_key(config)
     gpu = cands.candidates_for(config, "triton", "gpu")
-    assert [c.name for c in gpu] == ["triton", *(f"triton:{n}" for n in ALTERNATES[key])]
+    fp8 = ["triton:fp8", *(f"triton:fp8-{n}" for n in FP8_ALTERNATES[key])]
+    assert [c.name for c in gpu] == ["triton", *(f"triton:{n}" for n in ALTERNATES[key]), *fp8]
     assert gpu[0].detail == repr(tile_config(16, 7168, 256, 257, 9))
+    assert gpu[len(ALTERNATES[key]) + 1].detail == repr(fp8_tile_config(16, 7168, 256, 257, 9))
     amd = cands.candidates_for(config, "aiter", "gfx950-aiter")
     assert [c.name for c in amd[:3]] == ["aiter", "aiter-fused", "triton"]
     assert [c.name for c in cands.candidates_for(config, "triton", "gfx950-aiter")[:3]] == [
@@ -387,6 +389,25 @@ def test_the_alternates_are_runners_up_of_tuned_shapes_and_differ_from_the_table
         assert 1 <= len(alternates) <= 3
         assert all(t != TUNED[key] for t in alternates.values()), key
         assert len(set(alternates.values())) == len(alternates)
+
+
+def test_a_shape_whose_static_choice_is_the_fp8_path_keeps_the_decode_table_as_a_candidate(monkeypatch):
+    config = make_config(7168, 256, 256, 8, 1, 16)
+    key = shape_key(config)
+    monkeypatch.setattr(
+        cands, "static_tiles", lambda *shape, fp8: fp8_tile_config(*shape) if fp8 else tile_config(*shape)
+    )
+    names = [c.name for c in cands.candidates_for(config, "triton", "gpu")]
+    assert names[:2] == ["triton", "triton:decode"] and "triton:fp8" not in names
+    assert names[-len(FP8_ALTERNATES[key]) :] == [f"triton:fp8-{n}" for n in FP8_ALTERNATES[key]]
+
+
+def test_fp8_tables_cover_the_tuned_shapes_and_their_alternates_differ():
+    assert set(FP8_ALTERNATES) == set(TUNED)
+    for key, alternates in FP8_ALTERNATES.items():
+        table = fp8_tile_config(key[4], *key[:4])
+        assert 1 <= len(alternates) <= 3 and all(t != table for t in alternates.values()), key
+        assert table.block_m == TUNED[key].block_m  # the routing block that the decode table measured
 
 
 def test_shape_names_are_the_case_names():
