@@ -83,6 +83,20 @@ def _targets_amd(driver) -> bool:
     return driver.get_current_target().backend == "hip"
 
 
+@functools.cache
+def _targets_gfx950(driver) -> bool:
+    target = driver.get_current_target()
+    return target.backend == "hip" and str(target.arch).startswith("gfx950")
+
+
+def gfx950_converts() -> bool:
+    """Whether the native kernels compile for gfx950 (a ROCm MI355X, or the compile-only gfx950
+    driver of bench/gfx950/run.py), where they encode MXFP4 with its fp4 convert instruction
+    (mxfp4/convert.py); elsewhere (NVIDIA GPUs, other AMD GPUs, the interpreter) they run its
+    emulation."""
+    return not interpreting() and _targets_gfx950(triton.runtime.driver.active)
+
+
 def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
     """The AMD backend's launch options, where the active Triton driver is AMD's (a ROCm GPU, or
     the compile-only gfx950 driver of bench/gfx950/run.py); none elsewhere."""
@@ -279,6 +293,7 @@ def route_and_quantize(
                 COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
                 QUANT_BLOCKS=QUANT_BLOCKS,
                 QUANT=quantize,
+                GFX950=gfx950_converts(),
             )
             return sorted_ids, sorted_expert_ids, num_valid_ids, a1
         moe_native_prep_kernel[(n_chunks + quant_programs,)](
@@ -295,6 +310,7 @@ def route_and_quantize(
             HIST_CHUNK=hist_chunk,
             QUANT_BLOCKS=QUANT_BLOCKS,
             QUANT=quantize,
+            GFX950=gfx950_converts(),
         )
     else:
         a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
@@ -561,6 +577,7 @@ def _fused_moe_native(
         EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
         SLOT_CHUNK=min(OWN_ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
         ZERO_BLOCK=ZERO_BLOCK,
+        GFX950=gfx950_converts(),
         num_warps=cfg.warps1,
         num_stages=cfg.stages1,
         **amd,
