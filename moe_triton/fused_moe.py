@@ -44,9 +44,10 @@ ROUTE_CHUNK = 4096
 # Slots per step where one routing program counts all of topk_ids (route_launches 1): 4096
 # (ROUTE_CHUNK) spilled 33 SGPRs into a 512-bin histogram on gfx950 (E-257 bs-512, triton 3.9).
 COUNT_CHUNK = 1024
-# The native stage 1 that routes its own block (route_launches 0): slots per step of its rank
-# match (a [block_m, chunk] compare per step) and output elements zeroed per step.
-OWN_ROUTE_CHUNK = 256
+# The native stage 1 that routes its own block (route_launches 0): compares per step of its rank
+# match (block_m rows x this / block_m slots: 256 slots per step spilled SGPRs at 32-row blocks on
+# gfx950, 128 did not) and output elements zeroed per step.
+OWN_ROUTE_COMPARES = 4096
 ZERO_BLOCK = 1024
 
 
@@ -575,7 +576,7 @@ def _fused_moe_native(
         QUANT_A=cfg.fused_quant,
         ROUTE=cfg.route_launches == 0,
         EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
-        SLOT_CHUNK=min(OWN_ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
+        SLOT_CHUNK=min(OWN_ROUTE_COMPARES // block_m, triton.next_power_of_2(n_slots)),
         ZERO_BLOCK=ZERO_BLOCK,
         GFX950=gfx950_converts(),
         num_warps=cfg.warps1,

@@ -244,15 +244,19 @@ def _route_own_block(
     group_start = tl.sum(tl.where(bins < expert, padded, 0), axis=0)
     count = tl.sum(tl.where(bins == expert, counts, 0), axis=0)
     ranks = start - group_start + tl.arange(0, BLOCK_M)
-    slots = tl.zeros((BLOCK_M,), dtype=tl.int32)
+    # Each row matches one slot at most: the matches add up in a [BLOCK_M, SLOT_CHUNK] tile, reduced
+    # once after the loop (a reduction per step keeps BLOCK_M wave-uniform sums in scalar
+    # registers through the loop, which spilled them at 32 rows on gfx950).
+    found = tl.zeros((BLOCK_M, SLOT_CHUNK), dtype=tl.int32)
     placed = 0
     for first in range(0, n_slots, SLOT_CHUNK):
         offs = first + tl.arange(0, SLOT_CHUNK)
         hit = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1) == expert
         rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
         match = hit[None, :] & (rank[None, :] == ranks[:, None])
-        slots += tl.sum(tl.where(match, offs[None, :], 0), axis=1)
+        found += tl.where(match, offs[None, :], 0)
         placed += tl.sum(hit.to(tl.int32), axis=0)
+    slots = tl.sum(found, axis=1)
     packed = tl.where(ranks < count, ((slots % TOPK) << 24) | (slots // TOPK), (TOPK << 24) | n_tokens)
     return packed, expert, tl.sum(padded, axis=0)
 
