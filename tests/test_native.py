@@ -252,3 +252,16 @@ def test_native_tiles_cover_every_official_shape():
     # The default rule: routing blocks by rows per expert, at most 64.
     assert native_default_config(16, 7168, 256, 257, 9).block_m == 16
     assert native_default_config(4096, 7168, 256, 8, 9).block_m == 64
+
+
+@needs_dot_scaled
+def test_the_h200_native_check_runs_and_writes_its_table(tmp_path):
+    # bench/h200/native_check.py under the interpreter on a small shape: the table tile, one seed.
+    import json
+
+    from bench.h200.native_check import main
+
+    assert main(["--shapes", "smoke:1", "--seeds", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "native_check.json").read_text())["rows"]
+    assert [(r["variant"], r["passed"], r["launches"]) for r in rows] == [("table", 1, 4)]
+    assert "| smoke1 | H256-I512-E4+1-k2+1-bs5 | table | 4 | 1/1 |" in (tmp_path / "native_check.md").read_text()
