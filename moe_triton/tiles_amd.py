@@ -88,22 +88,37 @@ NATIVE_VARIANTS: dict[str, dict] = {
 # Which variants suit which shape: shapes of about one block per expert take streaming; shapes with
 # several blocks per expert (or a shared expert of 8-16 blocks) the XCD order; 32 rows and more the
 # 32x32 MFMA. The two-launch variants (quant0*) are in every shape's list: at 16-row blocks the
-# row's tiles, at 32 rows the row's or the wide stage 1, at 64 rows (where each wave quantizes 64
-# values per K step and d_inter / block_n1 column tiles repeat it) the best two-launch one only,
-# last. Each shape's names are in the order of the offline ESTIMATE's ranking
+# row's tiles, at 32 rows the row's, the wide stage 1 or 16-row blocks, at 64 rows (where each
+# wave quantizes 64 values per K step and d_inter / block_n1 column tiles repeat it) the best
+# two-launch one only. Each shape's names are in the order of the offline ESTIMATE's ranking
 # (bench/results/gfx950/native-triton-3.6.0-ranking.json, ties as listed): the selection tries
 # them in this order, so a spent budget skips the lowest ranked.
 _NATIVE_VARIANTS_BY_SHAPE: dict[tuple[int, int, int, int, int], tuple[str, ...]] = {
-    (7168, 256, 257, 9, 16): ("route1", "route1-cg", "quant0", "quant0-cg"),
-    (7168, 256, 257, 9, 128): ("route1", "route1-cg", "route1-xcd8", "quant0", "quant0-cg", "quant0-xcd8"),
-    (7168, 256, 257, 9, 512): ("route1", "route1-xcd8", "route1-xcd8-mfma32", "route1-mfma32", "quant0", "quant0-xcd8", "quant0-m16"),
+    (7168, 256, 257, 9, 16): ("quant0", "quant0-cg", "route1", "route1-cg"),
+    (7168, 256, 257, 9, 128): ("quant0", "quant0-cg", "quant0-xcd8", "route1", "route1-cg", "route1-xcd8"),
+    (7168, 256, 257, 9, 512): (
+        "quant0-m16",
+        "route1",
+        "route1-xcd8",
+        "route1-xcd8-mfma32",
+        "route1-mfma32",
+        "quant0",
+        "quant0-xcd8",
+    ),
     (7168, 512, 33, 9, 16): ("route1", "route1-cg", "quant0", "quant0-cg"),
-    (7168, 512, 33, 9, 128): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "quant0-wide", "quant0-m16"),
+    (7168, 512, 33, 9, 128): (
+        "route1-mfma32",
+        "route1-xcd8-mfma32",
+        "quant0-m16",
+        "route1",
+        "route1-xcd8",
+        "quant0-wide",
+    ),
     (7168, 512, 33, 9, 512): ("route1-mfma32", "route1", "route1-xcd8-mfma32", "route1-xcd8", "xcd8", "quant0-m16"),
     (7168, 2048, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "xcd8", "quant0-wide"),
-    (4096, 1024, 257, 9, 8): ("route1", "route1-cg", "quant0", "quant0-cg"),
-    (7168, 2048, 33, 9, 32): ("route1", "route1-cg", "quant0", "quant0-cg"),
-    (4096, 1536, 65, 7, 128): ("route1", "route1-xcd8", "quant0", "quant0-xcd8"),
+    (4096, 1024, 257, 9, 8): ("quant0", "quant0-cg", "route1", "route1-cg"),
+    (7168, 2048, 33, 9, 32): ("quant0", "quant0-cg", "route1", "route1-cg"),
+    (4096, 1536, 65, 7, 128): ("quant0", "quant0-xcd8", "route1", "route1-xcd8"),
 }
 
 
