@@ -47,9 +47,10 @@ ROUTE_CHUNK = 4096
 # Slots per step where one routing program counts all of topk_ids (route_launches 1): 4096
 # (ROUTE_CHUNK) spilled 33 SGPRs into a 512-bin histogram on gfx950 (E-257 bs-512, triton 3.9).
 COUNT_CHUNK = 1024
-# The native stage 1 that routes its own block (route_launches 0): slots per step of its rank
-# match (a [block_m, chunk] compare per step) and output elements zeroed per step.
-OWN_ROUTE_CHUNK = 256
+# The native stage 1 that routes its own block (route_launches 0): compares per step of its rank
+# match (block_m rows x this / block_m slots: 256 slots per step spilled SGPRs at 32-row blocks on
+# gfx950, 128 did not) and output elements zeroed per step.
+OWN_ROUTE_COMPARES = 4096
 ZERO_BLOCK = 1024
 
 
@@ -84,6 +85,20 @@ def _targets_amd(driver) -> bool:
     """Whether a Triton driver compiles for AMD GPUs; asked once per driver object, since the
     query reads the device's properties (a HIP call) and this runs on every layer call."""
     return driver.get_current_target().backend == "hip"
+
+
+@functools.cache
+def _targets_gfx950(driver) -> bool:
+    target = driver.get_current_target()
+    return target.backend == "hip" and str(target.arch).startswith("gfx950")
+
+
+def gfx950_converts() -> bool:
+    """Whether the native kernels compile for gfx950 (a ROCm MI355X, or the compile-only gfx950
+    driver of bench/gfx950/run.py), where they encode MXFP4 with its fp4 convert instruction
+    (mxfp4/convert.py); elsewhere (NVIDIA GPUs, other AMD GPUs, the interpreter) they run its
+    emulation."""
+    return not interpreting() and _targets_gfx950(triton.runtime.driver.active)
 
 
 def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
@@ -279,6 +294,7 @@ def route_and_quantize(
                 COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
                 QUANT_BLOCKS=QUANT_BLOCKS,
                 QUANT=quantize,
+                GFX950=gfx950_converts(),
             )
             return sorted_ids, sorted_expert_ids, num_valid_ids, a1
         moe_native_prep_kernel[(n_chunks + quant_programs,)](
@@ -295,6 +311,7 @@ def route_and_quantize(
             HIST_CHUNK=hist_chunk,
             QUANT_BLOCKS=QUANT_BLOCKS,
             QUANT=quantize,
+            GFX950=gfx950_converts(),
         )
     else:
         a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
@@ -735,8 +752,9 @@ def _fused_moe_native(
         QUANT_A=cfg.fused_quant,
         ROUTE=cfg.route_launches == 0,
         EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
-        SLOT_CHUNK=min(OWN_ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
+        SLOT_CHUNK=min(OWN_ROUTE_COMPARES // block_m, triton.next_power_of_2(n_slots)),
         ZERO_BLOCK=ZERO_BLOCK,
+        GFX950=gfx950_converts(),
         num_warps=cfg.warps1,
         num_stages=cfg.stages1,
         **amd,

@@ -55,7 +55,8 @@ class NativeTileConfig(NamedTuple):
     xcds > 0 remaps both GEMMs' programs so that one die of that many (8 on an MI355X) runs
     consecutive routing blocks of a column tile (moe_triton.kernels.native.xcd_program); weight_cache
     is tl.load's cache modifier for the weights (".cg": streaming); fused_quant has stage 1
-    quantize the bf16 hidden states itself (no a1 buffer); route_launches counts the launches
+    quantize the bf16 hidden states itself (no a1 buffer; gfx950's fp4 converts, mxfp4/convert.py,
+    every column tile repeating it); route_launches counts the launches
     before stage 1 (2: histograms then placement, 1: one launch that does both, 0: stage 1
     routes its own block and zeroes the output, with fused_quant only)."""
 

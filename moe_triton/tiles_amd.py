@@ -70,27 +70,55 @@ NATIVE_VARIANTS: dict[str, dict] = {
     # (its step holds the epilogue): 125 / 4 / 62 against 149 / 8 / 70.
     "route1-mfma32": dict(route_launches=1, nonkdim=32),
     "route1-xcd8-mfma32": dict(route_launches=1, xcds=8, nonkdim=32),
+    # 2 launches: stage 1 routes its own block, zeroes its share of the output and quantizes its
+    # rows with gfx950's fp4 converts (mxfp4/convert.py); every column tile of stage 1 repeats the
+    # quantization. At 16-row blocks (256 x 16 x 256, 8 waves) 124 / 4 / 61 ; 119 / 4 / 61 per K step
+    # against the row's 82 / 4 / 20 ; 67 / 4 / 18.
+    "quant0": dict(fused_quant=True, route_launches=0),
+    "quant0-cg": dict(fused_quant=True, route_launches=0, weight_cache=".cg"),
+    "quant0-xcd8": dict(fused_quant=True, route_launches=0, xcds=8),
+    # At 32 and 64 rows: 256 weight rows over 8 waves halve the column tiles that repeat the
+    # quantization and the rows each wave quantizes (4 waves: 26-28 VALU per MFMA, 8: 13-14).
+    "quant0-wide": dict(fused_quant=True, route_launches=0, block_n1=128, warps1=8),
+    # The same on 16-row blocks (the 16-row rows' stage 1): more blocks, 15 VALU per MFMA.
+    "quant0-m16": dict(fused_quant=True, route_launches=0, block_m=16, block_n1=128, warps1=8),
 }
 
 
 # Which variants suit which shape: shapes of about one block per expert take streaming; shapes with
 # several blocks per expert (or a shared expert of 8-16 blocks) the XCD order; 32 rows and more the
-# 32x32 MFMA. Stage 1 quantizing its own rows (fused_quant, and the 2-launch route_launches 0 it
-# enables) is listed nowhere: its encoder costs about 45 VALU per element per K step and lane
-# (docs/gfx950.md), far more than the launch it saves. Each shape's names are in the order of the
-# offline ESTIMATE's ranking (bench/results/gfx950/native-triton-3.6.0-ranking.json, ties as
-# listed): the selection tries them in this order, so a spent budget skips the lowest ranked.
+# 32x32 MFMA. The two-launch variants (quant0*) are in every shape's list: at 16-row blocks the
+# row's tiles, at 32 rows the row's, the wide stage 1 or 16-row blocks, at 64 rows (where each
+# wave quantizes 64 values per K step and d_inter / block_n1 column tiles repeat it) the best
+# two-launch one only. Each shape's names are in the order of the offline ESTIMATE's ranking
+# (bench/results/gfx950/native-triton-3.6.0-ranking.json, ties as listed): the selection tries
+# them in this order, so a spent budget skips the lowest ranked.
 _NATIVE_VARIANTS_BY_SHAPE: dict[tuple[int, int, int, int, int], tuple[str, ...]] = {
-    (7168, 256, 257, 9, 16): ("route1", "route1-cg"),
-    (7168, 256, 257, 9, 128): ("route1", "route1-cg", "route1-xcd8"),
-    (7168, 256, 257, 9, 512): ("route1", "route1-xcd8", "route1-xcd8-mfma32", "route1-mfma32"),
-    (7168, 512, 33, 9, 16): ("route1", "route1-cg"),
-    (7168, 512, 33, 9, 128): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8"),
-    (7168, 512, 33, 9, 512): ("route1-mfma32", "route1", "route1-xcd8-mfma32", "route1-xcd8", "xcd8"),
-    (7168, 2048, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "xcd8"),
-    (4096, 1024, 257, 9, 8): ("route1", "route1-cg"),
-    (7168, 2048, 33, 9, 32): ("route1", "route1-cg"),
-    (4096, 1536, 65, 7, 128): ("route1", "route1-xcd8"),
+    (7168, 256, 257, 9, 16): ("quant0", "quant0-cg", "route1", "route1-cg"),
+    (7168, 256, 257, 9, 128): ("quant0", "quant0-cg", "quant0-xcd8", "route1", "route1-cg", "route1-xcd8"),
+    (7168, 256, 257, 9, 512): (
+        "quant0-m16",
+        "route1",
+        "route1-xcd8",
+        "route1-xcd8-mfma32",
+        "route1-mfma32",
+        "quant0",
+        "quant0-xcd8",
+    ),
+    (7168, 512, 33, 9, 16): ("route1", "route1-cg", "quant0", "quant0-cg"),
+    (7168, 512, 33, 9, 128): (
+        "route1-mfma32",
+        "route1-xcd8-mfma32",
+        "quant0-m16",
+        "route1",
+        "route1-xcd8",
+        "quant0-wide",
+    ),
+    (7168, 512, 33, 9, 512): ("route1-mfma32", "route1", "route1-xcd8-mfma32", "route1-xcd8", "xcd8", "quant0-m16"),
+    (7168, 2048, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "xcd8", "quant0-wide"),
+    (4096, 1024, 257, 9, 8): ("quant0", "quant0-cg", "route1", "route1-cg"),
+    (7168, 2048, 33, 9, 32): ("quant0", "quant0-cg", "route1", "route1-cg"),
+    (4096, 1536, 65, 7, 128): ("quant0", "quant0-xcd8", "route1", "route1-xcd8"),
 }
 
 

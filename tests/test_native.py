@@ -47,7 +47,7 @@ def table_tiles(data):
 # The kernel variants' fields, combined so that four runs per case reach every code path: the XCD
 # remap and streaming weight loads (neither changes a value) with the one-launch routing that
 # quantizes a1; stage 1 quantizing behind the two routing launches, behind the one, and routing
-# its own block.
+# its own block (at 32 rows too: test_stage1_routing_its_own_block_writes_the_aiter_layout).
 VARIANTS = {
     "xcd8-cg-route1": dict(xcds=8, weight_cache=".cg", route_launches=1),
     "quant": dict(fused_quant=True),
@@ -126,10 +126,14 @@ def test_one_routing_launch_writes_the_aiter_layout(triton_device, n_tokens, top
 
 
 @needs_dot_scaled
-def test_stage1_routing_its_own_block_writes_the_aiter_layout():
-    # 280 slots: the rank match takes two steps of 256; 16-row blocks, so several per expert.
+@pytest.mark.parametrize(
+    "rows", [dict(), dict(block_m=32, block_n1=64, weight_cache=".cg")], ids=["16-rows", "32-rows-cg"]
+)
+def test_stage1_routing_its_own_block_writes_the_aiter_layout(rows):
+    # 280 slots: the rank match takes two steps of 256 at 16-row blocks, three of 128 at 32 (the
+    # quant0 variants of the 32-row shapes); several blocks per expert.
     data = generate_input(**small_case(bs=70))
-    tiles = table_tiles(data)._replace(fused_quant=True, route_launches=0)
+    tiles = table_tiles(data)._replace(fused_quant=True, route_launches=0, **rows)
     assert native_launches(tiles) == 2
     for key, buf in list(buffers._pool.items()):
         if key[0] in ("sorted_ids", "sorted_expert_ids", "num_valid_ids"):
@@ -227,7 +231,7 @@ def test_the_native_path_refuses_decode_tiles():
 
 
 def test_native_tiles_cover_every_official_shape():
-    from problem.cases import BENCHMARKS, TESTS
+    from problem.cases import BENCHMARKS, TESTS, table_key
 
     for case in TESTS + BENCHMARKS:
         experts = case["nroutedexperts"] + case["nsharedexperts"]
@@ -241,6 +245,23 @@ def test_native_tiles_cover_every_official_shape():
             assert alt != cfg and alt._replace(**NATIVE_VARIANTS[name]) == alt, name
             assert alt.nonkdim == 16 or alt.block_m >= 32, name
             assert native_launches(alt) == 2 + alt.route_launches
+    # Two launches for every official shape, three at most for each (issue 26).
+    fewest = {key: min(map(native_launches, alts.values())) for key, alts in NATIVE_ALTERNATES.items()}
+    benchmarks = [table_key(case) for case in BENCHMARKS]
+    assert all(fewest[key] == 2 for key in benchmarks) and max(fewest.values()) <= 3
     # The default rule: routing blocks by rows per expert, at most 64.
     assert native_default_config(16, 7168, 256, 257, 9).block_m == 16
     assert native_default_config(4096, 7168, 256, 8, 9).block_m == 64
+
+
+@needs_dot_scaled
+def test_the_h200_native_check_runs_and_writes_its_table(tmp_path):
+    # bench/h200/native_check.py under the interpreter on a small shape: the table tile, one seed.
+    import json
+
+    from bench.h200.native_check import main
+
+    assert main(["--shapes", "smoke:1", "--seeds", "1", "--out", str(tmp_path)]) == 0
+    rows = json.loads((tmp_path / "native_check.json").read_text())["rows"]
+    assert [(r["variant"], r["passed"], r["launches"]) for r in rows] == [("table", 1, 4)]
+    assert "| smoke1 | H256-I512-E4+1-k2+1-bs5 | table | 4 | 1/1 |" in (tmp_path / "native_check.md").read_text()

@@ -24,8 +24,9 @@ quantize the hidden states itself (QUANT_A) and, with that, route its own block 
 output (ROUTE), which leaves two launches per call.
 The weights are the MMA's left operand ([weight rows, K] x [K, routing rows]): the routing
 block is the narrow side, which the MFMA's 16-wide N dimension takes without padding at
-block_m 16. The quantizer is mxfp4_kernels' integer one, which quant.py uses too: exact on every
-backend and under the interpreter.
+block_m 16. Every quantization (a1, a2, stage 1's own rows) is mxfp4.convert's: gfx950's fp4
+convert instruction where the launcher compiles for gfx950 (GFX950), its integer emulation
+elsewhere, SPEC 3.3 bit for bit in both (quant.py keeps mxfp4.encode's software encoder).
 """
 
 import triton
@@ -33,7 +34,7 @@ import triton.language as tl
 
 from moe_triton.kernels.decode import _round_to_bf16
 from moe_triton.kernels.routing import _chunk_histogram, _place_expert, _routing_block, _skip_block
-from mxfp4.encode import mx_encode_pairs
+from mxfp4.convert import mx_convert_bf16_pairs, mx_convert_pairs
 
 
 @triton.jit
@@ -80,13 +81,13 @@ def _mx_operand(ptr, scale_ptr, rows, k_dim, k0, BLOCK_K: tl.constexpr, CACHE: t
 
 
 @triton.jit
-def _quantized_rows(hidden_ptr, rows, d_hidden, k0, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """_mx_operand's pair for bf16 rows quantized on the fly (SPEC 3.3, mxfp4_kernels' encoder):
+def _quantized_rows(hidden_ptr, rows, d_hidden, k0, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, GFX950: tl.constexpr):
+    """_mx_operand's pair for bf16 rows quantized on the fly (SPEC 3.3, mxfp4.convert):
     hidden_ptr holds the hidden states' bf16 bits as int32 pairs [*, d_hidden/2]."""
     row_pairs = tl.multiple_of(d_hidden // 2, 128)
     kp = k0 // 2 + tl.arange(0, BLOCK_K // 2)
     bits = tl.reshape(tl.load(hidden_ptr + (rows[:, None] * row_pairs + kp[None, :])), (ROWS, BLOCK_K // 32, 16))
-    fp4, scale = mx_encode_pairs(bits & 0xFFFF, (bits >> 16) & 0xFFFF, 7)
+    fp4, scale = mx_convert_bf16_pairs(bits, GFX950)
     return tl.reshape(fp4, (ROWS, BLOCK_K // 2)), scale
 
 
@@ -107,6 +108,7 @@ def _quantize_and_zero(
     d_hidden,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
+    GFX950: tl.constexpr,
 ):
     """Program `program` of the a1 work: QUANT_BLOCKS 32-blocks of the hidden states taken as one
     flat array (no block straddles two rows), quantized to a1 bytes and scales when QUANT, and
@@ -116,7 +118,7 @@ def _quantize_and_zero(
     if QUANT:
         pairs = blocks[:, None].to(tl.int64) * 16 + tl.arange(0, 16)[None, :]
         bits = tl.reshape(tl.load(hidden_ptr + pairs, mask=valid[:, None], other=0), (QUANT_BLOCKS, 1, 16))
-        fp4, scale = mx_encode_pairs(bits & 0xFFFF, (bits >> 16) & 0xFFFF, 7)
+        fp4, scale = mx_convert_bf16_pairs(bits, GFX950)
         tl.store(a1_ptr + pairs, tl.reshape(fp4, (QUANT_BLOCKS, 16)), mask=valid[:, None])
         tl.store(a1_scale_ptr + blocks, tl.reshape(scale, (QUANT_BLOCKS,)), mask=valid)
     offs = blocks[:, None].to(tl.int64) * 32 + tl.arange(0, 32)[None, :]
@@ -139,6 +141,7 @@ def moe_native_prep_kernel(
     HIST_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
+    GFX950: tl.constexpr,
 ):
     """Programs below n_chunks count the experts of one chunk of topk_ids; the others zero the
     output and, with QUANT, write a1 (_quantize_and_zero)."""
@@ -147,7 +150,7 @@ def moe_native_prep_kernel(
         _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
     else:
         _quantize_and_zero(
-            hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, pid - n_chunks, n_tokens, d_hidden, QUANT_BLOCKS, QUANT
+            hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, pid - n_chunks, n_tokens, d_hidden, QUANT_BLOCKS, QUANT, GFX950
         )
 
 
@@ -185,6 +188,7 @@ def moe_native_route_kernel(
     COUNT_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
+    GFX950: tl.constexpr,
 ):
     """The prep and route launches in one: programs below n_experts each count the whole
     histogram (COUNT_CHUNK slots per step) and place their expert's slots
@@ -209,7 +213,7 @@ def moe_native_route_kernel(
         )
     else:
         _quantize_and_zero(
-            hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, pid - n_experts, n_tokens, d_hidden, QUANT_BLOCKS, QUANT
+            hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, pid - n_experts, n_tokens, d_hidden, QUANT_BLOCKS, QUANT, GFX950
         )
 
 
@@ -240,15 +244,19 @@ def _route_own_block(
     group_start = tl.sum(tl.where(bins < expert, padded, 0), axis=0)
     count = tl.sum(tl.where(bins == expert, counts, 0), axis=0)
     ranks = start - group_start + tl.arange(0, BLOCK_M)
-    slots = tl.zeros((BLOCK_M,), dtype=tl.int32)
+    # Each row matches one slot at most: the matches add up in a [BLOCK_M, SLOT_CHUNK] tile, reduced
+    # once after the loop (a reduction per step keeps BLOCK_M wave-uniform sums in scalar
+    # registers through the loop, which spilled them at 32 rows on gfx950).
+    found = tl.zeros((BLOCK_M, SLOT_CHUNK), dtype=tl.int32)
     placed = 0
     for first in range(0, n_slots, SLOT_CHUNK):
         offs = first + tl.arange(0, SLOT_CHUNK)
         hit = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1) == expert
         rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
         match = hit[None, :] & (rank[None, :] == ranks[:, None])
-        slots += tl.sum(tl.where(match, offs[None, :], 0), axis=1)
+        found += tl.where(match, offs[None, :], 0)
         placed += tl.sum(hit.to(tl.int32), axis=0)
+    slots = tl.sum(found, axis=1)
     packed = tl.where(ranks < count, ((slots % TOPK) << 24) | (slots // TOPK), (TOPK << 24) | n_tokens)
     return packed, expert, tl.sum(padded, axis=0)
 
@@ -292,9 +300,10 @@ def moe_native_stage1_kernel(
     EXPERT_BINS: tl.constexpr,
     SLOT_CHUNK: tl.constexpr,
     ZERO_BLOCK: tl.constexpr,
+    GFX950: tl.constexpr,
 ):
     """QUANT_A: a1_ptr holds the hidden states' bf16 bits as int32 pairs, quantized here per K
-    step (a1_scale_ptr unused). ROUTE (with QUANT_A): no routing launch before this one: each
+    step by every column tile (a1_scale_ptr unused). ROUTE (with QUANT_A): no routing launch before this one: each
     program computes its own block's routing from topk_ids (_route_own_block), column tile 0
     writes it for stage 2, and every program zeroes a share of the output (stage 2 adds into it
     after this launch has finished)."""
@@ -336,7 +345,7 @@ def moe_native_stage1_kernel(
     a_rows = tl.where(valid, tokens, 0)
     for k0 in range(0, d_hidden, BLOCK_K):
         if QUANT_A:
-            a, a_scale = _quantized_rows(a1_ptr, a_rows, d_hidden, k0, BLOCK_M, BLOCK_K)
+            a, a_scale = _quantized_rows(a1_ptr, a_rows, d_hidden, k0, BLOCK_M, BLOCK_K, GFX950)
         else:
             a, a_scale = _mx_operand(a1_ptr, a1_scale_ptr, a_rows, d_hidden, k0, BLOCK_K, "")
         w, w_scale = _mx_operand(w_base, w_scale_base, w_rows, d_hidden, k0, BLOCK_K, W_CACHE)
@@ -345,7 +354,7 @@ def moe_native_stage1_kernel(
     h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
     bits = tl.reshape(h.to(tl.int32, bitcast=True), (BLOCK_M, BLOCK_N // 32, 16, 2))
     h_even, h_odd = tl.split(bits)
-    fp4, scale = mx_encode_pairs(h_even, h_odd, 23)
+    fp4, scale = mx_convert_pairs(h_even, h_odd, GFX950)
     byte_cols = column * (BLOCK_N // 2) + tl.arange(0, BLOCK_N // 2)
     scale_cols = column * (BLOCK_N // 32) + tl.arange(0, BLOCK_N // 32)
     tl.store(

@@ -1,0 +1,126 @@
+"""MXFP4 activation encoding (SPEC 3.3) inside Triton kernels with gfx950's fp4 convert,
+`v_cvt_scalef32_pk_fp4_f32`, and an emulation of that instruction for every other target.
+
+The instruction (docs/gfx950.md, "The fp4 converts", gives the sources) converts two fp32 values
+to two E2M1 codes in one byte of its destination register: each value is divided by 2^(E - 127),
+E the exponent field of the scale operand, and rounded to nearest, ties to EVEN; |x| > 6 and Inf
+saturate to 6, the sign survives on zeros (-0 and tiny negatives give code 8); the first value
+goes to the low nibble. SPEC 3.3 rounds ties AWAY from zero, so the values are nudged first: a
+bf16 value widened to fp32 has its 16 low bits clear, and setting the lowest one moves an exact
+tie just past it, away from zero, and no other value across a rounding point (a bf16 value that
+is no tie lies at least one bf16 ulp, 2^16 fp32 ulps, from every rounding point). With the
+nudge the convert is SPEC 3.3's element rule on every finite bf16 value at every scale
+(tests/test_converts.py checks the emulation on every bf16 bit pattern); NaN inputs and the Inf
+that the nudge turns into a NaN follow HIP's emulation (saturate to 6, SPEC's code 7), which the
+hardware is not known to share.
+
+GFX950 (a constexpr the launcher sets when it compiles for gfx950) picks the instruction, through
+inline assembly; otherwise fp4_pair_emulated computes the same byte in integer arithmetic, which is
+exact on any backend and under the CPU interpreter. The block scale is SPEC 3.3's in both: the
+amax a maximum of magnitudes that leaves NaNs out (as tl.max does, like aiter's kernel), its fp32
+bits plus 0x200000, the exponent field minus 2, clamped to [0, 254] (an amax whose exponent
+rounds to 255, Inf or above 1.75 * 2^127, gives 254).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def fp4_code_emulated(bits, scale_byte):
+    """The E2M1 code (sign in bit 3) that the convert gives an fp32 bit pattern (int32) at the
+    scale whose exponent field is scale_byte: |x| * 2^(127 - scale_byte) rounded to nearest
+    even on 0, 0.5, 1, 1.5, 2, 3, 4, 6, saturating; Inf and NaN saturate."""
+    mag = bits & 0x7FFFFFFF
+    e = mag >> 23
+    sig = (mag & 0x7FFFFF) | tl.where(e > 0, 0x800000, 0)
+    # 4 |y| = sig * 2^sh: floor(4 |y|) against the doubled E2M1 midpoints, and whether it is exact.
+    sh = tl.maximum(e, 1) - scale_byte - 21
+    up = sig << tl.minimum(tl.maximum(sh, 0), 5)  # 5 left shifts already pass the top midpoint
+    down_by = tl.minimum(tl.maximum(-sh, 0), 31)
+    down = sig >> down_by
+    v = tl.where(sh >= 0, up, down)
+    exact = (sh >= 0) | ((down << down_by) == sig)
+    code = (
+        (v >= 1).to(tl.int32)
+        + (v >= 3).to(tl.int32)
+        + (v >= 5).to(tl.int32)
+        + (v >= 7).to(tl.int32)
+        + (v >= 10).to(tl.int32)
+        + (v >= 14).to(tl.int32)
+        + (v >= 20).to(tl.int32)
+    )
+    # Exact ties whose lower neighbour is even (0.25, 1.25, 2.5, 5) stay down.
+    tie_down = exact & ((v == 1) | (v == 5) | (v == 10) | (v == 20))
+    code = tl.where(e == 255, 7, code - tie_down.to(tl.int32))
+    return code | ((bits >> 28) & 8)
+
+
+@triton.jit
+def fp4_pair_emulated(even_bits, odd_bits, scale_byte):
+    """v_cvt_scalef32_pk_fp4_f32 emulated: the byte of two fp32 bit patterns' codes (even low)."""
+    low = fp4_code_emulated(even_bits, scale_byte)
+    return (low | (fp4_code_emulated(odd_bits, scale_byte) << 4)).to(tl.uint8)
+
+
+@triton.jit
+def fp4_pair_gfx950(even_bits, odd_bits, scale_byte):
+    """v_cvt_scalef32_pk_fp4_f32 itself (gfx950 only): the scale operand is an fp32 whose
+    exponent field is scale_byte. It writes byte 0 of its destination and keeps the others. Its
+    result cannot be forwarded to the next instruction (LLVM PR 117844), and the compiler cannot
+    see inside the assembly to insert the wait it needs: s_nop 0 does."""
+    return tl.inline_asm_elementwise(
+        "v_cvt_scalef32_pk_fp4_f32 $0, $1, $2, $3\n\ts_nop 0",
+        "=v,v,v,v",
+        [even_bits, odd_bits, scale_byte << 23],
+        dtype=tl.int32,
+        is_pure=True,
+        pack=1,
+    ).to(tl.uint8)
+
+
+@triton.jit
+def fp4_pair(even_bits, odd_bits, scale_byte, GFX950: tl.constexpr):
+    """The convert's byte of two fp32 bit patterns at scale byte scale_byte: the instruction when
+    compiling for gfx950, its emulation elsewhere."""
+    if GFX950:
+        return fp4_pair_gfx950(even_bits, odd_bits, scale_byte)
+    else:
+        return fp4_pair_emulated(even_bits, odd_bits, scale_byte)
+
+
+@triton.jit
+def mx_block_scale(even_bits, odd_bits, JOINED: tl.constexpr):
+    """SPEC 3.3 scale bytes (int32 [R, G]) of [R, G, 16] pairs of fp32 bit patterns: the amax of
+    the magnitudes with NaNs left out, rounded up to a power of two iff its significand is at
+    least 1.75, its exponent minus 2, clamped to [0, 254]. JOINED takes the maximum in one
+    reduction over the 32 values, else the pairs' maximum first, then 16: the same bytes; which
+    compiles leaner depends on the layout (docs/gfx950.md, "The fp4 converts")."""
+    # tl.max and tl.maximum leave NaNs out (maxnum) when compiled and under triton 3.9's
+    # interpreter (3.6's lets tl.maximum propagate them, so there JOINED alone is exact); "* 1.0"
+    # quiets signalling NaNs, which numpy's max reduction would keep, and compiles to nothing.
+    even = tl.abs(even_bits.to(tl.float32, bitcast=True) * 1.0)
+    odd = tl.abs(odd_bits.to(tl.float32, bitcast=True) * 1.0)
+    if JOINED:
+        amax = tl.max(tl.reshape(tl.join(even, odd), (even.shape[0], even.shape[1], 32)), axis=2)
+    else:
+        amax = tl.max(tl.maximum(even, odd), axis=2)
+    # A block of NaNs only keeps a NaN amax (exponent field 255, like Inf): byte 254.
+    exp_r = ((amax.to(tl.int32, bitcast=True) + 0x200000) >> 23) & 0x1FF
+    return tl.where(exp_r >= 255, 254, tl.minimum(tl.maximum(exp_r - 2, 0), 254))
+
+
+@triton.jit
+def mx_convert_pairs(even_bits, odd_bits, GFX950: tl.constexpr, JOINED: tl.constexpr = False):
+    """SPEC 3.3 quantization of element pairs given as the fp32 bit patterns (int32 [R, G, 16]) of
+    bf16 values (16 low bits clear), elements 2j and 2j+1 of each 32-block -> (fp4 bytes uint8
+    [R, G, 16], e8m0 bytes uint8 [R, G]), through the convert (fp4_pair) on nudged values."""
+    scale = mx_block_scale(even_bits, odd_bits, JOINED)
+    fp4 = fp4_pair(even_bits | 1, odd_bits | 1, scale[:, :, None], GFX950)
+    return fp4, scale.to(tl.uint8)
+
+
+@triton.jit
+def mx_convert_bf16_pairs(pairs, GFX950: tl.constexpr):
+    """mx_convert_pairs of bf16 pairs given as int32 (element 2j in the low half, [R, G, 16])."""
+    return mx_convert_pairs(pairs << 16, pairs & -0x10000, GFX950, True)
