@@ -66,3 +66,21 @@ def test_the_readme_is_a_users_page():
     first_bundle = next(i for i, c in enumerate(commands) if c.startswith("python bundle.py"))
     first_use = next(i for i, c in enumerate(commands) if "dist/" in c and not c.startswith("python bundle.py"))
     assert first_bundle < first_use
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor of a markdown heading: lower case, punctuation dropped, spaces to dashes."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_notes_and_results_indexes_link_to_existing_entries():
+    for index in ("NOTES.md", "RESULTS.md"):
+        text = (ROOT / "bench" / index).read_text()
+        links = re.findall(r"\]\(((?:notes|results)/[^)#]+)(?:#([^)]+))?\)", text)
+        assert len(links) >= 8, index
+        for path, anchor in links:
+            target = ROOT / "bench" / path
+            assert target.is_file(), f"{index}: {path}"
+            if anchor:
+                headings = {_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", target.read_text(), flags=re.M)}
+                assert anchor in headings, f"{index}: {path}#{anchor}"
