@@ -155,6 +155,7 @@ def test_every_tool_says_error_the_same_way(tmp_path, capsys):
     from bench.tune import aiter_rows, tiles
 
     unknown = "unknown case 'nope': use tests, benchmarks, smoke, official, all"
+    interpret = os.environ.get("TRITON_INTERPRET")
     for main, argv, line in (
         (cli.main, ["--cases", "nope"], f"python -m bench: error: {unknown}"),
         (seed_check.main, ["--cases", "nope"], f"python -m bench.seed_check: error: --cases: {unknown}"),
@@ -167,6 +168,8 @@ def test_every_tool_says_error_the_same_way(tmp_path, capsys):
         (gfx950_run.main, ["--cases", "nope"], f"python -m bench.gfx950: error: --cases: {unknown}"),
     ):
         assert _tool_error(main, argv, capsys).startswith(line), (main.__module__, argv)
+        # bench.gfx950 compiles with the interpreter off: the caller's setting comes back after it
+        assert os.environ.get("TRITON_INTERPRET") == interpret, (main.__module__, argv)
 
 
 def test_the_tile_tuner_takes_the_runners_cases(capsys):
@@ -258,8 +261,6 @@ def test_moe_backend_is_honoured_and_recorded(tmp_path, monkeypatch):
     doc = json.loads((tmp_path / "test.json").read_text())
     assert doc["meta"]["backends"][0]["moe_backend"] == "reference"
     assert [(r["backend"], r["status"]) for r in doc["rows"]] == [("reference", "pass")]
-    # the reference takes milliseconds; the Triton interpreter seconds on this case
-    assert doc["rows"][0]["call_us"] < 1e6
     assert os.environ["MOE_BACKEND"] == "reference"
 
 

@@ -21,6 +21,7 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
+from unittest import mock
 
 from bench.gfx950 import model
 
@@ -289,7 +290,10 @@ def main(argv=None) -> int:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
         return 2
     try:
-        status = _check(args, asm_folder)
+        # Off before the kernels' modules are imported (they decorate at import), and back as it was
+        # after: a caller in this process (the tests) keeps its own.
+        with mock.patch.dict(os.environ, {"TRITON_INTERPRET": "0"}):
+            status = _check(args, asm_folder)
     except KeyboardInterrupt:
         if asm_folder:
             asm_folder.discard()
@@ -308,7 +312,6 @@ def main(argv=None) -> int:
 
 def _check(args, asm_folder: AsmFolder | None) -> int:
     """The check itself (main has checked the output paths): its exit status, 2 on bad options."""
-    os.environ["TRITON_INTERPRET"] = "0"  # before the kernels' modules are imported: they decorate at import
     import triton
 
     from bench.gfx950 import report
