@@ -144,6 +144,13 @@ def test_split_k_and_slot_stores_match_the_plain_tiles_and_reference(case, varia
     assert native_launches(tiles) == tiles.route_launches + 2 + (tiles.stage2_store == "slots")
 
 
+@needs_dot_scaled
+def test_128_row_blocks_match_reference():
+    # The E-33 bs-512 rows' routing blocks (tiles_amd), one block per expert here.
+    data = generate_input(**SPLIT_CASE)
+    assert_matches_reference(data, run_native(data, table_tiles(data)._replace(block_m=128, route_launches=1)))
+
+
 def test_split_k_and_store_fields_are_checked():
     data = generate_input(**small_case())
     tiles = table_tiles(data)
@@ -323,7 +330,7 @@ def test_native_tiles_cover_every_official_shape():
         key = (case["dhidden"], case["dexpert"], experts, topk, case["bs"])
         assert key in NATIVE_TUNED
         cfg = native_tile_config(case["bs"], case["dhidden"], case["dexpert"], experts, topk)
-        assert cfg.block_m in (16, 32, 64) and cfg.block_n1 % 32 == 0
+        assert cfg.block_m in (16, 32, 64, 128) and cfg.block_n1 % 32 == 0
         # The selection's candidates: kernel variants of the row, each with its launch count.
         for name, alt in NATIVE_ALTERNATES[key].items():
             assert alt != cfg and alt._replace(**NATIVE_VARIANTS[name]) == alt, name
