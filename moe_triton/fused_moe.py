@@ -31,6 +31,7 @@ from moe_triton.kernels.decode import moe_prep_kernel, moe_stage1_kernel, moe_st
 from moe_triton.kernels.fp8 import moe_fp8_prep_kernel, moe_fp8_stage1_kernel, moe_fp8_stage2_kernel
 from moe_triton.kernels.native import (
     moe_native_prep_kernel,
+    moe_native_reduce_kernel,
     moe_native_route_kernel,
     moe_native_stage1_kernel,
     moe_native_stage2_kernel,
@@ -52,6 +53,8 @@ COUNT_CHUNK = 1024
 # gfx950, 128 did not) and output elements zeroed per step.
 OWN_ROUTE_COMPARES = 4096
 ZERO_BLOCK = 1024
+# stage2_store "slots": output columns per program of the launch that sums each token's slot rows.
+REDUCE_BLOCK = 2048
 
 
 def interpreting() -> bool:
@@ -243,6 +246,7 @@ def route_and_quantize(
     native: bool = False,
     quantize: bool = True,
     launches: int = 2,
+    zero: bool = True,
 ):
     """Launches 1 and 2: the aiter-compatible routing of topk_ids for routing blocks of block_m
     rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activations a1 (hidden_states
@@ -250,7 +254,7 @@ def route_and_quantize(
     from the buffers pool; a1 is the decode path's bf16 buffer (in _k_slot column order), or with
     native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32]). The native path's variants:
     quantize=False writes no a1 (None; stage 1 quantizes), launches=1 does it all in one launch
-    (moe_native_route_kernel)."""
+    (moe_native_route_kernel), zero=False leaves `out` as it is (stage 2 writes no atomics)."""
     n_tokens, d_hidden = hidden_states.shape
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
@@ -294,6 +298,7 @@ def route_and_quantize(
                 COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
                 QUANT_BLOCKS=QUANT_BLOCKS,
                 QUANT=quantize,
+                ZERO=zero,
                 GFX950=gfx950_converts(),
             )
             return sorted_ids, sorted_expert_ids, num_valid_ids, a1
@@ -311,6 +316,7 @@ def route_and_quantize(
             HIST_CHUNK=hist_chunk,
             QUANT_BLOCKS=QUANT_BLOCKS,
             QUANT=quantize,
+            ZERO=zero,
             GFX950=gfx950_converts(),
         )
     else:
@@ -667,17 +673,34 @@ def _fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids,
 
 def native_launches(cfg: NativeTileConfig) -> int:
     """Kernel launches of one native-path call under these tiles: the routing's, then stage 1
-    and stage 2."""
-    return cfg.route_launches + 2
+    and stage 2, and the slot rows' sum with stage2_store "slots"."""
+    return cfg.route_launches + 2 + (cfg.stage2_store == "slots")
 
 
-def _check_native_tiles(cfg) -> None:
+STAGE2_STORES = ("atomic", "slots")
+STORE_CACHES = ("", ".wt", ".cs")
+
+
+def _check_native_tiles(cfg, d_hidden: int, d_inter: int) -> None:
     if not isinstance(cfg, NativeTileConfig):
         raise ValueError(f"tiles: the native path takes a NativeTileConfig, got {type(cfg).__name__}")
     if cfg.route_launches not in (0, 1, 2):
         raise ValueError(f"tiles: route_launches must be 0, 1 or 2, got {cfg.route_launches}")
     if cfg.route_launches == 0 and not cfg.fused_quant:
         raise ValueError("tiles: route_launches 0 (stage 1 routes its own block) needs fused_quant")
+    if type(cfg.split_k1) is not int or cfg.split_k1 < 1:
+        raise ValueError(f"tiles: split_k1 must be an int >= 1, got {cfg.split_k1!r}")
+    if cfg.stage2_store not in STAGE2_STORES:
+        raise ValueError(f"tiles: stage2_store must be one of {', '.join(STAGE2_STORES)}, got {cfg.stage2_store!r}")
+    if cfg.store_cache not in STORE_CACHES:
+        raise ValueError(f"tiles: store_cache must be one of {STORE_CACHES}, got {cfg.store_cache!r}")
+    if cfg.store_cache and cfg.stage2_store != "slots":
+        raise ValueError("tiles: store_cache applies to the plain stores of stage2_store 'slots' only")
+    if d_hidden % cfg.block_k1 or d_inter % cfg.block_k2:
+        raise ValueError(
+            f"tiles: block_k1 {cfg.block_k1} and block_k2 {cfg.block_k2} must divide d_hidden {d_hidden} "
+            f"and d_inter {d_inter}"
+        )
 
 
 def _fused_moe_native(
@@ -691,18 +714,29 @@ def _fused_moe_native(
     tiles: NativeTileConfig | None,
 ) -> torch.Tensor:
     """fused_moe_triton's native path: the routing and a1 (route_and_quantize; none with
-    route_launches 0), then stage 1 and stage 2 on packed MXFP4 operands (moe_native_kernels)."""
+    route_launches 0), then stage 1 and stage 2 on packed MXFP4 operands (moe_native_kernels),
+    and with stage2_store "slots" the sum of each token's slot rows."""
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
     d_inter = two_inter // 2
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
     cfg = tiles or native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
-    _check_native_tiles(cfg)
+    _check_native_tiles(cfg, d_hidden, d_inter)
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
-    # The native kernels address within an expert, a1, a2 and the output with 32-bit offsets.
-    largest = max(n_tokens * d_hidden, n_blocks * block_m * d_inter // 2, 2 * d_inter * d_hidden // 2)
+    column_tiles = triton.cdiv(d_inter, cfg.block_n1)
+    slots = cfg.stage2_store == "slots"
+    split_tiles = n_blocks * column_tiles if cfg.split_k1 > 1 else 0
+    partial_elements = split_tiles * cfg.split_k1 * 2 * cfg.block_n1 * block_m
+    # The native kernels address within an expert, a1, a2, the output, the slot rows and the
+    # split-K partials with 32-bit offsets.
+    largest = max(
+        (n_slots if slots else n_tokens) * d_hidden,
+        n_blocks * block_m * d_inter // 2,
+        2 * d_inter * d_hidden // 2,
+        partial_elements,
+    )
     if largest >= 2**31:
         raise ValueError(f"hidden_states: {n_tokens} tokens of this shape exceed the native path's 32-bit offsets")
     device = hidden_states.device
@@ -710,6 +744,9 @@ def _fused_moe_native(
     a2_scale = get_buffer("a2_scale", (n_blocks * block_m, d_inter // 32), torch.uint8, device)
     acc_dtype = torch.float32 if interpreting() else torch.bfloat16
     out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
+    # stage2_store "slots": stage 2 stores into one row per slot, the last launch sums them into
+    # out (every element written, so nothing is zeroed).
+    stage2_out = get_buffer("slot_rows", (n_slots, d_hidden), acc_dtype, device) if slots else out
     if cfg.route_launches:
         sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
             hidden_states,
@@ -720,14 +757,21 @@ def _fused_moe_native(
             native=True,
             quantize=not cfg.fused_quant,
             launches=cfg.route_launches,
+            zero=not slots,
         )
     else:
         sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
         a1 = None
+    if split_tiles:
+        partials = get_buffer("split_partials", (partial_elements,), torch.float32, device)
+        arrivals = get_buffer("split_arrivals", (split_tiles,), torch.int32, device, kept_zero=True)
+    else:  # unused without split-K
+        partials, arrivals = a2_scale, num_valid_ids
     # With fused_quant stage 1 reads the hidden states' bf16 bits as int32 pairs (and no scales).
     a1_ptrs = a1 or (hidden_states.view(torch.int32),) * 2
     amd = amd_options(cfg.nonkdim, cfg.waves_per_eu)
-    moe_native_stage1_kernel[(n_blocks, triton.cdiv(d_inter, cfg.block_n1))](
+    own_route = cfg.route_launches == 0
+    moe_native_stage1_kernel[(n_blocks, column_tiles * cfg.split_k1)](
         *a1_ptrs,
         w1.view(torch.uint8),
         w1_scale.view(torch.uint8),
@@ -743,6 +787,8 @@ def _fused_moe_native(
         n_slots,
         d_hidden,
         d_inter,
+        partials,
+        arrivals,
         TOPK=topk,
         BLOCK_M=block_m,
         BLOCK_N=cfg.block_n1,
@@ -750,11 +796,16 @@ def _fused_moe_native(
         XCDS=cfg.xcds,
         W_CACHE=cfg.weight_cache,
         QUANT_A=cfg.fused_quant,
-        ROUTE=cfg.route_launches == 0,
-        EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
-        SLOT_CHUNK=min(OWN_ROUTE_COMPARES // block_m, triton.next_power_of_2(n_slots)),
+        ROUTE=own_route,
+        ZERO=not slots,
+        SPLIT_K=cfg.split_k1,
+        # Only a stage 1 that routes itself reads these: 1 otherwise, so that shapes of one hidden
+        # size share its kernels (one compile per tile).
+        EXPERT_BINS=triton.next_power_of_2(n_experts + 1) if own_route else 1,
+        SLOT_CHUNK=min(OWN_ROUTE_COMPARES // block_m, triton.next_power_of_2(n_slots)) if own_route else 1,
         ZERO_BLOCK=ZERO_BLOCK,
         GFX950=gfx950_converts(),
+        AMD=bool(amd),
         num_warps=cfg.warps1,
         num_stages=cfg.stages1,
         **amd,
@@ -764,7 +815,7 @@ def _fused_moe_native(
         a2_scale,
         w2.view(torch.uint8),
         w2_scale.view(torch.uint8),
-        out,
+        stage2_out,
         topk_weights,
         sorted_ids,
         sorted_expert_ids,
@@ -781,8 +832,21 @@ def _fused_moe_native(
         EVEN_N=d_hidden % cfg.block_n2 == 0,
         XCDS=cfg.xcds,
         W_CACHE=cfg.weight_cache,
+        SLOTS=slots,
+        STORE_CACHE=cfg.store_cache,
         num_warps=cfg.warps2,
         num_stages=cfg.stages2,
         **amd,
     )
+    if slots:
+        moe_native_reduce_kernel[(n_tokens, triton.cdiv(d_hidden, REDUCE_BLOCK))](
+            stage2_out,
+            topk_ids,
+            out,
+            d_hidden,
+            TOPK=topk,
+            TOPK_BINS=triton.next_power_of_2(topk),
+            BLOCK=REDUCE_BLOCK,
+            STORE_CACHE=cfg.store_cache,
+        )
     return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)

@@ -58,7 +58,14 @@ class NativeTileConfig(NamedTuple):
     quantize the bf16 hidden states itself (no a1 buffer; gfx950's fp4 converts, mxfp4/convert.py,
     every column tile repeating it); route_launches counts the launches
     before stage 1 (2: histograms then placement, 1: one launch that does both, 0: stage 1
-    routes its own block and zeroes the output, with fused_quant only)."""
+    routes its own block and zeroes the output, with fused_quant only). split_k1 > 1 splits
+    stage 1's K loop over that many programs per tile: each stores its partial sums, and the one
+    that arrives last (an arrival counter per tile, kept zero between calls) adds them in split
+    order and runs the epilogue. stage2_store is how stage 2 writes: "atomic" adds into the
+    zeroed output, "slots" stores each sorted row's weighted product into its slot's row of a
+    [slots, d_hidden] buffer, and one more launch sums each token's rows into the output (no
+    zeroing, no atomics); store_cache is the cache modifier of those plain stores (".wt"
+    write-through, ".cs" streaming; "slots" only)."""
 
     block_m: int
     block_n1: int
@@ -76,6 +83,9 @@ class NativeTileConfig(NamedTuple):
     weight_cache: str = ""
     fused_quant: bool = False
     route_launches: int = 2
+    split_k1: int = 1
+    stage2_store: str = "atomic"
+    store_cache: str = ""
 
 
 class Fp8TileConfig(NamedTuple):

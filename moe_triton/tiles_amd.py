@@ -19,14 +19,20 @@ NATIVE_TUNED: dict[tuple[int, int, int, int, int], NativeTileConfig] = {
     (7168, 256, 257, 9, 128): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 4),
     # ~18 rows per expert: 32-row blocks halve the blocks; stage 1 128 weight rows, 4 waves.
     (7168, 256, 257, 9, 512): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 4),
-    # ~4 rows per expert; d_inter 512: stage 2 two K steps per tile, 2 tiles per program.
-    (7168, 512, 33, 9, 16): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 2),
-    # ~35 rows per expert: 32-row blocks.
-    (7168, 512, 33, 9, 128): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 2),
-    # ~140 rows per expert: 64-row blocks, 4 MFMA rows per weight row pair (VALU per MFMA ~2-4).
+    # E-33 bs-16 and bs-128, I-2048: bench.gfx950.search's lowest ESTIMATE per shape (triton 3.9;
+    # docs/gfx950.md, "The tile search"), as the row's stage tiles behind two routing launches; the
+    # variant that reaches it (quant0, route1 or route1-mfma32) is the shape's first alternate. Few programs stream the
+    # weights at E-33, so deeper pipelines (3-4 stages) and fewer, longer programs pay.
+    # ~4 rows per expert: 16-row blocks, stage 1 128 weight rows over 8 waves at 4 stages, stage 2
+    # one 64-column tile per program at 3 stages.
+    (7168, 512, 33, 9, 16): NativeTileConfig(16, 64, 256, 8, 4, 64, 256, 4, 3, 1),
+    # ~35 rows per expert: 32-row blocks, stage 1 64 weight rows x 512 of K at 3 stages.
+    (7168, 512, 33, 9, 128): NativeTileConfig(32, 32, 512, 8, 3, 64, 256, 4, 3, 2),
+    # ~140 rows per expert: kept, since the search's lowest on 3.9 (128-row blocks, 1.57x the floor
+    # there) gives 2.15x on 3.6 against this row's 1.83: 64-row blocks, 4 MFMA rows per weight row pair.
     (7168, 512, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 8, 2, 2),
-    # d_inter 2048: stage 2 has 8 K steps, one tile per program over 8 waves.
-    (7168, 2048, 33, 9, 512): NativeTileConfig(64, 64, 256, 4, 2, 128, 256, 8, 2, 1),
+    # d_inter 2048: 128-row blocks, both stages 64-row tiles at 3 stages, 2 stage-2 tiles per program.
+    (7168, 2048, 33, 9, 512): NativeTileConfig(128, 32, 256, 4, 3, 64, 256, 4, 3, 2),
     # The test shapes: few rows per expert, 16-row blocks; long K in stage 2 (d_inter 1024-2048).
     (4096, 1024, 257, 9, 8): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
     (7168, 2048, 33, 9, 32): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
@@ -80,8 +86,9 @@ NATIVE_VARIANTS: dict[str, dict] = {
     # At 32 and 64 rows: 256 weight rows over 8 waves halve the column tiles that repeat the
     # quantization and the rows each wave quantizes (4 waves: 26-28 VALU per MFMA, 8: 13-14).
     "quant0-wide": dict(fused_quant=True, route_launches=0, block_n1=128, warps1=8),
-    # The same on 16-row blocks (the 16-row rows' stage 1): more blocks, 15 VALU per MFMA.
-    "quant0-m16": dict(fused_quant=True, route_launches=0, block_m=16, block_n1=128, warps1=8),
+    # The same on 16-row blocks (the 16-row rows' stage 1, its K step and stages too, which the
+    # searched E-33 rows' deeper stage 1 would overfill the LDS with): more blocks, 15 VALU per MFMA.
+    "quant0-m16": dict(fused_quant=True, route_launches=0, block_m=16, block_n1=128, block_k1=256, warps1=8, stages1=2),
 }
 
 
@@ -105,17 +112,10 @@ _NATIVE_VARIANTS_BY_SHAPE: dict[tuple[int, int, int, int, int], tuple[str, ...]]
         "quant0",
         "quant0-xcd8",
     ),
-    (7168, 512, 33, 9, 16): ("route1", "route1-cg", "quant0", "quant0-cg"),
-    (7168, 512, 33, 9, 128): (
-        "route1-mfma32",
-        "route1-xcd8-mfma32",
-        "quant0-m16",
-        "route1",
-        "route1-xcd8",
-        "quant0-wide",
-    ),
-    (7168, 512, 33, 9, 512): ("route1-mfma32", "route1", "route1-xcd8-mfma32", "route1-xcd8", "xcd8", "quant0-m16"),
-    (7168, 2048, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "xcd8", "quant0-wide"),
+    (7168, 512, 33, 9, 16): ("quant0", "quant0-cg", "route1", "route1-cg"),
+    (7168, 512, 33, 9, 128): ("route1", "route1-xcd8", "quant0-m16"),
+    (7168, 512, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "xcd8", "quant0-m16"),
+    (7168, 2048, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "quant0-m16"),
     (4096, 1024, 257, 9, 8): ("quant0", "quant0-cg", "route1", "route1-cg"),
     (7168, 2048, 33, 9, 32): ("quant0", "quant0-cg", "route1", "route1-cg"),
     (4096, 1536, 65, 7, 128): ("quant0", "quant0-xcd8", "route1", "route1-xcd8"),

@@ -133,6 +133,26 @@ def test_loop_dots_read_the_tile_and_layout_inside_the_loop_only():
     assert dot.replication == 4  # 4 warps x 32 columns over a 32-column tile
 
 
+def test_loop_dots_take_the_innermost_loop_where_an_outer_loop_holds_a_peeled_copy():
+    # Stage 2 at d_inter 512 and more: its loop over output tiles holds the K loop and the
+    # pipeliner's peeled last step, a dot of the same tile; the K steps are the inner loop's.
+    lines = TTGIR.splitlines()
+    start = next(i for i, line in enumerate(lines) if "scf.for" in line)
+    end = next(i for i, line in enumerate(lines) if line.strip().startswith("} loc(#loc2)"))
+    inner = ["  " + line for line in lines[start : end + 1]]
+    peeled = "  " + lines[start + 1].replace("%d =", "%p =")
+    nested = [
+        *lines[:start],
+        "    scf.for %t = %c0 to %m step %c1 : i32 {",
+        *inner,
+        peeled,
+        "    } loc(#loc3)",
+        *lines[end + 1 :],
+    ]
+    dots, in_loop = asm.loop_dots("\n".join(nested))
+    assert in_loop and len(dots) == 1 and (dots[0].m, dots[0].n, dots[0].k) == (128, 32, 256)
+
+
 def test_k_steps_tell_an_unrolled_body_from_replicated_work():
     body = LOOP_ASM.replace("\ts_cbranch_scc1 .LBB0_22\n", "").splitlines()
     loop = asm._counts(asm.instructions("\n".join(body)))  # 4 MFMAs of 16x16x128 per wave
@@ -364,6 +384,51 @@ def test_estimate_adds_gaps_streamed_weights_compute_rounds_and_activations():
     assert est.estimate_us == pytest.approx(expected)
     assert est.floor2_us == pytest.approx(2 * 2.0 + (w1 + w2 + activations) / 4e12 * 1e6)
     assert est.floor_ratio == pytest.approx(est.estimate_us / est.floor2_us)
+
+
+def test_estimate_counts_split_k_partials_and_slot_rows_as_their_launches_bytes():
+    """Split-K: each stage-1 program writes its fp32 partial and reads one on average, and waits three
+    round trips longer; stage2_store "slots": stage 2 writes a bf16 row per slot, the reduction reads them."""
+    from types import SimpleNamespace
+
+    from bench.gfx950.estimate import estimate
+
+    params = dict(dhidden=1024, dexpert=512, nroutedexperts=1, nexpertspertoken=1, nsharedexperts=0, bs=2)
+    m = model.MI355X
+    split = {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT_K": 2}
+
+    def call(stage1, stage2, reduce=None):
+        launches = [
+            (_report("moe_native_stage1_kernel"), SimpleNamespace(grid=(1, 16, 1), constexprs=stage1)),
+            (_report("moe_native_stage2_kernel"), SimpleNamespace(grid=(1, 4, 1), constexprs=stage2)),
+        ]
+        if reduce:
+            reduction = _report("moe_native_reduce_kernel", gemm=False, waves=8)
+            launches.append((reduction, SimpleNamespace(grid=(2, 1, 1), constexprs=reduce)))
+        return estimate(params, launches, gap_us=0.0, fraction=1.0)
+
+    plain = call({"BLOCK_M": 16, "BLOCK_N": 64}, {"BLOCK_M": 16})
+    splitk = call(split, {"BLOCK_M": 16})
+    w1 = 2 * 512 * 1024 * 17 / 32
+    programs = splitk.per_launch[0].programs  # 16 column tiles x splits of the 1 block in the 2 it can take
+    assert programs == plain.per_launch[0].programs == 8
+    partials = programs * 2 * (2 * 64 * 16 * 4)  # a write and a read of one partial per program
+    in_flight = 2 * 16 * 128 * 17 / 32
+    rate = model.stream_seconds(m.with_options(0, 1), 1.0, programs, 2.0, in_flight)
+    assert plain.per_launch[0].bytes_us == pytest.approx(w1 * rate * 1e6)
+    assert splitk.per_launch[0].bytes_us == pytest.approx((w1 + partials) * rate * 1e6)
+    extra = 3 * m.latency_s * 1e6  # the stores, the arrival, the partials' loads, at L0 each
+    assert splitk.per_launch[0].compute_us == pytest.approx(plain.per_launch[0].compute_us + extra)
+    slots = call({"BLOCK_M": 16}, {"BLOCK_M": 16, "SLOTS": True}, {"TOPK": 1, "BLOCK": 2048})
+    rows = 2 * 1 * 1024 * 2  # 2 tokens x 1 slot x H, bf16
+    assert slots.per_launch[1].bytes_us > call({"BLOCK_M": 16}, {"BLOCK_M": 16}).per_launch[1].bytes_us
+    assert slots.per_launch[2].bytes_us == pytest.approx(
+        model.stream_seconds(m.with_options(0, 1), rows, 2, 8 * 4 / 4, 2048 * 2) * 1e6
+    )
+    assert slots.per_launch[1].bytes_us == pytest.approx(
+        model.stream_seconds(m.with_options(0, 1), 1024 * 512 * 17 / 32 + rows, 2, 2.0, in_flight) * 1e6
+    )
+    assert slots.launches == 3
 
 
 def test_gemm_programs_are_the_grid_times_the_expected_share_of_its_blocks():

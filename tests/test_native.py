@@ -86,6 +86,97 @@ def test_kernel_variants_match_reference(case, variant):
     assert_matches_reference(data, run_native(data, table_tiles(data)._replace(**variant)))
 
 
+# Split-K (stage 1's K loop over 2 or 3 programs per tile, the last adding their partial sums) and
+# stage 2's plain stores into slot rows with the last launch's sum, each composed with a routing
+# variant: two launches before stage 1, one, or stage 1 routing its own block (with fused_quant).
+# 3 splits of 128-wide K steps over H-512's 4 leave the third split empty. Small cases (H-512):
+# 5 tokens of 2 experts of 4 and a shared one, and one token.
+SPLIT_CASE = small_case(dhidden=512, bs=5, nroutedexperts=4, nexpertspertoken=2)
+SPLIT_AND_STORE = {
+    "split2-route1": (SPLIT_CASE, dict(split_k1=2, route_launches=1)),
+    "split3-k128-slots-wt": (
+        small_case(bs=1, dhidden=512),
+        dict(split_k1=3, block_k1=128, stage2_store="slots", store_cache=".wt"),
+    ),
+    "split2-quant0-slots-cs": (
+        SPLIT_CASE,
+        dict(split_k1=2, fused_quant=True, route_launches=0, stage2_store="slots", store_cache=".cs"),
+    ),
+}
+
+
+def _poison(data) -> None:
+    """Garbage in every scratch buffer of the pool but those kept zero between calls (KEPT_ZERO),
+    and a NaN tensor of the output's size freed, so that an element a call leaves unwritten shows."""
+    for (name, *_), buf in buffers._pool.items():
+        if name in buffers.KEPT_ZERO:
+            continue
+        buf.fill_(0x77 if buf.dtype == torch.uint8 else -7 if not buf.is_floating_point() else float("nan"))
+    torch.full(data[0].shape, float("nan"), dtype=torch.float32)
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.uint8)
+
+
+@needs_dot_scaled
+@pytest.mark.parametrize(("case", "variant"), SPLIT_AND_STORE.values(), ids=SPLIT_AND_STORE.keys())
+def test_split_k_and_slot_stores_match_the_plain_tiles_and_reference(case, variant):
+    """On two seeds' fresh inputs, scratch and freed output memory poisoned before every call: bit
+    for bit ref_kernel (the partial sums of fp4 products are exact in fp32 at H-512, so their order
+    does not show; the slot rows are summed in ascending expert order, as ref_kernel adds them) and,
+    on the first, the same tiles with split_k1 1 and atomic stores; the inputs untouched, the
+    arrival counters zero again."""
+    for seed in (case["seed"], case["seed"] + 13):
+        data = generate_input(**{**case, "seed": seed})
+        tiles = table_tiles(data)._replace(**variant)
+        inputs = [_bits(t).clone() for t in data[:11]]
+        _poison(data)
+        out = run_native(data, tiles)
+        assert_matches_reference(data, out)
+        if seed == case["seed"]:
+            _poison(data)
+            plain = run_native(data, tiles._replace(split_k1=1, stage2_store="atomic", store_cache=""))
+            assert torch.equal(_bits(out), _bits(plain))
+        assert all(torch.equal(before, _bits(t)) for before, t in zip(inputs, data[:11], strict=True))
+        arrivals = [buf for (name, *_), buf in buffers._pool.items() if name == "split_arrivals"]
+        assert arrivals and all(not buf.any() for buf in arrivals)  # back to zero for the next call
+    assert native_launches(tiles) == tiles.route_launches + 2 + (tiles.stage2_store == "slots")
+
+
+@needs_dot_scaled
+def test_128_row_blocks_match_reference():
+    # The E-33 bs-512 rows' routing blocks (tiles_amd), one block per expert here.
+    data = generate_input(**SPLIT_CASE)
+    assert_matches_reference(data, run_native(data, table_tiles(data)._replace(block_m=128, route_launches=1)))
+
+
+def test_split_k_and_store_fields_are_checked():
+    data = generate_input(**small_case())
+    tiles = table_tiles(data)
+    for bad, message in [
+        (dict(split_k1=0), "split_k1 must be an int >= 1, got 0"),
+        (dict(split_k1=True), "split_k1 must be an int >= 1, got True"),
+        (dict(stage2_store="rows"), "stage2_store must be one of atomic, slots, got 'rows'"),
+        (dict(stage2_store="slots", store_cache=".cg"), "store_cache must be one of"),
+        (dict(store_cache=".wt"), "store_cache applies to the plain stores of stage2_store 'slots' only"),
+        (dict(block_k1=512), "block_k1 512 and block_k2 256 must divide d_hidden 256 and d_inter 256"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            run_native(data, tiles._replace(**bad))
+
+
+def test_a_buffer_kept_zero_starts_zeroed_and_is_left_alone(monkeypatch):
+    # A pool of its own: the non-zero buffer left behind must not reach the other tests' checks.
+    monkeypatch.setattr(buffers, "_pool", type(buffers._pool)())
+    monkeypatch.setattr(buffers, "KEPT_ZERO", set())
+    buf = buffers.get_buffer("test_kept_zero", (5,), torch.int32, torch.device("cpu"), kept_zero=True)
+    assert "test_kept_zero" in buffers.KEPT_ZERO and not buf.any()
+    buf.fill_(3)
+    again = buffers.get_buffer("test_kept_zero", (5,), torch.int32, torch.device("cpu"), kept_zero=True)
+    assert again is buf and again.tolist() == [3] * 5  # never zeroed on later calls
+
+
 @triton.jit
 def _xcd_table(out_ptr, grid, XCDS: tl.constexpr, SIZE: tl.constexpr):
     linear = tl.arange(0, SIZE)
@@ -239,7 +330,7 @@ def test_native_tiles_cover_every_official_shape():
         key = (case["dhidden"], case["dexpert"], experts, topk, case["bs"])
         assert key in NATIVE_TUNED
         cfg = native_tile_config(case["bs"], case["dhidden"], case["dexpert"], experts, topk)
-        assert cfg.block_m in (16, 32, 64) and cfg.block_n1 % 32 == 0
+        assert cfg.block_m in (16, 32, 64, 128) and cfg.block_n1 % 32 == 0
         # The selection's candidates: kernel variants of the row, each with its launch count.
         for name, alt in NATIVE_ALTERNATES[key].items():
             assert alt != cfg and alt._replace(**NATIVE_VARIANTS[name]) == alt, name

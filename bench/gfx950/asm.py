@@ -242,8 +242,8 @@ def mfma_layouts(ttgir: str) -> dict[str, tuple[tuple[int, int], tuple[int, int]
     return out
 
 
-def _loop_lines(ttgir: str) -> list[str]:
-    """Lines inside scf.for regions (their bodies, by indentation)."""
+def _loop_lines(ttgir: str) -> list[tuple[str, int]]:
+    """Lines inside scf.for regions (their bodies, by indentation), each with its loop depth."""
     lines = ttgir.splitlines()
     inside, depth_indent = [], []
     for line in lines:
@@ -252,17 +252,21 @@ def _loop_lines(ttgir: str) -> list[str]:
             depth_indent.pop()
             continue
         if depth_indent:
-            inside.append(line)
+            inside.append((line, len(depth_indent)))
         if re.search(r"=\s*scf\.for\b|^\s*scf\.for\b", line) and line.rstrip().endswith("{"):
             depth_indent.append(indent)
     return inside
 
 
 def loop_dots(ttgir: str) -> tuple[list[Dot], bool]:
-    """The dots inside the TTGIR's loops (the peeled copies outside are left out), and True; or, where
-    no loop holds a dot (a K loop of constant trip count, unrolled), every dot of the kernel and False."""
-    inside = _dots(ttgir, _loop_lines(ttgir))
-    return (inside, True) if inside else (_dots(ttgir, ttgir.splitlines()), False)
+    """The dots of the K loop, the innermost loops that hold dots (the peeled copies outside it are left
+    out, also where an outer loop holds both: stage 2's loop over output tiles around its K loop), and
+    True; or, where no loop holds a dot (a K loop of constant trip count, unrolled), every dot of the
+    kernel and False."""
+    inside = _loop_lines(ttgir)
+    depth = max((d for line, d in inside if _DOT.search(line)), default=0)
+    dots = _dots(ttgir, [line for line, d in inside if d == depth])
+    return (dots, True) if dots else (_dots(ttgir, ttgir.splitlines()), False)
 
 
 def _dots(ttgir: str, lines: list[str]) -> list[Dot]:

@@ -5,8 +5,10 @@ and mxfp4.convert emulates gfx950's fp4 convert: per official shape, the table's
 moe_triton.tiles_amd.NATIVE_ALTERNATES entry on --seeds inputs (generate_input with seed + 13 i,
 i = 1..N), each output compared with reference.ref_kernel by the leaderboard's check (reference.
 compare, as check_implementation does; ref_kernel runs once per input, the kernels never write into
-their inputs, which is checked). Before every call the scratch buffers are filled with garbage and a
-NaN tensor of the output's size is freed, so that an element the kernels leave unwritten shows.
+their inputs, which is checked; split-K's arrival counters must be zero again after each call).
+Before every call the scratch buffers are filled with garbage (not the counters, which the kernels
+keep zero between calls) and a NaN tensor of the output's size is freed, so that an element the
+kernels leave unwritten shows.
 Writes native_check.md and native_check.json (per shape and variant: launches, passes, the worst
 error as a fraction of the tolerance, seconds) under --out (default $OUT); no shape is started
 after --max-seconds. Exit status 1 if any check failed or a shape was not run. A correctness
@@ -21,12 +23,15 @@ from pathlib import Path
 
 
 def poison(n_tokens: int, d_hidden: int, device) -> None:
-    """Garbage in every scratch buffer of the pool and in freed memory of the output's size."""
+    """Garbage in every scratch buffer of the pool (but those the kernels keep zero between calls,
+    buffers.KEPT_ZERO: split-K's arrival counters) and in freed memory of the output's size."""
     import torch
 
     import buffers
 
-    for buf in buffers._pool.values():
+    for (name, *_), buf in buffers._pool.items():
+        if name in buffers.KEPT_ZERO:
+            continue
         if buf.dtype == torch.uint8:
             buf.fill_(0x77)
         elif buf.is_floating_point():
@@ -34,6 +39,13 @@ def poison(n_tokens: int, d_hidden: int, device) -> None:
         else:
             buf.fill_(-7)
     torch.full((n_tokens, d_hidden), float("nan"), dtype=torch.bfloat16, device=device)
+
+
+def kept_zero() -> bool:
+    """Whether the buffers the kernels keep zero between calls (buffers.KEPT_ZERO) are zero after a call."""
+    import buffers
+
+    return all(not buf.any() for (name, *_), buf in buffers._pool.items() if name in buffers.KEPT_ZERO)
 
 
 def variants_of(params: dict, names: list[str] | None) -> dict:
@@ -88,11 +100,13 @@ def check_case(case, seeds: int, names: list[str] | None) -> list[dict]:
             row["seconds"] += time.perf_counter() - t0
             ok, message = compare(out, expected)
             unchanged = all(map(torch.equal, inputs, (hidden, topk_weights, topk_ids)))
-            ok = ok and unchanged
+            rezeroed = kept_zero()
+            ok = ok and unchanged and rezeroed
             row["passed"] += ok
             row["worst"] = max(row["worst"], worst_error(out, expected))
             if not ok and not row["first_failure"]:
                 why = message.splitlines()[0] if unchanged else "an input was modified"
+                why = why if rezeroed else "split-K arrival counters left non-zero"
                 row["first_failure"] = f"seed {params['seed']}: {why}"
     return list(rows.values())
 
