@@ -76,6 +76,9 @@ NATIVE_VARIANTS: dict[str, dict] = {
     # (its step holds the epilogue): 125 / 4 / 62 against 149 / 8 / 70.
     "route1-mfma32": dict(route_launches=1, nonkdim=32),
     "route1-xcd8-mfma32": dict(route_launches=1, xcds=8, nonkdim=32),
+    # I-2048 bs-512 on 64-row blocks behind one routing launch: triton 3.6's lowest ESTIMATE in the
+    # tile search (1.25x the floor, against 1.51x for the row's 128-row blocks, 3.9's lowest).
+    "route1-m64": dict(route_launches=1, block_m=64),
     # 2 launches: stage 1 routes its own block, zeroes its share of the output and quantizes its
     # rows with gfx950's fp4 converts (mxfp4/convert.py); every column tile of stage 1 repeats the
     # quantization. At 16-row blocks (256 x 16 x 256, 8 waves) 124 / 4 / 61 ; 119 / 4 / 61 per K step
@@ -115,7 +118,14 @@ _NATIVE_VARIANTS_BY_SHAPE: dict[tuple[int, int, int, int, int], tuple[str, ...]]
     (7168, 512, 33, 9, 16): ("quant0", "quant0-cg", "route1", "route1-cg"),
     (7168, 512, 33, 9, 128): ("route1", "route1-xcd8", "quant0-m16"),
     (7168, 512, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "xcd8", "quant0-m16"),
-    (7168, 2048, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "route1-xcd8", "quant0-m16"),
+    (7168, 2048, 33, 9, 512): (
+        "route1-m64",
+        "route1-mfma32",
+        "route1-xcd8-mfma32",
+        "route1",
+        "route1-xcd8",
+        "quant0-m16",
+    ),
     (4096, 1024, 257, 9, 8): ("quant0", "quant0-cg", "route1", "route1-cg"),
     (7168, 2048, 33, 9, 32): ("quant0", "quant0-cg", "route1", "route1-cg"),
     (4096, 1536, 65, 7, 128): ("quant0", "quant0-xcd8", "route1", "route1-xcd8"),
