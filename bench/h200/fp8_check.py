@@ -354,32 +354,6 @@ STAGE2 = [
 ]
 
 
-def kernel_times(fn, reps: int) -> dict[str, float]:
-    """Mean device us per kernel name over reps calls (each after an L2-sized flush), dependent
-    launches off so that a kernel's time holds no wait for the previous one."""
-    import torch
-
-    from moe_triton import fused_moe
-
-    flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
-    saved, fused_moe.PDL = fused_moe.PDL, False
-    try:
-        fn()
-        torch.cuda.synchronize()
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            for _ in range(reps):
-                flush.zero_()
-                fn()
-            torch.cuda.synchronize()
-    finally:
-        fused_moe.PDL = saved
-    totals = {}
-    for event in prof.key_averages():
-        if event.key.startswith("moe_"):
-            totals[event.key] = totals.get(event.key, 0.0) + event.device_time_total / reps
-    return totals
-
-
 def block_m_options(case: dict) -> list[int]:
     from moe_triton.tiles import default_block_m
 
@@ -390,10 +364,12 @@ def block_m_options(case: dict) -> list[int]:
 
 def mode_sweep(args, torch) -> dict:
     from bench.runner.timing import Device
+    from bench.tune.tiles import kernel_times
     from problem.cases import table_key
     from reference import ref_kernel
 
     device = Device("cuda", "official")
+    flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
     results, rows = {}, []
     started = time.perf_counter()
     for name, case in official_cases(args.shapes):
@@ -412,7 +388,7 @@ def mode_sweep(args, torch) -> dict:
                 tail = 32 if block_m >= 128 else 0
                 tiles = fp8._replace(block_m=block_m, tail_m=tail, **s1, **s2)
                 try:
-                    k = kernel_times(lambda t=tiles, d=data: run_tiles(d, t), 3)
+                    k = kernel_times(lambda t=tiles, d=data: run_tiles(d, t), 3, flush)
                 except Exception as exc:  # a tile that does not compile or run is a result
                     log.append({"tiles": repr(tiles), "error": f"{type(exc).__name__}: {exc}"[:200]})
                     continue
