@@ -25,31 +25,17 @@ rounds to 255, Inf or above 1.75 * 2^127, gives 254).
 import triton
 import triton.language as tl
 
+from mxfp4.encode import e2m1_magnitude, quarter_steps
+
 
 @triton.jit
 def fp4_code_emulated(bits, scale_byte):
     """The E2M1 code (sign in bit 3) that the convert gives an fp32 bit pattern (int32) at the
     scale whose exponent field is scale_byte: |x| * 2^(127 - scale_byte) rounded to nearest
     even on 0, 0.5, 1, 1.5, 2, 3, 4, 6, saturating; Inf and NaN saturate."""
-    mag = bits & 0x7FFFFFFF
-    e = mag >> 23
-    sig = (mag & 0x7FFFFF) | tl.where(e > 0, 0x800000, 0)
-    # 4 |y| = sig * 2^sh: floor(4 |y|) against the doubled E2M1 midpoints, and whether it is exact.
-    sh = tl.maximum(e, 1) - scale_byte - 21
-    up = sig << tl.minimum(tl.maximum(sh, 0), 5)  # 5 left shifts already pass the top midpoint
-    down_by = tl.minimum(tl.maximum(-sh, 0), 31)
-    down = sig >> down_by
-    v = tl.where(sh >= 0, up, down)
-    exact = (sh >= 0) | ((down << down_by) == sig)
-    code = (
-        (v >= 1).to(tl.int32)
-        + (v >= 3).to(tl.int32)
-        + (v >= 5).to(tl.int32)
-        + (v >= 7).to(tl.int32)
-        + (v >= 10).to(tl.int32)
-        + (v >= 14).to(tl.int32)
-        + (v >= 20).to(tl.int32)
-    )
+    # floor(4 |y|) against the doubled E2M1 midpoints, and whether it is exact.
+    v, exact, e = quarter_steps(bits & 0x7FFFFFFF, scale_byte, 23)
+    code = e2m1_magnitude(v)
     # Exact ties whose lower neighbour is even (0.25, 1.25, 2.5, 5) stay down.
     tie_down = exact & ((v == 1) | (v == 5) | (v == 10) | (v == 20))
     code = tl.where(e == 255, 7, code - tie_down.to(tl.int32))

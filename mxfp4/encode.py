@@ -33,16 +33,27 @@ def mx_scale_byte(mag_even, mag_odd, MANT: tl.constexpr):
 
 
 @triton.jit
-def e2m1_nibble(raw, mag, sbyte, MANT: tl.constexpr):
-    """E2M1 nibble (sign in bit 3) of elements given as bit patterns, scale byte broadcast."""
+def quarter_steps(mag, sbyte, MANT: tl.constexpr):
+    """floor(4 |x| 2^-s) of elements given as magnitude bits (s = sbyte - 127; values past the
+    top midpoint stay past it), whether that floor is exact, and the exponent field (255: Inf or
+    NaN). Shared with mxfp4.convert's emulation of gfx950's convert, which rounds ties otherwise."""
     e = mag >> MANT
     sig = (mag & ((1 << MANT) - 1)) | tl.where(e > 0, 1 << MANT, 0)
     # 4 |x| 2^-s = sig * 2^sh  with  sh = max(e, 1) - MANT - (s + 127) + 2
     sh = tl.maximum(e, 1) - MANT - sbyte + 2
     up = sig << tl.minimum(tl.maximum(sh, 0), 5)  # 5 left shifts already exceed the top midpoint
-    down = sig >> tl.minimum(tl.maximum(-sh, 0), 31)
+    down_by = tl.minimum(tl.maximum(-sh, 0), 31)
+    down = sig >> down_by
     v = tl.where(sh >= 0, up, down)
-    code = (
+    exact = (sh >= 0) | ((down << down_by) == sig)
+    return v, exact, e
+
+
+@triton.jit
+def e2m1_magnitude(v):
+    """The E2M1 magnitude code of v = floor(4 |y|): the count of the doubled E2M1 midpoints
+    1, 3, 5, 7, 10, 14, 20 it reaches, which rounds ties away from zero."""
+    return (
         (v >= 1).to(tl.int32)
         + (v >= 3).to(tl.int32)
         + (v >= 5).to(tl.int32)
@@ -51,7 +62,13 @@ def e2m1_nibble(raw, mag, sbyte, MANT: tl.constexpr):
         + (v >= 14).to(tl.int32)
         + (v >= 20).to(tl.int32)
     )
-    code = tl.where(e == 255, 7, code)  # Inf / NaN elements
+
+
+@triton.jit
+def e2m1_nibble(raw, mag, sbyte, MANT: tl.constexpr):
+    """E2M1 nibble (sign in bit 3) of elements given as bit patterns, scale byte broadcast."""
+    v, _, e = quarter_steps(mag, sbyte, MANT)
+    code = tl.where(e == 255, 7, e2m1_magnitude(v))  # Inf / NaN elements
     return code | (((raw >> (MANT + 8)) & 1) << 3)
 
 
