@@ -54,6 +54,15 @@ def test_the_lds_floor_drops_tiles_that_cannot_hold_two_waves_per_simd():
     assert search.max_waves(1, _stage1()) == 8
 
 
+def test_the_lds_floor_holds_the_activation_tiles_as_triton_3_6_allocates_them():
+    # E-33 bs-512's stage 1 as tiles_amd's row has it: 64 weight rows and 64 activation rows x 256 of K,
+    # 3 tiles in flight at 4 stages: 51.0 KiB, the LDS triton 3.6 gives the compiled kernel for gfx950
+    # (bench/results/gfx950/native-kernel-variants-triton-3.6.0.md), so 3 workgroups per CU.
+    tile = _stage1(block_n1=32, warps1=4, stages1=4)
+    assert search.lds_floor(1, tile, 64) == 51.0 * 1024
+    assert search.max_waves(1, tile, 64) == 3 and search.max_waves(1, tile) == 6
+
+
 def test_the_bound_is_the_models_launch_time_without_issue_at_the_best_occupancy():
     tile = _stage1(stages1=3, split_k1=2)
     params, machine = E33_BS16, model.MI355X
@@ -72,7 +81,7 @@ def test_the_bound_is_the_models_launch_time_without_issue_at_the_best_occupancy
     in_flight = 2 * (256 + 16) * 256 * (1 / 2 + 1 / 32)
     want = min(
         model.launch_time(machine, model.LaunchWork(mean, variance, 4 * w / 8, work, nbytes, in_flight)).seconds
-        for w in range(2, search.max_waves(1, tile) + 1)
+        for w in range(2, search.max_waves(1, tile, 16) + 1)
     )
     assert search.stage_bound(1, params, 16, tile) == pytest.approx(want * 1e6)
 

@@ -356,3 +356,24 @@ def test_the_h200_native_check_runs_and_writes_its_table(tmp_path):
     rows = json.loads((tmp_path / "native_check.json").read_text())["rows"]
     assert [(r["variant"], r["passed"], r["launches"]) for r in rows] == [("table", 1, 4)]
     assert "| smoke1 | H256-I512-E4+1-k2+1-bs5 | table | 4 | 1/1 |" in (tmp_path / "native_check.md").read_text()
+
+
+@needs_dot_scaled
+def test_the_h200_native_check_takes_extra_variants_of_the_table_tile(tmp_path, capsys):
+    # Split-K stage 1 and slot-row stores (bench/h200/native_extra.json's kinds) on a small shape.
+    import json
+
+    from bench.h200.native_check import main
+
+    extra = tmp_path / "extra.json"
+    variants = {"split2": {"split_k1": 2}, "slots-wt": {"stage2_store": "slots", "store_cache": ".wt"}}
+    extra.write_text(json.dumps(variants))
+    args = ["--shapes", "smoke:1", "--seeds", "1", "--variants", "split2", "slots-wt", "--out", str(tmp_path)]
+    assert main([*args, "--extra-variants", str(extra)]) == 0
+    rows = json.loads((tmp_path / "native_check.json").read_text())["rows"]
+    assert [(r["variant"], r["passed"]) for r in rows] == [("split2", 1), ("slots-wt", 1)]
+    extra.write_text(json.dumps({"x": {"bogus": 1}}))
+    capsys.readouterr()
+    assert main([*args, "--extra-variants", str(extra)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--extra-variants: " in err and "x: no tile field bogus" in err

@@ -195,18 +195,6 @@ def model_constant(text: str) -> tuple[str, float]:
     return field, number
 
 
-def extra_variants(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:
-    """--extra-variants' file: name -> {field: value}, every field one of the path's tile fields."""
-    found = json.loads(path.read_text())
-    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
-        raise ValueError(f"{path}: expected an object of name -> {{field: value}}")
-    for name, changes in found.items():
-        unknown = sorted(set(changes) - set(fields))
-        if unknown:
-            raise ValueError(f"{path}: {name}: no tile field {', '.join(unknown)} (fields: {', '.join(fields)})")
-    return found
-
-
 def ranking_json(title: str, footnote: str, ranking: dict) -> str:
     """--ranking's file, one case a line: its shape key, [variant, ESTIMATE us] lowest first for the
     variants within the limits, and the names of those that break one (no candidates)."""
@@ -317,7 +305,7 @@ def _check(args, asm_folder: AsmFolder | None) -> int:
     from bench.gfx950 import report
     from bench.gfx950.check import analyse
     from bench.gfx950.estimate import assumptions, estimate
-    from bench.gfx950.variants import config_fields, variants
+    from bench.gfx950.variants import config_fields, extra_variants, variants
     from bench.runner.case_args import UsageError, select_cases
     from bench.runner.report import aiter_times
     from problem.cases import table_key

@@ -105,17 +105,19 @@ def _fp4_tile_bytes(rows: int, k: int) -> float:
     return rows * k * est.FP4_BYTES
 
 
-def lds_floor(stage: int, tile: dict) -> float:
-    """LDS a workgroup needs at least: its weight tiles in flight (stages - 1 of them; triton 3.6 holds
-    as many, 3.9 one more, and both add the activation tile)."""
+def lds_floor(stage: int, tile: dict, block_m: int = 0) -> float:
+    """LDS a workgroup needs at least: its tiles in flight, stages - 1 of them, each the weight tile and
+    block_m rows of packed activations (0: a stage 1 that quantizes its own rows, whose bf16 tile takes
+    another path), with their scales. Triton 3.6 allocates exactly this (the compiled kernels' LDS),
+    3.9 one tile more."""
     rows = 2 * tile["block_n1"] if stage == 1 else tile["block_n2"]
-    return max(1, tile[f"stages{stage}"] - 1) * _fp4_tile_bytes(rows, tile[f"block_k{stage}"])
+    return max(1, tile[f"stages{stage}"] - 1) * _fp4_tile_bytes(rows + block_m, tile[f"block_k{stage}"])
 
 
-def max_waves(stage: int, tile: dict) -> int:
+def max_waves(stage: int, tile: dict, block_m: int = 0) -> int:
     """Waves per SIMD that the LDS floor allows (8 at most; the VGPRs may allow fewer)."""
     warps = tile[f"warps{stage}"]
-    workgroups = math.floor(model.LDS_PER_CU / lds_floor(stage, tile))
+    workgroups = math.floor(model.LDS_PER_CU / lds_floor(stage, tile, block_m))
     return min(model.MAX_WAVES_PER_SIMD, workgroups * warps // model.SIMDS_PER_CU)
 
 
@@ -143,7 +145,7 @@ def stage_bound(
     """A lower bound (us) of the ESTIMATE's share of this GEMM launch (module docstring), or None where
     the LDS floor leaves fewer than 2 waves per SIMD. quantizes: stage 1 quantizes its rows, at
     valu_per_element VALU per element and wave lane (1/2, one convert per pair, keeps it a bound)."""
-    top = max_waves(stage, tile)
+    top = max_waves(stage, tile, 0 if quantizes else block_m)
     if top < 2:
         return None
     grid = stage_grid(stage, params, block_m, tile)

@@ -5,6 +5,9 @@ bench.gfx950.run.rank_variants (it compiles); this module imports no other of be
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 TABLE = "table"  # the name of the tile table's own entry, always the first variant
 
 
@@ -37,3 +40,15 @@ def config_fields(path: str = "native") -> tuple[str, ...]:
     from moe_triton import tiles
 
     return (tiles.NativeTileConfig if path == "native" else tiles.TileConfig)._fields
+
+
+def extra_variants(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:
+    """--extra-variants' file: name -> {field: value}, every field one of the path's tile fields."""
+    found = json.loads(path.read_text())
+    if not isinstance(found, dict) or not all(isinstance(v, dict) for v in found.values()):
+        raise ValueError(f"{path}: expected an object of name -> {{field: value}}")
+    for name, changes in found.items():
+        unknown = sorted(set(changes) - set(fields))
+        if unknown:
+            raise ValueError(f"{path}: {name}: no tile field {', '.join(unknown)} (fields: {', '.join(fields)})")
+    return found

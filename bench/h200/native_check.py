@@ -1,14 +1,15 @@
 """`python -m bench.h200.native_check`: every native kernel variant on leaderboard-style seeds (GPU).
 
 Forced native (fused_moe_triton(native=True)) on an NVIDIA GPU, where Triton emulates tl.dot_scaled
-and mxfp4.convert emulates gfx950's fp4 convert: per official shape, the table's tile and every
-moe_triton.tiles_amd.NATIVE_ALTERNATES entry on --seeds inputs (generate_input with seed + 13 i,
-i = 1..N), each output compared with reference.ref_kernel by the leaderboard's check (reference.
-compare, as check_implementation does; ref_kernel runs once per input, the kernels never write into
-their inputs, which is checked; split-K's arrival counters must be zero again after each call).
-Before every call the scratch buffers are filled with garbage (not the counters, which the kernels
-keep zero between calls) and a NaN tensor of the output's size is freed, so that an element the
-kernels leave unwritten shows.
+and mxfp4.convert emulates gfx950's fp4 convert: per official shape, the table's tile, every
+moe_triton.tiles_amd.NATIVE_ALTERNATES entry and --extra-variants' variants of the table tile
+(bench/h200/native_extra.json: split-K stage 1 and slot-row stores, in no table row) on --seeds
+inputs (generate_input with seed + 13 i, i = 1..N), each output compared with reference.ref_kernel
+by the leaderboard's check (reference.compare, as check_implementation does; ref_kernel runs once
+per input, the kernels never write into their inputs, which is checked; split-K's arrival counters
+must be zero again after each call). Before every call the scratch buffers are filled with garbage
+(not the counters, which the kernels keep zero between calls) and a NaN tensor of the output's size
+is freed, so that an element the kernels leave unwritten shows.
 Writes native_check.md and native_check.json (per shape and variant: launches, passes, the worst
 error as a fraction of the tolerance, seconds) under --out (default $OUT); no shape is started
 after --max-seconds. Exit status 1 if any check failed or a shape was not run. A correctness
@@ -48,20 +49,16 @@ def kept_zero() -> bool:
     return all(not buf.any() for (name, *_), buf in buffers._pool.items() if name in buffers.KEPT_ZERO)
 
 
-def variants_of(params: dict, names: list[str] | None) -> dict:
-    from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
-    from problem.cases import table_key
+def variants_of(params: dict, names: list[str] | None, extra: dict | None = None) -> dict:
+    """The table's tile, NATIVE_ALTERNATES' entries and `extra` (bench.gfx950.variants), by name; only
+    `names` where given."""
+    from bench.gfx950.variants import variants
 
-    key = table_key(params)
-    d_hidden, d_inter, n_experts, topk, n_tokens = key
-    found = {
-        "table": native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk),
-        **NATIVE_ALTERNATES.get(key, {}),
-    }
+    found = dict(variants(params, "native", extra))
     return {name: tiles for name, tiles in found.items() if names is None or name in names}
 
 
-def check_case(case, seeds: int, names: list[str] | None) -> list[dict]:
+def check_case(case, seeds: int, names: list[str] | None, extra: dict | None = None) -> list[dict]:
     import torch
 
     from bench.runner.case_args import LEADERBOARD_SEED_STEP
@@ -69,7 +66,7 @@ def check_case(case, seeds: int, names: list[str] | None) -> list[dict]:
     from reference import compare, generate_input, ref_kernel
     from selection.selector import worst_error
 
-    variants = variants_of(case.params, names)
+    variants = variants_of(case.params, names, extra)
     rows = {
         name: dict(
             shape=case.shape,
@@ -136,6 +133,12 @@ def main(argv=None) -> int:
     p.add_argument("--shapes", nargs="+", default=["official"], help="case selectors as for python -m bench")
     p.add_argument("--seeds", type=positive_int, default=20, help="inputs per shape (seed + 13 i, i = 1..N)")
     p.add_argument("--variants", nargs="+", default=None, help="only these variant names (table, NATIVE_ALTERNATES')")
+    p.add_argument(
+        "--extra-variants",
+        type=Path,
+        help="also these variants of each case's table tile: a JSON file of name -> {field: value}, as for "
+        "python -m bench.gfx950 (e.g. bench/h200/native_extra.json)",
+    )
     p.add_argument("--out", default=None, help="folder for native_check.md / .json (default $OUT)")
     p.add_argument(
         "--max-seconds", type=positive_float, default=420, help="start no further shape after this long (default 420)"
@@ -144,6 +147,12 @@ def main(argv=None) -> int:
     out_dir = args.out or os.environ.get("OUT", "")
     if not out_dir:
         return p.fail("--out: no folder given and OUT is not set")
+    from bench.gfx950.variants import config_fields, extra_variants
+
+    try:
+        extra = extra_variants(args.extra_variants, config_fields("native")) if args.extra_variants else {}
+    except (OSError, ValueError) as exc:
+        return p.fail(f"--extra-variants: {exc}")
     import torch
 
     from moe_triton.fused_moe import interpreting
@@ -162,7 +171,7 @@ def main(argv=None) -> int:
         if time.perf_counter() - t0 > args.max_seconds:
             skipped.append(case.label)
             continue
-        found = check_case(case, args.seeds, args.variants)
+        found = check_case(case, args.seeds, args.variants, extra)
         for r in found:
             verdict = "ok" if r["passed"] == r["seeds"] else "FAIL " + r["first_failure"]
             print(
