@@ -201,8 +201,11 @@ class _Launch:
 class _DecodePlan:
     """The recorded launches of one shape (tiles, grids, constexprs, scratch buffers held)."""
 
-    def __init__(self, launches: list[_Launch], out_shape: tuple, acc_dtype: torch.dtype, direct: bool):
+    def __init__(
+        self, launches: list[_Launch], out_shape: tuple, acc_dtype: torch.dtype, direct: bool, bits: bool = False
+    ):
         self.launches, self.out_shape, self.acc_dtype = launches, out_shape, acc_dtype
+        self.bits = bits  # the launches take the hidden states as int32 pairs too (the native path)
         self.direct = direct and all(launch.compiled is not None for launch in launches)
         self.tried = False  # a direct replay has gone through once
         self.first_out: torch.Tensor | None = None
@@ -212,18 +215,21 @@ class _DecodePlan:
         raw = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
         if self.direct and _hooks_idle() and all(t.data_ptr() % 16 == 0 for t in raw):
             stream = driver.active.get_current_stream(driver.active.get_current_device())
+            # A direct launch passes pointers: the hidden states stand for their int32 view.
+            tensors = (*raw, out, hidden_states) if self.bits else (*raw, out)
             try:
                 for launch in self.launches:
-                    launch.direct((*raw, out), stream)
+                    launch.direct(tensors, stream)
                 self.tried = True
                 return out
             except Exception:
                 if self.tried:
                     raise
                 self.direct = False  # the launcher is not called as this Triton expects: JIT launches
-        tensors = (hidden_states, *(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale)), topk_weights)
+        tensors = (hidden_states, *(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale)), topk_weights, topk_ids)
+        tensors += (out, hidden_states.view(torch.int32)) if self.bits else (out,)
         for launch in self.launches:
-            launch.jit((*tensors, topk_ids, out))
+            launch.jit(tensors)
         return out
 
 
@@ -247,6 +253,8 @@ def route_and_quantize(
     quantize: bool = True,
     launches: int = 2,
     zero: bool = True,
+    quant_blocks: int = QUANT_BLOCKS,
+    hidden_bits: torch.Tensor | None = None,
 ):
     """Launches 1 and 2: the aiter-compatible routing of topk_ids for routing blocks of block_m
     rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activations a1 (hidden_states
@@ -254,7 +262,10 @@ def route_and_quantize(
     from the buffers pool; a1 is the decode path's bf16 buffer (in _k_slot column order), or with
     native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32]). The native path's variants:
     quantize=False writes no a1 (None; stage 1 quantizes), launches=1 does it all in one launch
-    (moe_native_route_kernel), zero=False leaves `out` as it is (stage 2 writes no atomics)."""
+    (moe_native_route_kernel), zero=False leaves `out` as it is (stage 2 writes no atomics),
+    quant_blocks sets the 32-blocks per quantizing program (NativeTileConfig.quant_blocks);
+    hidden_bits is hidden_states viewed as int32 pairs (the native launches' view of it; made here if
+    None, given by a caller whose launches are recorded into a plan)."""
     n_tokens, d_hidden = hidden_states.shape
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
@@ -263,7 +274,7 @@ def route_and_quantize(
     hist_chunk, n_chunks = histogram_chunks(n_slots)
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
-    quant_programs = triton.cdiv(n_tokens * d_hidden // 32, QUANT_BLOCKS)
+    quant_programs = triton.cdiv(n_tokens * d_hidden // 32, quant_blocks)
     fast = fast_decode(device) and not native
     pdl = pdl_options(fast)
     if native:
@@ -277,10 +288,13 @@ def route_and_quantize(
         )
         # Without a1 its pointers are the hidden states' (never written: QUANT is off).
         a1_ptrs = a1 or (hidden_states, hidden_states)
+        bits = hidden_states.view(torch.int32) if hidden_bits is None else hidden_bits
         if launches == 1:
-            moe_native_route_kernel[(n_experts + quant_programs,)](
+            _launch(
+                moe_native_route_kernel,
+                (n_experts + quant_programs,),
                 topk_ids,
-                hidden_states.view(torch.int32),
+                bits,
                 *a1_ptrs,
                 out,
                 sorted_ids,
@@ -296,15 +310,17 @@ def route_and_quantize(
                 SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
                 MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
                 COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
-                QUANT_BLOCKS=QUANT_BLOCKS,
+                QUANT_BLOCKS=quant_blocks,
                 QUANT=quantize,
                 ZERO=zero,
                 GFX950=gfx950_converts(),
             )
             return sorted_ids, sorted_expert_ids, num_valid_ids, a1
-        moe_native_prep_kernel[(n_chunks + quant_programs,)](
+        _launch(
+            moe_native_prep_kernel,
+            (n_chunks + quant_programs,),
             topk_ids,
-            hidden_states.view(torch.int32),
+            bits,
             *a1_ptrs,
             out,
             chunk_counts,
@@ -314,7 +330,7 @@ def route_and_quantize(
             d_hidden,
             EXPERT_BINS=expert_bins,
             HIST_CHUNK=hist_chunk,
-            QUANT_BLOCKS=QUANT_BLOCKS,
+            QUANT_BLOCKS=quant_blocks,
             QUANT=quantize,
             ZERO=zero,
             GFX950=gfx950_converts(),
@@ -335,7 +351,7 @@ def route_and_quantize(
             d_hidden,
             EXPERT_BINS=expert_bins,
             HIST_CHUNK=hist_chunk,
-            QUANT_BLOCKS=QUANT_BLOCKS,
+            QUANT_BLOCKS=quant_blocks,
             FAST=fast,
             **pdl,
         )
@@ -398,19 +414,29 @@ def fused_moe_triton(
         native = native_default(hidden_states.device)
     if native:
         return _fused_moe_native(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles)
+    inputs = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
     interpret = interpreting()
     key = (hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, PDL, interpret)
-    plan = _plans.get(key)
-    if plan is None:
+
+    def build() -> "_DecodePlan":
         n_tokens, d_hidden = hidden_states.shape
         n_experts, two_inter, _ = w1.shape
         cfg = tiles or static_tiles(
             n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1], fast_decode(hidden_states.device)
         )
-        if isinstance(cfg, Fp8TileConfig):
-            plan = _fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg)
-        else:
-            plan = _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg)
+        return (_fp8_plan if isinstance(cfg, Fp8TileConfig) else _decode_plan)(*inputs, cfg)
+
+    return planned_call(key, build, inputs, interpret)
+
+
+def planned_call(key: tuple, build, inputs: tuple, interpret: bool) -> torch.Tensor:
+    """A call through its shape's plan: build() makes it (and its output) at the key's first call,
+    later calls replay it with their own inputs (hidden_states, w1, w2, w1_scale, w2_scale,
+    topk_weights, topk_ids); the least recently used of more than MAX_PLANS plans is dropped. Under
+    the interpreter (interpret) the fp32 output is returned as bf16."""
+    plan = _plans.get(key)
+    if plan is None:
+        plan = build()
         _plans[key] = plan
         while len(_plans) > MAX_PLANS:
             _plans.popitem(last=False)
@@ -418,7 +444,7 @@ def fused_moe_triton(
         plan.first_out = None
     else:
         _plans.move_to_end(key)
-        out = plan.run(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
+        out = plan.run(*inputs)
     return out if not interpret else out.to(torch.bfloat16)
 
 
@@ -429,23 +455,30 @@ def check_tail(cfg) -> None:
         )
 
 
-def record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids) -> "_DecodePlan":
-    """A first call of a shape: launch_all(out, w1, w2, w1_scale, w2_scale) (the weights as bytes)
-    makes its launches through _launch, which records them into the shape's plan (plan.first_out
-    holds this call's output). The decode and fp8 paths build their plans so."""
+def record_plan(
+    launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native: bool = False
+) -> "_DecodePlan":
+    """A first call of a shape: launch_all(out, w1, w2, w1_scale, w2_scale) (the weights as bytes;
+    native: and the hidden states as int32 pairs, the native launches' view) makes its launches
+    through _launch, which records them into the shape's plan (plan.first_out holds this call's
+    output). The decode, fp8 and native paths build their plans so; direct launches on NVIDIA GPUs
+    (the decode and fp8 paths) and on any GPU (the native path)."""
     global _recording
     device = hidden_states.device
     acc_dtype = torch.float32 if interpreting() else torch.bfloat16
     out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
     weights = tuple(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale))
-    call_tensors = (hidden_states, *weights, topk_weights, topk_ids, out)
+    bits = (hidden_states.view(torch.int32),) if native else ()
+    call_tensors = (hidden_states, *weights, topk_weights, topk_ids, out, *bits)
     _recording = recorded = []
     try:
-        launch_all(out, *weights)
+        launch_all(out, *weights, *bits)
     finally:
         _recording = None
     launches = [_Launch(*launch, call_tensors) for launch in recorded]
-    plan = _DecodePlan(launches, tuple(hidden_states.shape), acc_dtype, direct=fast_decode(device) and DIRECT_LAUNCH)
+    gpu = device.type == "cuda" and not interpreting()
+    direct = DIRECT_LAUNCH and (gpu if native else fast_decode(device))
+    plan = _DecodePlan(launches, tuple(hidden_states.shape), acc_dtype, direct=direct, bits=native)
     plan.first_out = out
     return plan
 
@@ -694,6 +727,8 @@ def _check_native_tiles(cfg, d_hidden: int, d_inter: int) -> None:
         raise ValueError(f"tiles: stage2_store must be one of {', '.join(STAGE2_STORES)}, got {cfg.stage2_store!r}")
     if cfg.store_cache not in STORE_CACHES:
         raise ValueError(f"tiles: store_cache must be one of {STORE_CACHES}, got {cfg.store_cache!r}")
+    if type(cfg.quant_blocks) is not int or cfg.quant_blocks < 1 or cfg.quant_blocks & (cfg.quant_blocks - 1):
+        raise ValueError(f"tiles: quant_blocks must be a power of 2, got {cfg.quant_blocks!r}")
     if cfg.store_cache and cfg.stage2_store != "slots":
         raise ValueError("tiles: store_cache applies to the plain stores of stage2_store 'slots' only")
     if d_hidden % cfg.block_k1 or d_inter % cfg.block_k2:
@@ -715,7 +750,18 @@ def _fused_moe_native(
 ) -> torch.Tensor:
     """fused_moe_triton's native path: the routing and a1 (route_and_quantize; none with
     route_launches 0), then stage 1 and stage 2 on packed MXFP4 operands (moe_native_kernels),
-    and with stage2_store "slots" the sum of each token's slot rows."""
+    and with stage2_store "slots" the sum of each token's slot rows. Its launches are recorded
+    into a plan at the first call of a shape and tiles and replayed after (direct launches on a
+    GPU: a JIT launch's host time per call is several times the E-33 shapes' estimated GPU time)."""
+    inputs = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
+    interpret = interpreting()
+    key = ("native", hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, interpret)
+    return planned_call(key, lambda: _native_plan(*inputs, tiles), inputs, interpret)
+
+
+def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles) -> "_DecodePlan":
+    """The native path's first call of a shape and tiles: its checks, buffers and launches,
+    recorded into its plan."""
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
     d_inter = two_inter // 2
@@ -743,110 +789,121 @@ def _fused_moe_native(
     a2 = get_buffer("a2_fp4", (n_blocks * block_m, d_inter // 2), torch.uint8, device)
     a2_scale = get_buffer("a2_scale", (n_blocks * block_m, d_inter // 32), torch.uint8, device)
     acc_dtype = torch.float32 if interpreting() else torch.bfloat16
-    out = torch.empty((n_tokens, d_hidden), dtype=acc_dtype, device=device)
     # stage2_store "slots": stage 2 stores into one row per slot, the last launch sums them into
     # out (every element written, so nothing is zeroed).
-    stage2_out = get_buffer("slot_rows", (n_slots, d_hidden), acc_dtype, device) if slots else out
-    if cfg.route_launches:
-        sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
-            hidden_states,
-            topk_ids,
-            n_experts,
-            block_m,
-            out,
-            native=True,
-            quantize=not cfg.fused_quant,
-            launches=cfg.route_launches,
-            zero=not slots,
-        )
-    else:
-        sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
-        a1 = None
+    slot_rows = get_buffer("slot_rows", (n_slots, d_hidden), acc_dtype, device) if slots else None
+    if cfg.route_launches == 0:  # stage 1 routes its own block into these
+        routing = routing_buffers(n_slots, n_experts, block_m, device)
     if split_tiles:
         partials = get_buffer("split_partials", (partial_elements,), torch.float32, device)
         arrivals = get_buffer("split_arrivals", (split_tiles,), torch.int32, device, kept_zero=True)
-    else:  # unused without split-K
-        partials, arrivals = a2_scale, num_valid_ids
-    # With fused_quant stage 1 reads the hidden states' bf16 bits as int32 pairs (and no scales).
-    a1_ptrs = a1 or (hidden_states.view(torch.int32),) * 2
     amd = amd_options(cfg.nonkdim, cfg.waves_per_eu)
     own_route = cfg.route_launches == 0
-    moe_native_stage1_kernel[(n_blocks, column_tiles * cfg.split_k1)](
-        *a1_ptrs,
-        w1.view(torch.uint8),
-        w1_scale.view(torch.uint8),
-        a2,
-        a2_scale,
-        sorted_ids,
-        sorted_expert_ids,
-        num_valid_ids,
-        topk_ids,
-        out,
-        n_tokens,
-        n_experts,
-        n_slots,
-        d_hidden,
-        d_inter,
-        partials,
-        arrivals,
-        TOPK=topk,
-        BLOCK_M=block_m,
-        BLOCK_N=cfg.block_n1,
-        BLOCK_K=cfg.block_k1,
-        XCDS=cfg.xcds,
-        W_CACHE=cfg.weight_cache,
-        QUANT_A=cfg.fused_quant,
-        ROUTE=own_route,
-        ZERO=not slots,
-        SPLIT_K=cfg.split_k1,
-        # Only a stage 1 that routes itself reads these: 1 otherwise, so that shapes of one hidden
-        # size share its kernels (one compile per tile).
-        EXPERT_BINS=triton.next_power_of_2(n_experts + 1) if own_route else 1,
-        SLOT_CHUNK=min(OWN_ROUTE_COMPARES // block_m, triton.next_power_of_2(n_slots)) if own_route else 1,
-        ZERO_BLOCK=ZERO_BLOCK,
-        GFX950=gfx950_converts(),
-        AMD=bool(amd),
-        num_warps=cfg.warps1,
-        num_stages=cfg.stages1,
-        **amd,
-    )
-    moe_native_stage2_kernel[(n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2))](
-        a2,
-        a2_scale,
-        w2.view(torch.uint8),
-        w2_scale.view(torch.uint8),
-        stage2_out,
-        topk_weights,
-        sorted_ids,
-        sorted_expert_ids,
-        num_valid_ids,
-        n_tokens,
-        d_hidden,
-        d_inter,
-        TOPK=topk,
-        BLOCK_M=block_m,
-        BLOCK_N=cfg.block_n2,
-        BLOCK_K=cfg.block_k2,
-        K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
-        N_TILES=cfg.n_tiles2,
-        EVEN_N=d_hidden % cfg.block_n2 == 0,
-        XCDS=cfg.xcds,
-        W_CACHE=cfg.weight_cache,
-        SLOTS=slots,
-        STORE_CACHE=cfg.store_cache,
-        num_warps=cfg.warps2,
-        num_stages=cfg.stages2,
-        **amd,
-    )
-    if slots:
-        moe_native_reduce_kernel[(n_tokens, triton.cdiv(d_hidden, REDUCE_BLOCK))](
-            stage2_out,
+
+    def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes, hidden_bits):
+        stage2_out = slot_rows if slots else out
+        if cfg.route_launches:
+            *found, a1 = route_and_quantize(
+                hidden_states,
+                topk_ids,
+                n_experts,
+                block_m,
+                out,
+                native=True,
+                quantize=not cfg.fused_quant,
+                launches=cfg.route_launches,
+                zero=not slots,
+                quant_blocks=cfg.quant_blocks,
+                hidden_bits=hidden_bits,
+            )
+            sorted_ids, sorted_expert_ids, num_valid_ids = found
+        else:
+            (sorted_ids, sorted_expert_ids, num_valid_ids), a1 = routing, None
+        # Unused without split-K: any pointers.
+        split_bufs = (partials, arrivals) if split_tiles else (a2_scale, num_valid_ids)
+        # With fused_quant stage 1 reads the hidden states' bf16 bits as int32 pairs (and no scales).
+        _launch(
+            moe_native_stage1_kernel,
+            (n_blocks, column_tiles * cfg.split_k1),
+            *(a1 or (hidden_bits, hidden_bits)),
+            w1_bytes,
+            w1_scale_bytes,
+            a2,
+            a2_scale,
+            sorted_ids,
+            sorted_expert_ids,
+            num_valid_ids,
             topk_ids,
             out,
+            n_tokens,
+            n_experts,
+            n_slots,
             d_hidden,
+            d_inter,
+            *split_bufs,
             TOPK=topk,
-            TOPK_BINS=triton.next_power_of_2(topk),
-            BLOCK=REDUCE_BLOCK,
-            STORE_CACHE=cfg.store_cache,
+            BLOCK_M=block_m,
+            BLOCK_N=cfg.block_n1,
+            BLOCK_K=cfg.block_k1,
+            XCDS=cfg.xcds,
+            W_CACHE=cfg.weight_cache,
+            QUANT_A=cfg.fused_quant,
+            ROUTE=own_route,
+            ZERO=not slots,
+            SPLIT_K=cfg.split_k1,
+            # Only a stage 1 that routes itself reads these: 1 otherwise, so that shapes of one hidden
+            # size share its kernels (one compile per tile).
+            EXPERT_BINS=triton.next_power_of_2(n_experts + 1) if own_route else 1,
+            SLOT_CHUNK=min(OWN_ROUTE_COMPARES // block_m, triton.next_power_of_2(n_slots)) if own_route else 1,
+            ZERO_BLOCK=ZERO_BLOCK,
+            GFX950=gfx950_converts(),
+            AMD=bool(amd),
+            num_warps=cfg.warps1,
+            num_stages=cfg.stages1,
+            **amd,
         )
-    return out if acc_dtype == torch.bfloat16 else out.to(torch.bfloat16)
+        _launch(
+            moe_native_stage2_kernel,
+            (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
+            a2,
+            a2_scale,
+            w2_bytes,
+            w2_scale_bytes,
+            stage2_out,
+            topk_weights,
+            sorted_ids,
+            sorted_expert_ids,
+            num_valid_ids,
+            n_tokens,
+            d_hidden,
+            d_inter,
+            TOPK=topk,
+            BLOCK_M=block_m,
+            BLOCK_N=cfg.block_n2,
+            BLOCK_K=cfg.block_k2,
+            K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
+            N_TILES=cfg.n_tiles2,
+            EVEN_N=d_hidden % cfg.block_n2 == 0,
+            XCDS=cfg.xcds,
+            W_CACHE=cfg.weight_cache,
+            SLOTS=slots,
+            STORE_CACHE=cfg.store_cache,
+            num_warps=cfg.warps2,
+            num_stages=cfg.stages2,
+            **amd,
+        )
+        if slots:
+            _launch(
+                moe_native_reduce_kernel,
+                (n_tokens, triton.cdiv(d_hidden, REDUCE_BLOCK)),
+                stage2_out,
+                topk_ids,
+                out,
+                d_hidden,
+                TOPK=topk,
+                TOPK_BINS=triton.next_power_of_2(topk),
+                BLOCK=REDUCE_BLOCK,
+                STORE_CACHE=cfg.store_cache,
+            )
+
+    return record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native=True)

@@ -65,7 +65,9 @@ class NativeTileConfig(NamedTuple):
     zeroed output, "slots" stores each sorted row's weighted product into its slot's row of a
     [slots, d_hidden] buffer, and one more launch sums each token's rows into the output (no
     zeroing, no atomics); store_cache is the cache modifier of those plain stores (".wt"
-    write-through, ".cs" streaming; "slots" only)."""
+    write-through, ".cs" streaming; "slots" only). quant_blocks is how many 32-element blocks of
+    the hidden states each quantizing program of the routing launches takes (a power of 2; the
+    decode path's 16 by default: fewer, longer programs where tiny ones take several rounds)."""
 
     block_m: int
     block_n1: int
@@ -86,6 +88,7 @@ class NativeTileConfig(NamedTuple):
     split_k1: int = 1
     stage2_store: str = "atomic"
     store_cache: str = ""
+    quant_blocks: int = 16
 
 
 class Fp8TileConfig(NamedTuple):

@@ -6,6 +6,28 @@ NATIVE_ALTERNATES).
 
 from moe_triton.tiles import NativeTileConfig, default_block_m
 
+
+def _triton_version() -> tuple[int, int]:
+    import triton
+
+    major, minor = triton.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
+# E-33 bs-512 and I-2048 bs-512 (~140 rows per expert): the tile search's lowest for both shapes,
+# per Triton, since triton 3.9's AMD pipeliner keeps one LDS tile more per stage than 3.6's (the
+# compiled kernels' LDS; 3.7 and 3.8 were not compiled here). Each is reached by route1-mfma32.
+# 3.6: 64-row blocks, stage 1 128 weight rows x 256 at 3 stages, stage 2 seven 128-column tiles per
+# program, so that either stage's programs fit one round of the CUs' slots (1.08x and 1.02x the
+# floor; 3.9 gives it half the slots and its stage 2 spills 4 SGPRs there). 3.9: 128-row blocks,
+# stage 1 64 weight rows, stage 2 eight 64-column tiles (1.12x and 1.10x there; 2.00x and 1.58x on
+# 3.6). Both with 128-256 32-blocks per quantizing program of the routing launch.
+_BS512_ROW = (
+    NativeTileConfig(128, 32, 256, 4, 3, 64, 256, 4, 3, 8, quant_blocks=128)
+    if _triton_version() >= (3, 9)
+    else NativeTileConfig(64, 64, 256, 4, 3, 128, 256, 4, 3, 7, quant_blocks=256)
+)
+
 # Chosen from offline gfx950 compiles (bench/gfx950/run.py, triton 3.6 and 3.9), never timed on an
 # MI355X; docs/gfx950.md gives the compiled figures. Shared reasons: the routing block follows the
 # rows per expert (16 below ~24, 32 below ~96, 64 above: the scaled MFMA is 16 wide, so block_m 16
@@ -16,25 +38,23 @@ NATIVE_TUNED: dict[tuple[int, int, int, int, int], NativeTileConfig] = {
     # ~1 row per hit expert: 16-row blocks; stage 1 256 weight rows over 8 waves (2 column tiles
     # of h); stage 2 4 tiles of 128 columns, 4 waves.
     (7168, 256, 257, 9, 16): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 4),
-    (7168, 256, 257, 9, 128): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 4),
+    # bs-128 and bs-512: the routing launches' quantizing programs take 128 32-blocks each (quant_blocks;
+    # the decode path's 16 leave 1792-7168 programs, several rounds of the CUs' slots: 0.7-3.3 us).
+    (7168, 256, 257, 9, 128): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 4, quant_blocks=128),
     # ~18 rows per expert: 32-row blocks halve the blocks; stage 1 128 weight rows, 4 waves.
-    (7168, 256, 257, 9, 512): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 4),
-    # E-33 bs-16 and bs-128, I-2048: bench.gfx950.search's lowest ESTIMATE per shape (triton 3.9;
+    (7168, 256, 257, 9, 512): NativeTileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 4, quant_blocks=128),
+    # E-33 bs-16 and bs-128: bench.gfx950.search's lowest ESTIMATE per shape (triton 3.9;
     # docs/gfx950.md, "The tile search"), as the row's stage tiles behind two routing launches; the
-    # variant that reaches it (quant0, route1 or route1-mfma32) is the shape's first alternate. Few programs stream the
-    # weights at E-33, so deeper pipelines (3-4 stages) and fewer, longer programs pay.
+    # variant that reaches it (quant0 or route1) is the shape's first alternate. Few programs stream
+    # the weights at E-33, so deeper pipelines (3-4 stages) and fewer, longer programs pay.
     # ~4 rows per expert: 16-row blocks, stage 1 128 weight rows over 8 waves at 4 stages, stage 2
     # one 64-column tile per program at 3 stages.
     (7168, 512, 33, 9, 16): NativeTileConfig(16, 64, 256, 8, 4, 64, 256, 4, 3, 1),
     # ~35 rows per expert: 32-row blocks, stage 1 64 weight rows x 512 of K at 3 stages.
     (7168, 512, 33, 9, 128): NativeTileConfig(32, 32, 512, 8, 3, 64, 256, 4, 3, 2),
-    # ~140 rows per expert: triton 3.6's lowest in the search (64-row blocks, stage 1 64 weight rows
-    # at 4 stages, stage 2 four 64-column tiles per program; 1.58x the floor on 3.6 against the
-    # earlier row's 1.83x; 1.90x against 1.76x on 3.9, the runner's Triton more likely 3.6); 3.9's
-    # lowest (128-row blocks, 1.57x there) gives 2.15x on 3.6.
-    (7168, 512, 33, 9, 512): NativeTileConfig(64, 32, 256, 4, 4, 64, 256, 4, 3, 4),
-    # d_inter 2048: 128-row blocks, both stages 64-row tiles at 3 stages, 2 stage-2 tiles per program.
-    (7168, 2048, 33, 9, 512): NativeTileConfig(128, 32, 256, 4, 3, 64, 256, 4, 3, 2),
+    # E-33 bs-512 and I-2048 bs-512 (~140 rows per expert): _BS512_ROW, per Triton.
+    (7168, 512, 33, 9, 512): _BS512_ROW,
+    (7168, 2048, 33, 9, 512): _BS512_ROW,
     # The test shapes: few rows per expert, 16-row blocks; long K in stage 2 (d_inter 1024-2048).
     (4096, 1024, 257, 9, 8): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
     (7168, 2048, 33, 9, 32): NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1),
@@ -78,9 +98,6 @@ NATIVE_VARIANTS: dict[str, dict] = {
     # (its step holds the epilogue): 125 / 4 / 62 against 149 / 8 / 70.
     "route1-mfma32": dict(route_launches=1, nonkdim=32),
     "route1-xcd8-mfma32": dict(route_launches=1, xcds=8, nonkdim=32),
-    # I-2048 bs-512 on 64-row blocks behind one routing launch: triton 3.6's lowest ESTIMATE in the
-    # tile search (1.25x the floor, against 1.51x for the row's 128-row blocks, 3.9's lowest).
-    "route1-m64": dict(route_launches=1, block_m=64),
     # 2 launches: stage 1 routes its own block, zeroes its share of the output and quantizes its
     # rows with gfx950's fp4 converts (mxfp4/convert.py); every column tile of stage 1 repeats the
     # quantization. At 16-row blocks (256 x 16 x 256, 8 waves) 124 / 4 / 61 ; 119 / 4 / 61 per K step
@@ -119,15 +136,8 @@ _NATIVE_VARIANTS_BY_SHAPE: dict[tuple[int, int, int, int, int], tuple[str, ...]]
     ),
     (7168, 512, 33, 9, 16): ("quant0", "quant0-cg", "route1", "route1-cg"),
     (7168, 512, 33, 9, 128): ("route1", "route1-xcd8", "quant0-m16"),
-    (7168, 512, 33, 9, 512): ("route1", "route1-xcd8", "xcd8", "route1-mfma32", "route1-xcd8-mfma32", "quant0-m16"),
-    (7168, 2048, 33, 9, 512): (
-        "route1-m64",
-        "route1-mfma32",
-        "route1-xcd8-mfma32",
-        "route1",
-        "route1-xcd8",
-        "quant0-m16",
-    ),
+    (7168, 512, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "quant0-m16"),
+    (7168, 2048, 33, 9, 512): ("route1-mfma32", "route1-xcd8-mfma32", "route1", "quant0-m16"),
     (4096, 1024, 257, 9, 8): ("quant0", "quant0-cg", "route1", "route1-cg"),
     (7168, 2048, 33, 9, 32): ("quant0", "quant0-cg", "route1", "route1-cg"),
     (4096, 1536, 65, 7, 128): ("quant0", "quant0-xcd8", "route1", "route1-xcd8"),

@@ -2,6 +2,8 @@
 reference.ref_kernel (bit for bit under the CPU interpreter, where both accumulate in fp32; the
 leaderboard's tolerance on a GPU, where stage 2 adds bf16 atomically)."""
 
+import types
+
 import torch
 
 from reference import check_implementation, ref_kernel
@@ -38,3 +40,30 @@ def assert_matches_reference(data, out):
         assert ok, msg
     else:
         assert torch.equal(out, ref), (out.float() - ref.float()).abs().max()
+
+
+class FakeCompiled:
+    """Stands for a CompiledKernel: records how its launcher is called, or raises."""
+
+    def __init__(self, fail=False):
+        self.calls, self.fail = [], fail
+        self.function, self.packed_metadata = "function", "metadata"
+
+    def run(self, *args):
+        if self.fail:
+            raise TypeError("launcher called the wrong way")
+        self.calls.append(args)
+
+
+def go_direct(monkeypatch, plan, fail=False):
+    """The plan's launches through FakeCompiled launchers (a test double of the compiled kernels:
+    no GPU here), its direct launches on."""
+    from moe_triton import fused_moe as moe_triton
+
+    fakes = [FakeCompiled(fail) for _ in plan.launches]
+    for launch, fake in zip(plan.launches, fakes, strict=True):
+        launch.compiled = fake
+    plan.direct = True
+    active = types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda device: 1234)
+    monkeypatch.setattr(moe_triton, "driver", types.SimpleNamespace(active=active))
+    return fakes

@@ -2,11 +2,9 @@
 first call's recorded launches with their own tensors; on the NVIDIA path through the compiled
 kernels' launchers, with the JIT launch as the fallback."""
 
-import types
-
 import pytest
 import torch
-from layer_checks import assert_matches_reference, small_case
+from layer_checks import assert_matches_reference, go_direct, small_case
 
 from moe_triton import fused_moe as moe_triton
 from reference import generate_input
@@ -30,29 +28,6 @@ def plan(monkeypatch):
     run(data)
     (plan,) = moe_triton._plans.values()
     return plan, data
-
-
-class FakeCompiled:
-    """Stands for a CompiledKernel: records how its launcher is called, or raises."""
-
-    def __init__(self, fail=False):
-        self.calls, self.fail = [], fail
-        self.function, self.packed_metadata = "function", "metadata"
-
-    def run(self, *args):
-        if self.fail:
-            raise TypeError("launcher called the wrong way")
-        self.calls.append(args)
-
-
-def go_direct(monkeypatch, plan, fail=False):
-    fakes = [FakeCompiled(fail) for _ in plan.launches]
-    for launch, fake in zip(plan.launches, fakes, strict=True):
-        launch.compiled = fake
-    plan.direct = True
-    active = types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda device: 1234)
-    monkeypatch.setattr(moe_triton, "driver", types.SimpleNamespace(active=active))
-    return fakes
 
 
 def test_later_calls_replay_the_plan_with_their_own_tensors(plan):

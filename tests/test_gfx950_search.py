@@ -161,3 +161,21 @@ def test_combination_names_say_what_runs():
     assert search.describe(cfg) == "r1-m32-128x256w4s3k2-128x256w8s2t2-nk32"
     slots = cfg._replace(route_launches=0, stage2_store="slots", split_k1=1)
     assert search.describe(slots) == "q0-m32-128x256w4s3-128x256w8s2t2-nk32-slots"
+    # The routing launches' quant_blocks where it differs from the decode path's 16.
+    assert search.describe(cfg._replace(quant_blocks=128)) == "r1-m32-128x256w4s3k2-128x256w8s2t2-nk32-q128"
+    assert search.tiles_of(cfg, search.Group(64), "route2", {}, {}, 256).quant_blocks == 256
+
+
+def test_the_best_stage_2_tiles_are_tried_at_every_chain_length():
+    # Two tiles the bound ties; the chain of 7 fits the programs into one round (2.0 us here).
+    us = {(128, 1): 9.0, (128, 4): 3.0, (128, 7): 2.0, (64, 4): 4.0, (64, 7): 5.0}
+    candidates = [(1.0, 1.0, {"block_n2": n, "n_tiles2": t}) for n, t in us]
+
+    def evaluate(tile):
+        return us[tile["block_n2"], tile["n_tiles2"]], 0.0
+
+    best = [search.Found(3.0, {"block_n2": 128, "n_tiles2": 4}), search.Found(4.0, {"block_n2": 64, "n_tiles2": 4})]
+    found, compiled = search.chains_of(best, candidates, evaluate, compiled=2, keep=2)
+    # Chains 1 and 7 of the 128-wide tile, 7 of the 64-wide one (its 1 is no candidate), each once.
+    assert [(f.tile["block_n2"], f.tile["n_tiles2"], f.us) for f in found] == [(128, 7, 2.0), (128, 4, 3.0)]
+    assert compiled == 5

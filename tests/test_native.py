@@ -12,10 +12,11 @@ import torch
 import triton
 import triton.language as tl
 from aiter_double import sorted_buffers
-from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, small_case
+from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, go_direct, small_case
 from test_routing import skewed_topk_ids
 
 import buffers
+from moe_triton import fused_moe
 from moe_triton.fused_moe import fused_moe_triton, native_default, native_launches, route_and_quantize
 from moe_triton.kernels.native import xcd_program
 from moe_triton.tiles import NativeTileConfig, TileConfig
@@ -144,6 +145,72 @@ def test_split_k_and_slot_stores_match_the_plain_tiles_and_reference(case, varia
     assert native_launches(tiles) == tiles.route_launches + 2 + (tiles.stage2_store == "slots")
 
 
+# The routing launches' quantizing programs at more 32-blocks each (NativeTileConfig.quant_blocks:
+# 256 of them cover all of H-768 bs-5's 120 blocks in one masked program) and stage 2 chaining 7
+# column tiles (d_hidden 768 over 64 columns: 12 tiles, the second program's chain 5 long).
+QUANT_AND_CHAINS = {
+    "q64-route1": (VARIANT_CASES["bs33-H768-E4"], dict(quant_blocks=64, route_launches=1)),
+    "q256-route2-t7": (
+        small_case(dhidden=768, bs=5, nroutedexperts=4, nexpertspertoken=2),
+        dict(quant_blocks=256, block_n2=64, n_tiles2=7),
+    ),
+}
+
+
+@needs_dot_scaled
+@pytest.mark.parametrize(("case", "variant"), QUANT_AND_CHAINS.values(), ids=QUANT_AND_CHAINS.keys())
+def test_longer_quantizing_programs_and_chains_match_the_table_tile_and_reference(case, variant):
+    data = generate_input(**case)
+    _poison(data)
+    out = run_native(data, table_tiles(data)._replace(**variant))
+    assert_matches_reference(data, out)
+    _poison(data)
+    assert torch.equal(_bits(out), _bits(run_native(data, table_tiles(data))))
+
+
+# One variant of each launch structure: two routing launches and a1, one routing launch, stage 1
+# quantizing and routing itself with split-K and the slot rows' sum.
+PLAN_VARIANTS = {
+    "route2": dict(),
+    "route1-q64": dict(route_launches=1, quant_blocks=64),
+    "route0-split2-slots": dict(fused_quant=True, route_launches=0, split_k1=2, stage2_store="slots"),
+}
+
+
+@needs_dot_scaled
+@pytest.mark.parametrize("variant", PLAN_VARIANTS.values(), ids=PLAN_VARIANTS.keys())
+def test_later_native_calls_replay_the_plan_with_their_own_tensors(monkeypatch, variant):
+    monkeypatch.setattr(fused_moe, "_plans", type(fused_moe._plans)())
+    first, other = (generate_input(**{**SPLIT_CASE, "seed": seed}) for seed in (5, 6))
+    tiles = table_tiles(first)._replace(**variant)
+    assert_matches_reference(first, run_native(first, tiles))
+    (plan,) = fused_moe._plans.values()
+    assert plan.bits and len(plan.launches) == native_launches(tiles)
+    _poison(other)
+    assert_matches_reference(other, run_native(other, tiles))
+    assert_matches_reference(first, run_native(first, tiles))
+    assert list(fused_moe._plans.values()) == [plan]
+
+
+@needs_dot_scaled
+def test_a_direct_native_launch_takes_the_hidden_states_for_their_int32_view(monkeypatch):
+    # Stage 1 quantizing its rows reads the hidden states as int32 pairs: a direct launch passes
+    # the call's hidden states there (a pointer either way), never the first call's view.
+    monkeypatch.setattr(fused_moe, "_plans", type(fused_moe._plans)())
+    first, other = (generate_input(**{**SPLIT_CASE, "seed": seed}) for seed in (5, 6))
+    tiles = table_tiles(first)._replace(fused_quant=True, route_launches=0)
+    run_native(first, tiles)
+    (plan,) = fused_moe._plans.values()
+    (fake,) = go_direct(monkeypatch, plan)[:1]
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = other
+    plan.run(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
+    stage1 = plan.launches[0]
+    named = dict(zip(fused_moe.inspect.signature(stage1.fn.fn).parameters, fake.calls[0][9:], strict=True))
+    assert stage1.fn.fn.__name__ == "moe_native_stage1_kernel"
+    assert named["a1_ptr"] is hidden and named["a1_scale_ptr"] is hidden
+    assert named["w1_ptr"] is w1 and named["topk_ids_ptr"] is topk_ids
+
+
 @needs_dot_scaled
 def test_128_row_blocks_match_reference():
     # The E-33 bs-512 rows' routing blocks (tiles_amd), one block per expert here.
@@ -161,6 +228,8 @@ def test_split_k_and_store_fields_are_checked():
         (dict(stage2_store="slots", store_cache=".cg"), "store_cache must be one of"),
         (dict(store_cache=".wt"), "store_cache applies to the plain stores of stage2_store 'slots' only"),
         (dict(block_k1=512), "block_k1 512 and block_k2 256 must divide d_hidden 256 and d_inter 256"),
+        (dict(quant_blocks=48), "quant_blocks must be a power of 2, got 48"),
+        (dict(quant_blocks=0), "quant_blocks must be a power of 2, got 0"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_native(data, tiles._replace(**bad))

@@ -5,7 +5,8 @@ only the routing block and the AMD options (nonkdim, waves_per_eu): so per shape
 stage 1's tiles and stage 2's are searched apart, then combined with the routing launches of each
 launch count (route_launches 2 and 1 with the plain stage 1, 0 with the stage 1 that quantizes and
 routes its own block). Space (SPACE): routing blocks by the rows per expert, block_n, block_k, warps
-and stages per stage, split-K for stage 1, stage 2's tiles per program.
+and stages per stage, split-K for stage 1, stage 2's tiles per program; the routing launches at
+the lowest of ROUTE_QUANT_BLOCKS per mode.
 
 A stage's candidates are first bounded by the model's cheap terms, no compile (stage_bound): its bytes
 term exactly (the tile's bytes in flight), its compute term with only the issue cycles it cannot
@@ -58,9 +59,12 @@ SPACE = {
         "block_k2": (128, 256, 512),
         "warps2": (4, 8),
         "stages2": (2, 3),
-        "n_tiles2": (1, 2, 4),
+        "n_tiles2": (1, 2, 4, 7, 8),  # 7: d_hidden 7168 is 7 x 1024, so 7 tiles split its columns evenly
     },
 }
+# 32-blocks per quantizing program of the routing launches (NativeTileConfig.quant_blocks): tiny
+# programs take several rounds of the CUs' slots, long ones fewer.
+ROUTE_QUANT_BLOCKS = (16, 64, 128, 256)
 # The routing launches: name -> (fields, launches per call).
 MODES = {
     "route2": ({"route_launches": 2}, 4),
@@ -173,10 +177,10 @@ def stage_bound(
     return min(times)
 
 
-def tiles_of(table, group: Group, mode: str, stage1: dict, stage2: dict):
+def tiles_of(table, group: Group, mode: str, stage1: dict, stage2: dict, quant_blocks: int | None = None):
     """The NativeTileConfig of a combination (fields over the shape's table tile)."""
     fields = {**MODES[mode][0], "block_m": group.block_m, "nonkdim": group.nonkdim, "waves_per_eu": group.waves_per_eu}
-    return table._replace(**fields, **stage1, **stage2)
+    return table._replace(**fields, **stage1, **stage2, quant_blocks=quant_blocks or table.quant_blocks)
 
 
 def describe(cfg) -> str:
@@ -191,6 +195,7 @@ def describe(cfg) -> str:
             f"-nk{cfg.nonkdim}" if cfg.nonkdim != 16 else "",
             f"-wpe{cfg.waves_per_eu}" if cfg.waves_per_eu else "",
             "-slots" if cfg.stage2_store == "slots" else "",
+            f"-q{cfg.quant_blocks}" if cfg.route_launches and cfg.quant_blocks != 16 else "",
         )
     )
     return f"{mode}-m{cfg.block_m}-{s1}-{s2}{extra}"
@@ -309,19 +314,25 @@ class Search:
         part = estimate.per_launch[index]
         return part.us, part.compute_us
 
-    def fixed_us(self, group: Group) -> dict[str, float]:
-        """Per mode: its routing launches' shares and the activations' (on the table's stage tiles)."""
+    def fixed_us(self, group: Group) -> dict[str, tuple[float, int]]:
+        """Per mode: its routing launches' shares and the activations' (on the table's stage tiles), at
+        the lowest of ROUTE_QUANT_BLOCKS where it has routing launches, and that quant_blocks."""
         out = {}
         for mode, (fields, _) in MODES.items():
-            cfg = self.table._replace(**fields, block_m=group.block_m, nonkdim=group.nonkdim)
-            found = self.call(cfg)
-            if found is None:
-                continue
-            analysed, estimate = found
-            routing = analysed[: len(analysed) - 2]
-            if any(rep.violations for rep, _ in routing):
-                continue
-            out[mode] = sum(x.us for x in estimate.per_launch[: len(analysed) - 2]) + estimate.activations_us
+            for quant_blocks in ROUTE_QUANT_BLOCKS if fields["route_launches"] else (self.table.quant_blocks,):
+                cfg = self.table._replace(
+                    **fields, block_m=group.block_m, nonkdim=group.nonkdim, quant_blocks=quant_blocks
+                )
+                found = self.call(cfg)
+                if found is None:
+                    continue
+                analysed, estimate = found
+                routing = analysed[: len(analysed) - 2]
+                if any(rep.violations for rep, _ in routing):
+                    continue
+                us = sum(x.us for x in estimate.per_launch[: len(analysed) - 2]) + estimate.activations_us
+                if mode not in out or us < out[mode][0]:
+                    out[mode] = (us, quant_blocks)
         return out
 
     def stage_list(self, stage: int, group: Group, mode: str) -> tuple[list[Found], int, int, bool]:
@@ -331,20 +342,40 @@ class Search:
         quantizes = stage == 1 and base.fused_quant
         candidates = []
         for tile in stage_tiles(stage, self.params):
-            if stage == 2 and tile["n_tiles2"] > 1 and -(-self.params["dhidden"] // tile["block_n2"]) < 2:
+            if stage == 2 and tile["n_tiles2"] > -(-self.params["dhidden"] // tile["block_n2"]):
                 continue
             bound = stage_bound(stage, self.params, group.block_m, tile, self.machine, quantizes)
             if bound is not None:
                 order = stage_bound(stage, self.params, group.block_m, tile, self.machine, quantizes, QUANT_VALU)
                 candidates.append((bound, order, tile))
         seed = (stage1_fields if stage == 1 else stage2_fields)(self.table)
-        best, compiled, exact = branch_and_bound(
-            candidates,
-            lambda tile: self.launch_us(base._replace(**tile), index),
-            max_compiled=self.max_compiled,
-            seeds=(seed,),
-        )
+
+        def evaluate(tile: dict) -> tuple[float, float] | None:
+            return self.launch_us(base._replace(**tile), index)
+
+        best, compiled, exact = branch_and_bound(candidates, evaluate, max_compiled=self.max_compiled, seeds=(seed,))
+        if stage == 2:
+            best, compiled = chains_of(best, candidates, evaluate, compiled)
         return best, len(candidates), compiled, exact
+
+
+def chains_of(best: list[Found], candidates: list, evaluate, compiled: int, keep: int = KEEP):
+    """The best stage-2 tiles with every other chain length (n_tiles2) among the candidates tried
+    too: the bound cannot tell them apart where the bytes bound them all, yet the chain sets how many
+    programs there are and so whether the last round is a short one. Returns (best, compiled)."""
+    tiles = [c[2] for c in candidates]
+    tried = [f.tile for f in best]
+    for found in list(best):
+        for n in SPACE["stage2"]["n_tiles2"]:
+            tile = {**found.tile, "n_tiles2": n}
+            if tile in tried or tile not in tiles:
+                continue
+            tried.append(tile)
+            compiled += 1
+            result = evaluate(tile)
+            if result is not None:
+                best = sorted([*best, Found(result[0], tile, result[1])], key=Found.rank)[:keep]
+    return best, compiled
 
 
 def stage1_fields(cfg) -> dict:
@@ -369,8 +400,9 @@ def search_case(case, machine: model.Machine = model.MI355X, log=print, max_comp
             lists.append(_list_row(group, 1, family, bounded, compiled, exact))
         found2, bounded, compiled, exact = search.stage_list(2, group, "route2")
         lists.append(_list_row(group, 2, "any", bounded, compiled, exact))
-        for total, mode, s1, s2 in combine(fixed, stage1, found2, machine.gap_s * 1e6):
-            cfg = tiles_of(search.table, group, mode, s1.tile, s2.tile)
+        shares = {mode: us for mode, (us, _) in fixed.items()}
+        for total, mode, s1, s2 in combine(shares, stage1, found2, machine.gap_s * 1e6):
+            cfg = tiles_of(search.table, group, mode, s1.tile, s2.tile, fixed[mode][1])
             ranked.append(
                 dict(
                     name=describe(cfg),
