@@ -751,8 +751,8 @@ def _fused_moe_native(
     """fused_moe_triton's native path: the routing and a1 (route_and_quantize; none with
     route_launches 0), then stage 1 and stage 2 on packed MXFP4 operands (moe_native_kernels),
     and with stage2_store "slots" the sum of each token's slot rows. Its launches are recorded
-    into a plan at the first call of a shape and tiles and replayed after (direct launches on a
-    GPU: a JIT launch's host time per call is several times the E-33 shapes' estimated GPU time)."""
+    into a plan at the first call of a shape and tiles and replayed after, as the decode path's
+    are (direct launches on a GPU: half the JIT launches' host time per call, docs/gfx950.md)."""
     inputs = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
     interpret = interpreting()
     key = ("native", hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, interpret)
