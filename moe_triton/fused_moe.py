@@ -792,8 +792,6 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
     # stage2_store "slots": stage 2 stores into one row per slot, the last launch sums them into
     # out (every element written, so nothing is zeroed).
     slot_rows = get_buffer("slot_rows", (n_slots, d_hidden), acc_dtype, device) if slots else None
-    if cfg.route_launches == 0:  # stage 1 routes its own block into these
-        routing = routing_buffers(n_slots, n_experts, block_m, device)
     if split_tiles:
         partials = get_buffer("split_partials", (partial_elements,), torch.float32, device)
         arrivals = get_buffer("split_arrivals", (split_tiles,), torch.int32, device, kept_zero=True)
@@ -802,8 +800,11 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
 
     def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes, hidden_bits):
         stage2_out = slot_rows if slots else out
-        if cfg.route_launches:
-            *found, a1 = route_and_quantize(
+        if own_route:  # stage 1 routes its own block into these
+            sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
+            a1 = None
+        else:
+            sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
                 hidden_states,
                 topk_ids,
                 n_experts,
@@ -816,9 +817,6 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                 quant_blocks=cfg.quant_blocks,
                 hidden_bits=hidden_bits,
             )
-            sorted_ids, sorted_expert_ids, num_valid_ids = found
-        else:
-            (sorted_ids, sorted_expert_ids, num_valid_ids), a1 = routing, None
         # Unused without split-K: any pointers.
         split_bufs = (partials, arrivals) if split_tiles else (a2_scale, num_valid_ids)
         # With fused_quant stage 1 reads the hidden states' bf16 bits as int32 pairs (and no scales).
