@@ -132,9 +132,16 @@ def require_unpadded(config: dict) -> None:
             )
 
 
+def silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """SPEC 1 step 3: h = bf16(silu(g) * u), the silu in fp32 (torch's F.silu: g / (1 + exp(-g)))."""
+    return (F.silu(gate) * up).to(torch.bfloat16)
+
+
 @torch.no_grad()
-def ref_kernel(data: "input_t") -> "output_t":
-    """SPEC 1 a4w4 in torch from the raw weights: one pass per expert that is hit."""
+def slot_outputs(data: "input_t", h_of=silu_and_mul):
+    """SPEC 1 a4w4 in torch from the raw weights, one pass per expert that is hit: yields (slots,
+    y * w) per expert, the fp32 contributions of its slots (flat indices into topk_ids) to their
+    tokens' output rows. h_of(gate, up) computes h (bench/numerics/budget.py varies it)."""
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
     require_unpadded(config)
     n_tokens, d_hidden = hidden.shape
@@ -147,15 +154,22 @@ def ref_kernel(data: "input_t") -> "output_t":
     a1 = quant_dequant_activation(hidden)
     slot_ids = topk_ids.reshape(-1)
     slot_weights = topk_weights.reshape(-1)
-    out = torch.zeros((n_tokens, d_hidden), dtype=torch.float32, device=hidden.device)
     with _exact_fp32_matmul():
         for e in torch.unique(slot_ids).tolist():
             slots = torch.nonzero(slot_ids == e).squeeze(1)
-            tokens = slots // topk
-            gate_up = a1[tokens] @ dequantize(w1[e], w1_scale[e]).T
-            h = (F.silu(gate_up[:, :inter]) * gate_up[:, inter:]).to(torch.bfloat16)
+            gate_up = a1[slots // topk] @ dequantize(w1[e], w1_scale[e]).T
+            h = h_of(gate_up[:, :inter], gate_up[:, inter:])
             y = quant_dequant_activation(h) @ dequantize(w2[e], w2_scale[e]).T
-            out.index_add_(0, tokens, y * slot_weights[slots, None])
+            yield slots, y * slot_weights[slots, None]
+
+
+@torch.no_grad()
+def ref_kernel(data: "input_t") -> "output_t":
+    """SPEC 1 a4w4: the slots' contributions (slot_outputs) added per token in fp32, rounded once."""
+    hidden, *_, topk_ids, _config = data
+    out = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
+    for slots, y in slot_outputs(data):
+        out.index_add_(0, slots // topk_ids.shape[1], y)
     return out.to(torch.bfloat16)
 
 

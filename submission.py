@@ -70,10 +70,10 @@ def selection_on() -> bool:
 def selector():
     """The process's selector: the candidates of this platform, choices stored per stamp."""
     from selection.choice_file import ChoiceFile, default_path, stamp
-    from selection.selector import Selector
+    from selection.selector import Selector, candidate_set
 
     def candidates(config: dict):
-        return candidates_for(config, selected_backend(config), platform())
+        return candidates_for(config, selected_backend(config), platform(), every=candidate_set() == "all")
 
     return Selector(candidates, store=ChoiceFile(default_path(), stamp(Path(__file__).resolve().parent)))
 

@@ -3,20 +3,48 @@
 The leaderboard's leaderboard mode regenerates the inputs with seed + 13 before every timed call
 and checks each output; this does the same for --seeds seeds per case, untimed, in one process,
 so that what the submission chose at its first call per shape (MOE_SELECT, docs/selection.md) is
-checked on inputs it never saw. Prints one line per case: passes, the worst error as a fraction
-of the tolerance (selection.selector.worst_error: 1 is the edge) and the choice.
+checked on inputs it never saw. Each input is run on every path of --paths (the reference once,
+after them, as the runner checks). Prints one line per case and path: passes, the worst error as
+a fraction of the tolerance (selection.selector.worst_error: 1 is the edge) and its 99th
+percentile over the seeds, and the choice; --json writes the same with the failing seeds.
 """
 
+import json
 import sys
 import time
+from pathlib import Path
+
+PATHS = ("shipped", "native", "decode")
+
+
+def _runner(path: str):
+    """custom_kernel as submitted (shipped), or the Triton backend's native or decode path forced at
+    its table tile."""
+    from selection.candidates import run_triton
+    from submission import custom_kernel
+
+    if path == "shipped":
+        return custom_kernel
+    return lambda data: run_triton(data, native=path == "native")
 
 
 def main(argv=None) -> int:
-    from bench.runner.preflight import UsageParser, positive_int
+    from bench.runner.preflight import UsageParser, non_negative_int, positive_int
 
     p = UsageParser(prog="python -m bench.seed_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", default=["official"], help="case selectors as for python -m bench")
-    p.add_argument("--seeds", type=positive_int, default=100, help="seeds per case (seed + 13 k, k = 1..N)")
+    p.add_argument("--seeds", type=positive_int, default=100, help="seeds per case (base + 13 k, k = 1..N)")
+    p.add_argument(
+        "--seed-base", type=non_negative_int, default=None, help="the seeds' base (default: each case's own seed)"
+    )
+    p.add_argument(
+        "--paths",
+        nargs="+",
+        choices=PATHS,
+        default=["shipped"],
+        help="shipped: custom_kernel (the first-call selection on a GPU); native, decode: that Triton path forced",
+    )
+    p.add_argument("--json", type=Path, default=None, help="write the results (failing seeds included) here")
     args = p.parse_args(argv)
     import torch
 
@@ -26,32 +54,57 @@ def main(argv=None) -> int:
         cases = select_cases(args.cases)
     except UsageError as exc:
         return p.fail(f"--cases: {exc}")
+    from problem.validation import validate_inputs
     from reference import compare, generate_input, ref_kernel
     from selection.selector import worst_error
-    from submission import custom_kernel, selection_choice
+    from submission import selection_choice
 
-    failed = 0
+    runners = {path: _runner(path) for path in args.paths}
+    rows, failed = [], 0
     for case in cases:
-        t0, passed, worst = time.perf_counter(), 0, 0.0
+        t0 = time.perf_counter()
+        base = case.params["seed"] if args.seed_base is None else args.seed_base
+        worst = {path: [] for path in runners}
+        failing = {path: [] for path in runners}
         for k in range(1, args.seeds + 1):
-            params = {**case.params, "seed": case.params["seed"] + LEADERBOARD_SEED_STEP * k}
+            params = {**case.params, "seed": base + LEADERBOARD_SEED_STEP * k}
             data = generate_input(**params)
-            output = custom_kernel(data)
+            validate_inputs(data)
+            outputs = {path: run(data) for path, run in runners.items()}
             expected = ref_kernel(data)  # after the submission, as the runner checks
-            ok, message = compare(output, expected)
-            passed += ok
-            worst = max(worst, worst_error(output, expected))
-            if not ok:
-                print(f"{case.label} seed {params['seed']}: {message.splitlines()[0]}", flush=True)
+            for path, output in outputs.items():
+                ok, message = compare(output, expected)
+                worst[path].append(worst_error(output, expected))
+                if not ok:
+                    failing[path].append(params["seed"])
+                    print(f"{case.label} {path} seed {params['seed']}: {message.splitlines()[0]}", flush=True)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        failed += passed < args.seeds
         choice = selection_choice(data[-1]) or "static"
-        print(
-            f"{case.label} {case.shape}: {passed}/{args.seeds} passed, worst error {worst:.2f} of the tolerance, "
-            f"choice {choice}, {time.perf_counter() - t0:.0f} s",
-            flush=True,
-        )
+        for path in runners:
+            errors = torch.tensor(worst[path])
+            row = {
+                "case": case.label,
+                "shape": case.shape,
+                "path": path,
+                "seeds": args.seeds,
+                "seed_base": base,
+                "passed": args.seeds - len(failing[path]),
+                "failing_seeds": failing[path],
+                "worst": float(errors.max()),
+                "p99": float(errors.quantile(0.99)),
+                "choice": choice if path == "shipped" else f"{path} (forced)",
+            }
+            rows.append(row)
+            failed += bool(failing[path])
+            print(
+                f"{case.label} {case.shape} {path}: {row['passed']}/{args.seeds} passed, worst error "
+                f"{row['worst']:.2f} of the tolerance (p99 {row['p99']:.2f}), choice {row['choice']}, "
+                f"{time.perf_counter() - t0:.0f} s",
+                flush=True,
+            )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 1 if failed else 0
 
 

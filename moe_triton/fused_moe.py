@@ -24,6 +24,7 @@ import torch
 import triton
 from triton.compiler import CompiledKernel
 from triton.runtime import driver
+from triton.runtime.errors import OutOfResources
 
 from buffers import get_buffer
 from moe_triton.env import native_forced
@@ -104,6 +105,20 @@ def gfx950_converts() -> bool:
     return not interpreting() and _targets_gfx950(triton.runtime.driver.active)
 
 
+def silu_judge() -> str:
+    """Whose silu the kernels that compute h reproduce bit for bit (moe_triton/kernels/silu.py,
+    docs/numerics.md): "ck" where Triton compiles for AMD GPUs (the MI355X's judge is aiter's CK
+    stage 1), "torch" elsewhere (reference.py on NVIDIA GPUs and under the CPU interpreter)."""
+    return "ck" if not interpreting() and _targets_amd(triton.runtime.driver.active) else "torch"
+
+
+def silu_options() -> dict:
+    """The launch arguments of a kernel that computes h: its judge and, for aiter's CK (AMD), no FP
+    fusion (moe_triton/kernels/silu.py says why)."""
+    judge = silu_judge()
+    return {"JUDGE": judge, **({"enable_fp_fusion": False} if judge == "ck" else {})}
+
+
 def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
     """The AMD backend's launch options, where the active Triton driver is AMD's (a ROCm GPU, or
     the compile-only gfx950 driver of bench/gfx950/run.py); none elsewhere."""
@@ -153,8 +168,15 @@ _recording: "list | None" = None  # the launches of the plan being built, while 
 
 
 def _launch(fn, grid: tuple, *args, **kwargs) -> None:
-    """fn[grid](*args, **kwargs), recorded into the plan being built, if any."""
-    compiled = fn[grid](*args, **kwargs)
+    """fn[grid](*args, **kwargs), recorded into the plan being built, if any. A tile that asks the
+    GPU for more than it has (shared memory, registers) is a ValueError naming the kernel."""
+    try:
+        compiled = fn[grid](*args, **kwargs)
+    except OutOfResources as exc:
+        raise ValueError(
+            f"tiles: {fn.__name__} needs {exc.name} {exc.required:,} and this GPU has {exc.limit:,}; "
+            "choose smaller block or stage fields"
+        ) from None
     if _recording is not None:
         _recording.append((fn, grid, args, kwargs, compiled))
 
@@ -526,6 +548,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                 BLOCK_K=cfg.block_k1,
                 FAST=fast,
                 INTERPRET=interpret,
+                **silu_options(),
                 num_warps=cfg.warps1,
                 num_stages=cfg.stages1,
                 **pdl,
@@ -664,6 +687,7 @@ def _fp8_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids,
                 BLOCK_N=cfg.block_n1,
                 BLOCK_K=cfg.block_k1,
                 A2_BF16=cfg.decode_stage2,
+                **silu_options(),
                 num_warps=cfg.warps1,
                 num_stages=cfg.stages1,
                 **kernel_options,
@@ -856,6 +880,8 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
             ZERO_BLOCK=ZERO_BLOCK,
             GFX950=gfx950_converts(),
             AMD=bool(amd),
+            **silu_options(),
+            INTERPRET=interpreting(),
             num_warps=cfg.warps1,
             num_stages=cfg.stages1,
             **amd,

@@ -80,6 +80,17 @@ ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {
     },
 }
 
+# The ALTERNATES that have won their shape in the first-call selection on the H200 (ninth session,
+# bench/results/selection-host-job.md: E-257 bs-16 regs1-off and E-33 bs-128 block-m-64 in the cold
+# run; E-33 bs-16 regs2-96 in some runs, within 1% of the table tile). With the static choice they
+# are the selection's default candidates on NVIDIA (docs/selection.md); the other ALTERNATES and the
+# fp8 path's tiles, which won no shape, run with MOE_SELECT_CANDIDATES=all.
+SELECTION_WINNERS: dict[tuple[int, int, int, int, int], tuple[str, ...]] = {
+    (7168, 256, 257, 9, 16): ("regs1-off",),
+    (7168, 512, 33, 9, 16): ("regs2-96",),
+    (7168, 512, 33, 9, 128): ("block-m-64",),
+}
+
 
 # The fp8 path's tiles. Measured on the H200 (docs/triton.md, "The fp8 path": per-kernel times, 2026-12-01)
 # its stage 2 was slower than the decode path's on every shape timed, so the table runs the fp8

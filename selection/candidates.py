@@ -4,8 +4,10 @@ and per target the candidates, the static choice first (it is the incumbent).
 Targets: "gfx950-aiter" (an MI355X with aiter importable: the static backend, then the other of
 aiter / native Triton, the template's aiter.fused_moe and moe_triton.tiles_amd.NATIVE_ALTERNATES),
 "gfx950" (no aiter: the native table tile and NATIVE_ALTERNATES), "gpu" (NVIDIA and other GPUs:
-the static choice (tiles_nvidia.static_tiles), the decode path's table tile and ALTERNATES, and on
-NVIDIA the fp8 path's table tile and FP8_ALTERNATES last, which the budget drops first), "cpu"
+the static choice (tiles_nvidia.static_tiles) and the ALTERNATES that have won their shape,
+tiles_nvidia.SELECTION_WINNERS; with MOE_SELECT_CANDIDATES=all the decode path's table tile and every
+ALTERNATE, and on NVIDIA the fp8 path's table tile and FP8_ALTERNATES last, which the budget drops
+first), "cpu"
 (Triton's interpreter: small alternatives that CI can afford, the decode table tile, a larger
 routing block, the other path).
 A candidate's `detail` says what it runs, so that a stored choice whose tiles changed is not
@@ -20,7 +22,14 @@ import torch
 
 from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
-from moe_triton.tiles_nvidia import ALTERNATES, FP8_ALTERNATES, fp8_tile_config, static_tiles, tile_config
+from moe_triton.tiles_nvidia import (
+    ALTERNATES,
+    FP8_ALTERNATES,
+    SELECTION_WINNERS,
+    fp8_tile_config,
+    static_tiles,
+    tile_config,
+)
 from selection.backend_table import shape_key
 
 if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
@@ -102,17 +111,20 @@ def _cpu_candidates(config: dict) -> list[Candidate]:
     ]
 
 
-def _gpu_candidates(key: tuple, nvidia: bool) -> list[Candidate]:
-    """The static choice, the decode table tile (when the static choice is the fp8 path) and
-    ALTERNATES, then on NVIDIA the fp8 table tile (when it is not the static choice) and
-    FP8_ALTERNATES."""
+def _gpu_candidates(key: tuple, nvidia: bool, every: bool) -> list[Candidate]:
+    """The static choice and the ALTERNATES that won their shape (SELECTION_WINNERS); every: the
+    static choice, the decode table tile (when the static choice is the fp8 path) and ALTERNATES,
+    then on NVIDIA the fp8 table tile (when it is not the static choice) and FP8_ALTERNATES."""
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
     static, decode = static_tiles(*shape, fp8=nvidia), tile_config(*shape)
     out = [Candidate("triton", run_triton, repr(static))]
+    alternates = ALTERNATES.get(key, {})
+    if not every:
+        return out + [_triton(f"triton:{n}", alternates[n], False) for n in SELECTION_WINNERS.get(key, ())]
     if static != decode:
         out.append(_triton("triton:decode", decode, False))
-    out += [_triton(f"triton:{n}", t, False) for n, t in ALTERNATES.get(key, {}).items()]
+    out += [_triton(f"triton:{n}", t, False) for n, t in alternates.items()]
     if nvidia:
         fp8 = fp8_tile_config(*shape)
         if fp8 != static:
@@ -121,14 +133,15 @@ def _gpu_candidates(key: tuple, nvidia: bool) -> list[Candidate]:
     return out
 
 
-def candidates_for(config: dict, static_backend: str, target: str) -> list[Candidate]:
-    """The candidates of one shape, static_backend's (the choice without selection) first."""
+def candidates_for(config: dict, static_backend: str, target: str, every: bool = False) -> list[Candidate]:
+    """The candidates of one shape, static_backend's (the choice without selection) first; every
+    (MOE_SELECT_CANDIDATES=all): on NVIDIA and other GPUs also those that never won a shape."""
     if target == "cpu":
         return _cpu_candidates(config)
     key = shape_key(config)
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     if target == "gpu":
-        return _gpu_candidates(key, nvidia=torch.version.hip is None)
+        return _gpu_candidates(key, nvidia=torch.version.hip is None, every=every)
     table = native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     native = [
         Candidate("triton", run_triton, repr(table)),

@@ -6,8 +6,8 @@ already are skipped, and it stops itself at PRERUN_DEADLINE_S, each shape's sele
 to the time left. One line per shape. Without selection (no GPU, MOE_SELECT=0, MOE_BACKEND set)
 it prints one line and does nothing else; MOE_SELECT=1 under the CPU interpreter runs problem.cases.TINY
 instead, so CI exercises it. A bad setting (MOE_BACKEND, MOE_SELECT, MOE_SELECT_BUDGET_S,
-MOE_TRITON_NATIVE) is one line on stderr and exit status 2, as the runner's usage errors; Ctrl-C is
-one line and 130.
+MOE_SELECT_CANDIDATES, MOE_TRITON_NATIVE) is one line on stderr and exit status 2, as the runner's
+usage errors; Ctrl-C is one line and 130.
 """
 
 import os
@@ -19,7 +19,7 @@ from moe_triton.env import native_forced
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import generate_input, make_config
 from selection.candidates import platform
-from selection.selector import budget_s
+from selection.selector import budget_s, candidate_set
 
 PRERUN_DEADLINE_S = 95.0  # the runner gives the pre-run 120 s
 MIN_SHAPE_S = 5.0  # a shape is not started with less time left than this
@@ -86,13 +86,14 @@ def prerun(
 
 def main(backend_of: Callable[[], str], selecting_of: Callable[[], bool], make_selector: Callable, prog=None) -> int:
     """`python3 submission.py`: backend_of and selecting_of (submission.selected_backend and
-    selection_on) raise ValueError on a bad MOE_BACKEND or MOE_SELECT; the budget and
-    MOE_TRITON_NATIVE are checked here even where nothing selects, so that a typo shows before the
+    selection_on) raise ValueError on a bad MOE_BACKEND or MOE_SELECT; the budget, the candidate set
+    and MOE_TRITON_NATIVE are checked here even where nothing selects, so that a typo shows before the
     evaluation. Exit status 0, 2 for a bad setting, 130 for Ctrl-C, each with one line."""
     prog = prog or os.path.basename(sys.argv[0]) or "submission.py"
     try:
         backend, selecting = backend_of(), selecting_of()
         budget_s()
+        candidate_set()
         native_forced()
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)

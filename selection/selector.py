@@ -27,6 +27,8 @@ SELECT_ENV = "MOE_SELECT"
 SELECT_VALUES = ("auto", "1", "0")
 BUDGET_ENV = "MOE_SELECT_BUDGET_S"
 DEFAULT_BUDGET_S = 20.0
+CANDIDATES_ENV = "MOE_SELECT_CANDIDATES"
+CANDIDATES_VALUES = ("won", "all")
 # A candidate's worst error may not pass max(MIN_MARGIN, the incumbent's): a margin against the
 # seeds that selection does not see.
 MIN_MARGIN = 0.5
@@ -58,6 +60,15 @@ def budget_s(environ=None) -> float:
         value = math.nan
     if not value >= 0:
         raise ValueError(f"{BUDGET_ENV}: expected seconds >= 0, got {text!r}")
+    return value
+
+
+def candidate_set(environ=None) -> str:
+    """MOE_SELECT_CANDIDATES: "won" (default, also when unset or empty: per target the candidates
+    that have won a shape in a measurement, selection/candidates.py) or "all" (every candidate)."""
+    value = (os.environ if environ is None else environ).get(CANDIDATES_ENV) or "won"
+    if value not in CANDIDATES_VALUES:
+        raise ValueError(f"{CANDIDATES_ENV}: expected one of {', '.join(CANDIDATES_VALUES)}, got {value!r}")
     return value
 
 

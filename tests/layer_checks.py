@@ -42,6 +42,21 @@ def assert_matches_reference(data, out):
         assert torch.equal(out, ref), (out.float() - ref.float()).abs().max()
 
 
+def assert_same_sums(out: torch.Tensor, other: torch.Tensor, topk: int) -> None:
+    """Two outputs of the layer on one input from tiles that differ in how they add the slots: bit
+    for bit under the interpreter, which runs the atomics in a fixed order. On a GPU the stage-2
+    bf16 atomic adds come in any order: each of a token's topk adds rounds once, by at most half a
+    bf16 ulp (2^-8 relative) of a partial sum, whose size the row's largest value stands for, so the
+    two differ by at most topk * 2^-7 of it."""
+    if not ON_GPU:
+        assert torch.equal(out.view(torch.int16), other.view(torch.int16))
+        return
+    a, b = out.float(), other.float()
+    row = torch.maximum(a.abs(), b.abs()).amax(dim=1, keepdim=True)
+    excess = (a - b).abs() / (topk * 2.0**-7 * row)
+    assert float(excess.max()) <= 1.0, f"{float(excess.max()):.3f} of the bound for reordered bf16 atomics"
+
+
 class FakeCompiled:
     """Stands for a CompiledKernel: records how its launcher is called, or raises."""
 

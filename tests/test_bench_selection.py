@@ -47,6 +47,7 @@ def test_auto_is_the_static_choice_and_select_the_selection():
         ({"MOE_SELECT_BUDGET_S": "-3"}, "MOE_SELECT_BUDGET_S='-3': expected seconds >= 0"),
         ({"MOE_SELECT_BUDGET_S": "soon"}, "MOE_SELECT_BUDGET_S='soon': expected seconds >= 0"),
         ({"MOE_TRITON_NATIVE": "2"}, "MOE_TRITON_NATIVE='2': expected 0 or 1 (or unset)"),
+        ({"MOE_SELECT_CANDIDATES": "some"}, "MOE_SELECT_CANDIDATES='some': expected one of won, all"),
     ],
 )
 def test_bad_submission_variables_are_refused_in_one_line_before_any_case(monkeypatch, capsys, env, needle):
@@ -62,7 +63,9 @@ def test_bad_submission_variables_are_refused_in_one_line_before_any_case(monkey
 
 def test_the_runner_accepts_what_the_submission_accepts():
     accepted = ({}, {"MOE_SELECT": ""}, {"MOE_SELECT": "auto"}, {"MOE_SELECT": "0", "MOE_SELECT_BUDGET_S": "2.5"})
-    for env in (*accepted, {"MOE_TRITON_NATIVE": ""}, {"MOE_TRITON_NATIVE": "0"}, {"MOE_TRITON_NATIVE": "1"}):
+    native = ({"MOE_TRITON_NATIVE": ""}, {"MOE_TRITON_NATIVE": "0"}, {"MOE_TRITON_NATIVE": "1"})
+    candidates = ({"MOE_SELECT_CANDIDATES": ""}, {"MOE_SELECT_CANDIDATES": "won"}, {"MOE_SELECT_CANDIDATES": "all"})
+    for env in (*accepted, *native, *candidates):
         check_submission_env(env)
 
 
@@ -125,8 +128,31 @@ def test_seed_check_runs_custom_kernel_on_fresh_seeds_and_reports_each_case(monk
     case = "dhidden=256,dexpert=256,nroutedexperts=4,nexpertspertoken=2,nsharedexperts=1,bs=3"
     assert seed_check.main(["--cases", case, "--seeds", "2"]) == 0
     line = capsys.readouterr().out.strip().splitlines()[-1]
-    assert line.startswith("custom0 H256-I256-E4+1-k2+1-bs3: 2/2 passed, worst error ")
+    assert line.startswith("custom0 H256-I256-E4+1-k2+1-bs3 shipped: 2/2 passed, worst error ")
     assert "choice static" in line
+
+
+def test_seed_check_runs_each_input_on_each_path_from_a_seed_base_and_writes_json(monkeypatch, capsys, tmp_path):
+    import json
+
+    from bench import seed_check
+
+    monkeypatch.setenv("MOE_SELECT", "0")
+    monkeypatch.delenv("MOE_BACKEND", raising=False)
+    case = "dhidden=256,dexpert=256,nroutedexperts=4,nexpertspertoken=2,nsharedexperts=1,bs=3"
+    args = ["--cases", case, "--seeds", "2", "--seed-base", "1000", "--paths", "shipped", "decode"]
+    assert seed_check.main([*args, "--json", str(tmp_path / "tail.json")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == [
+        "custom0 H256-I256-E4+1-k2+1-bs3 shipped",
+        "custom0 H256-I256-E4+1-k2+1-bs3 decode",
+    ]
+    rows = json.loads((tmp_path / "tail.json").read_text())
+    assert [(r["path"], r["passed"], r["failing_seeds"], r["seed_base"]) for r in rows] == [
+        ("shipped", 2, [], 1000),
+        ("decode", 2, [], 1000),
+    ]
+    assert rows[1]["choice"] == "decode (forced)" and 0 <= rows[0]["p99"] <= rows[0]["worst"] < 1
 
 
 def test_seed_check_refuses_bad_options(capsys):

@@ -71,7 +71,9 @@ def convert_codes(patterns: np.ndarray, scale_bytes: np.ndarray, nudge: bool, de
     even, odd = (torch.from_numpy(bits[i::2].copy()).to(device) for i in (0, 1))
     scale = torch.from_numpy(scale_bytes[0::2].astype(np.int32)).to(device)
     out = torch.empty(even.shape, dtype=torch.uint8, device=device)
-    block = min(1 << 20, triton.next_power_of_2(len(out)))
+    # The interpreter runs a program as numpy arrays: few large ones. A GPU compiles a program's
+    # whole tile: 1024 pairs.
+    block = min(1 << 20 if interpreting() else 1024, triton.next_power_of_2(len(out)))
     grid = (triton.cdiv(len(out), block),)
     _convert_kernel[grid](even, odd, scale, out, len(out), NUDGE=int(nudge), BLOCK=block, GFX950=gfx950_converts())
     out = out.cpu().numpy().astype(np.int8)
@@ -162,7 +164,8 @@ def assert_quantizes_like_the_codec(x: torch.Tensor, joined: bool, device) -> to
     fp4 = torch.empty((blocks, 16), dtype=torch.uint8, device=device)
     scales = torch.empty((blocks,), dtype=torch.uint8, device=device)
     pairs = x.contiguous().view(torch.int32).to(device)
-    _quantize_kernel[(blocks // 1024,)](pairs, fp4, scales, BLOCKS=1024, JOINED=joined, GFX950=gfx950_converts())
+    per = 1024 if interpreting() else 32  # 32-blocks per program (few large programs for the interpreter)
+    _quantize_kernel[(blocks // per,)](pairs, fp4, scales, BLOCKS=per, JOINED=joined, GFX950=gfx950_converts())
     fp4, scales = fp4.cpu(), scales.cpu()
     want_fp4, want_scales = quantize_activation(x)
     rows = torch.isfinite(x.float()).all(dim=1) if gfx950_converts() else torch.ones(blocks, dtype=torch.bool)

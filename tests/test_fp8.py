@@ -177,8 +177,9 @@ def test_a_smoke_case_matches_the_reference():
 
 def test_tiles_that_do_not_divide_the_shape_with_poisoned_scratch_and_inputs_unchanged(monkeypatch):
     # The table's form (the fp8 stage 1, the decode path's stage 2): d_inter 768 is 1.5 stage-1
-    # tiles of 512 columns; stage-2 programs of 3 tiles of 256 columns cover d_hidden 512 and a
-    # tile past its end. Every scratch buffer starts as 0xFF bytes.
+    # tiles of 512 columns (block_k1 128: 73,728 bytes of shared memory on sm_90, compiled); stage-2
+    # programs of 3 tiles of 256 columns cover d_hidden 512 and a tile past its end. Every scratch
+    # buffer starts as 0xFF bytes.
     real = fp8_launcher.get_buffer
 
     def poisoned(*args, **kwargs):
@@ -189,10 +190,42 @@ def test_tiles_that_do_not_divide_the_shape_with_poisoned_scratch_and_inputs_unc
     monkeypatch.setattr(fp8_launcher, "get_buffer", poisoned)
     data = generate_input(**small_case(dhidden=512, dexpert=768, bs=5, seed=4))
     before = [t.clone() for t in data if isinstance(t, torch.Tensor)]
-    out = run(data, Fp8TileConfig(16, 512, 256, 4, 2, 256, 256, 4, 2, 3, decode_stage2=True))
+    out = run(data, Fp8TileConfig(16, 512, 128, 4, 2, 256, 256, 4, 2, 3, decode_stage2=True))
     for t, b in zip((t for t in data if isinstance(t, torch.Tensor)), before, strict=True):
         assert torch.equal(t.view(torch.uint8), b.view(torch.uint8))
     assert_matches_reference(data, out)
+
+
+# block_k1 256 at block_n1 512: 409,600 bytes of shared memory in stage 1 (sm_90, compiled), over the
+# H200's 232,448.
+TOO_LARGE = Fp8TileConfig(16, 512, 256, 4, 2, 256, 256, 4, 2, 3, decode_stage2=True)
+
+
+@pytest.mark.skipif(interpreting() or not torch.cuda.is_available(), reason="a GPU's limits")
+def test_a_tile_the_gpu_cannot_launch_is_refused_in_one_line():
+    data = generate_input(**small_case(dhidden=512, dexpert=768, bs=5, seed=4))
+    with pytest.raises(ValueError, match=r"^tiles: moe_fp8_stage1_kernel needs shared memory 409,600 and this GPU"):
+        run(data, TOO_LARGE)
+
+
+def test_out_of_resources_at_launch_becomes_a_value_error_naming_the_kernel(monkeypatch):
+    from triton.runtime.errors import OutOfResources
+
+    class Refusing:
+        __name__ = "moe_fp8_stage1_kernel"
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                raise OutOfResources(409600, 232448, "shared memory")
+
+            return launch
+
+    with pytest.raises(ValueError) as raised:
+        fp8_launcher._launch(Refusing(), (1,))
+    assert str(raised.value) == (
+        "tiles: moe_fp8_stage1_kernel needs shared memory 409,600 and this GPU has 232,448; "
+        "choose smaller block or stage fields"
+    )
 
 
 def crafted(seed: int = 23):

@@ -12,7 +12,7 @@ import torch
 import triton
 import triton.language as tl
 from aiter_double import sorted_buffers
-from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, go_direct, small_case
+from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, assert_same_sums, go_direct, small_case
 from test_routing import skewed_topk_ids
 
 import buffers
@@ -123,11 +123,12 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 @needs_dot_scaled
 @pytest.mark.parametrize(("case", "variant"), SPLIT_AND_STORE.values(), ids=SPLIT_AND_STORE.keys())
 def test_split_k_and_slot_stores_match_the_plain_tiles_and_reference(case, variant):
-    """On two seeds' fresh inputs, scratch and freed output memory poisoned before every call: bit
-    for bit ref_kernel (the partial sums of fp4 products are exact in fp32 at H-512, so their order
-    does not show; the slot rows are summed in ascending expert order, as ref_kernel adds them) and,
-    on the first, the same tiles with split_k1 1 and atomic stores; the inputs untouched, the
-    arrival counters zero again."""
+    """On two seeds' fresh inputs, scratch and freed output memory poisoned before every call:
+    ref_kernel (bit for bit under the interpreter: the partial sums of fp4 products are exact in fp32
+    at H-512, so their order does not show; the slot rows are summed in ascending expert order, as
+    ref_kernel adds them) and, on the first, the same tiles with split_k1 1 and atomic stores (up to
+    the order of bf16 atomics on a GPU: assert_same_sums); the inputs untouched, the arrival
+    counters zero again."""
     for seed in (case["seed"], case["seed"] + 13):
         data = generate_input(**{**case, "seed": seed})
         tiles = table_tiles(data)._replace(**variant)
@@ -138,7 +139,7 @@ def test_split_k_and_slot_stores_match_the_plain_tiles_and_reference(case, varia
         if seed == case["seed"]:
             _poison(data)
             plain = run_native(data, tiles._replace(split_k1=1, stage2_store="atomic", store_cache=""))
-            assert torch.equal(_bits(out), _bits(plain))
+            assert_same_sums(out, plain, data[-1]["total_top_k"])
         assert all(torch.equal(before, _bits(t)) for before, t in zip(inputs, data[:11], strict=True))
         arrivals = [buf for (name, *_), buf in buffers._pool.items() if name == "split_arrivals"]
         assert arrivals and all(not buf.any() for buf in arrivals)  # back to zero for the next call
@@ -165,7 +166,7 @@ def test_longer_quantizing_programs_and_chains_match_the_table_tile_and_referenc
     out = run_native(data, table_tiles(data)._replace(**variant))
     assert_matches_reference(data, out)
     _poison(data)
-    assert torch.equal(_bits(out), _bits(run_native(data, table_tiles(data))))
+    assert_same_sums(out, run_native(data, table_tiles(data)), data[-1]["total_top_k"])
 
 
 # One variant of each launch structure: two routing launches and a1, one routing launch, stage 1

@@ -12,7 +12,7 @@ import torch
 
 import submission
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
-from moe_triton.tiles_nvidia import ALTERNATES, FP8_ALTERNATES, TUNED, fp8_tile_config, tile_config
+from moe_triton.tiles_nvidia import ALTERNATES, FP8_ALTERNATES, SELECTION_WINNERS, TUNED, fp8_tile_config, tile_config
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import ATOL, RTOL, check_implementation, generate_input, make_config, ref_kernel
 from selection import candidates as cands
@@ -366,11 +366,16 @@ def test_the_cache_folder_follows_xdg_cache_home(monkeypatch, tmp_path):
 def test_the_static_choice_is_the_first_candidate_on_every_target():
     config = make_config(7168, 256, 256, 8, 1, 16)
     key = shape_key(config)
-    gpu = cands.candidates_for(config, "triton", "gpu")
+    gpu = cands.candidates_for(config, "triton", "gpu", every=True)
     fp8 = ["triton:fp8", *(f"triton:fp8-{n}" for n in FP8_ALTERNATES[key])]
     assert [c.name for c in gpu] == ["triton", *(f"triton:{n}" for n in ALTERNATES[key]), *fp8]
     assert gpu[0].detail == repr(tile_config(16, 7168, 256, 257, 9))
     assert gpu[len(ALTERNATES[key]) + 1].detail == repr(fp8_tile_config(16, 7168, 256, 257, 9))
+    # by default the static choice and the alternates that won the shape
+    won = cands.candidates_for(config, "triton", "gpu")
+    assert [c.name for c in won] == ["triton", "triton:regs1-off"] and won[1].detail == repr(
+        ALTERNATES[key]["regs1-off"]
+    )
     amd = cands.candidates_for(config, "aiter", "gfx950-aiter")
     assert [c.name for c in amd[:3]] == ["aiter", "aiter-fused", "triton"]
     assert [c.name for c in cands.candidates_for(config, "triton", "gfx950-aiter")[:3]] == [
@@ -391,13 +396,30 @@ def test_the_alternates_are_runners_up_of_tuned_shapes_and_differ_from_the_table
         assert len(set(alternates.values())) == len(alternates)
 
 
+def test_the_default_candidates_on_a_gpu_are_the_static_choice_and_the_selections_winners():
+    assert set(SELECTION_WINNERS) <= set(ALTERNATES)
+    for case in TESTS + BENCHMARKS:
+        config = make_config(**{k: v for k, v in case.items() if k != "seed"})
+        key = shape_key(config)
+        names = [c.name for c in cands.candidates_for(config, "triton", "gpu")]
+        assert names == ["triton", *(f"triton:{n}" for n in SELECTION_WINNERS.get(key, ()))]
+        assert set(SELECTION_WINNERS.get(key, ())) <= set(ALTERNATES.get(key, {}))
+
+
+def test_the_candidate_set_comes_from_the_environment_and_bad_values_are_refused():
+    assert sel.candidate_set({}) == sel.candidate_set({"MOE_SELECT_CANDIDATES": ""}) == "won"
+    assert sel.candidate_set({"MOE_SELECT_CANDIDATES": "all"}) == "all"
+    with pytest.raises(ValueError, match="^MOE_SELECT_CANDIDATES: expected one of won, all, got 'most'$"):
+        sel.candidate_set({"MOE_SELECT_CANDIDATES": "most"})
+
+
 def test_a_shape_whose_static_choice_is_the_fp8_path_keeps_the_decode_table_as_a_candidate(monkeypatch):
     config = make_config(7168, 256, 256, 8, 1, 16)
     key = shape_key(config)
     monkeypatch.setattr(
         cands, "static_tiles", lambda *shape, fp8: fp8_tile_config(*shape) if fp8 else tile_config(*shape)
     )
-    names = [c.name for c in cands.candidates_for(config, "triton", "gpu")]
+    names = [c.name for c in cands.candidates_for(config, "triton", "gpu", every=True)]
     assert names[:2] == ["triton", "triton:decode"] and "triton:fp8" not in names
     assert names[-len(FP8_ALTERNATES[key]) :] == [f"triton:fp8-{n}" for n in FP8_ALTERNATES[key]]
 
@@ -529,10 +551,11 @@ def test_the_prerun_skips_stored_shapes_and_says_so_without_selection(tmp_path, 
         # refused while nothing selects too: the typo shows before the evaluation
         ({"MOE_SELECT": "0", "MOE_SELECT_BUDGET_S": "-1"}, "MOE_SELECT_BUDGET_S: expected seconds >= 0, got '-1'"),
         ({"MOE_TRITON_NATIVE": "2"}, "MOE_TRITON_NATIVE: expected 0 or 1, got '2'"),
+        ({"MOE_SELECT_CANDIDATES": "fp8"}, "MOE_SELECT_CANDIDATES: expected one of won, all, got 'fp8'"),
     ],
 )
 def test_the_prerun_refuses_a_bad_setting_in_one_line_with_status_2(monkeypatch, capsys, env, line):
-    for key in ("MOE_SELECT", "MOE_BACKEND", sel.BUDGET_ENV, "MOE_TRITON_NATIVE"):
+    for key in ("MOE_SELECT", "MOE_BACKEND", sel.BUDGET_ENV, sel.CANDIDATES_ENV, "MOE_TRITON_NATIVE"):
         monkeypatch.delenv(key, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)

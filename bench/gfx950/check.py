@@ -4,6 +4,8 @@ limits it breaks. A kernel specialised the same way is analysed once per process
 Limits (every kernel): no scratch and no spilled registers; at most 160 KiB of LDS per workgroup; at
 least 2 waves per SIMD (bench.gfx950.model); no replicated MFMA work. GEMM kernels (names with
 "stage1" or "stage2") must use native scaled MFMAs (v_mfma_scale_f32_*_f8f6f4) and no others.
+The kernels that compute h (bench.numerics.rules.H_KERNELS) must compute its silu with the precise exp
+and IEEE division (bench.numerics.rules, docs/numerics.md).
 
 Replication is read from the layouts, not guessed from counts: the TTGIR gives each K-loop dot's
 tile (M x N) and its MFMA layout (warpsPerCTA [wm, wn], instrShape [m, n]). If wm * m > M (or
@@ -19,6 +21,7 @@ from dataclasses import dataclass, field
 
 from bench.gfx950 import asm
 from bench.gfx950.model import FLOPS_PER_SIMD_CYCLE, LDS_PER_CU, mfma_cycles, waves_per_simd
+from bench.numerics.rules import H_KERNELS, amdgcn_silu_problems
 
 MIN_WAVES_PER_SIMD = 2
 GEMM_MARKERS = ("stage1", "stage2")
@@ -134,7 +137,7 @@ def _analyse(kernel) -> KernelReport:
         kernel=asm.whole_kernel(text),
         path=asm.program_path(text),
     )
-    rep.violations = violations(rep)
+    rep.violations = violations(rep) + (amdgcn_silu_problems(text) if md.name in H_KERNELS else [])
     return rep
 
 

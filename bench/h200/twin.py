@@ -46,9 +46,10 @@ SWEEP_BYTES_PER_WARP = 32 * 16 * 4
 # ---------------------------------------------------------------- compiling for sm_90
 
 
-def decode_launches(params: dict, tiles=None) -> list:
-    """Compile (never run) every launch of one decode-path call for sm_90, as the launcher launches it on
-    the H200: the fast decode, programmatic dependent launch, the tile table's register caps."""
+def decode_launches(params: dict, tiles=None, native: bool = False) -> list:
+    """Compile (never run) every launch of one decode-path call for sm_90 (the fp8 path's with fp8 tiles,
+    the native path's with native), as the launcher launches it on the H200: the fast decode,
+    programmatic dependent launch, the tile table's register caps."""
     from bench.gfx950.driver import SM90, compile_only
     from bench.gfx950.run import compile_inputs
     from moe_triton import fused_moe
@@ -63,7 +64,7 @@ def decode_launches(params: dict, tiles=None) -> list:
     try:
         with compile_only(SM90) as driver:
             fused_moe.fused_moe_triton(
-                hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=False
+                hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=native
             )
     finally:
         fused_moe.fast_decode = fast

@@ -131,12 +131,12 @@ def backend_from_env(environ: Mapping[str, str] | None = None) -> str | None:
 
 
 def check_submission_env(environ: Mapping[str, str] | None = None) -> None:
-    """MOE_SELECT, MOE_SELECT_BUDGET_S (selection/selector.py) and MOE_TRITON_NATIVE
-    (moe_triton/env.py) by the submission's own rules, before any case runs; a bad value is a
-    usage error naming the variable. Neither module imports Triton, which must wait for
-    TRITON_INTERPRET."""
+    """MOE_SELECT, MOE_SELECT_BUDGET_S, MOE_SELECT_CANDIDATES (selection/selector.py) and
+    MOE_TRITON_NATIVE (moe_triton/env.py) by the submission's own rules, before any case runs; a
+    bad value is a usage error naming the variable. Neither module imports Triton, which must wait
+    for TRITON_INTERPRET."""
     from moe_triton.env import native_forced
-    from selection.selector import SELECT_VALUES, budget_s, select_mode
+    from selection.selector import CANDIDATES_VALUES, SELECT_VALUES, budget_s, candidate_set, select_mode
 
     env = os.environ if environ is None else environ
     try:
@@ -147,6 +147,12 @@ def check_submission_env(environ: Mapping[str, str] | None = None) -> None:
         budget_s(env)
     except ValueError:
         raise UsageError(f"MOE_SELECT_BUDGET_S={env['MOE_SELECT_BUDGET_S']!r}: expected seconds >= 0") from None
+    try:
+        candidate_set(env)
+    except ValueError:
+        raise UsageError(
+            f"MOE_SELECT_CANDIDATES={env['MOE_SELECT_CANDIDATES']!r}: expected one of {', '.join(CANDIDATES_VALUES)}"
+        ) from None
     try:
         native_forced(env)
     except ValueError:

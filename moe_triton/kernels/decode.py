@@ -26,20 +26,12 @@ import triton
 import triton.language as tl
 
 from moe_triton.kernels.routing import _after_previous_launch, _chunk_histogram, _routing_block, _skip_block
+from moe_triton.kernels.silu import gated_h
 
 # The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
 # the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
 # bf16x2 multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
 FAST_EXP = tl.constexpr(63)
-
-
-@triton.jit
-def _round_to_bf16(x):
-    """fp32 -> nearest bf16 (ties to even), kept in fp32. Spelled out in integer bits because the
-    CPU interpreter's fp32 -> bf16 cast truncates."""
-    bits = x.to(tl.int32, bitcast=True)
-    bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -0x10000
-    return bits.to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -239,6 +231,7 @@ def moe_stage1_kernel(
     BLOCK_K: tl.constexpr,
     FAST: tl.constexpr,
     INTERPRET: tl.constexpr,
+    JUDGE: tl.constexpr,
     PDL: tl.constexpr,
 ):
     _after_previous_launch(PDL)
@@ -258,7 +251,7 @@ def moe_stage1_kernel(
         a = _act_tile(a1_ptr, tokens.to(tl.int64), valid, d_hidden, k0, BLOCK_K)
         acc = _weight_step(acc, a, w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (ROWS, BLOCK_N, 2)))
-    h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
+    h = gated_h(gate, up, JUDGE, INTERPRET)
     a2 = _mx_round_trip(h, ROWS, BLOCK_N, FAST_EXP if FAST else 0)
     out_offs = rows[:, None].to(tl.int64) * d_inter + _k_slot(cols)[None, :]
     tl.store(a2_ptr + out_offs, a2.to(tl.bfloat16), mask=(cols < d_inter)[None, :])

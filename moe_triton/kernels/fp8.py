@@ -23,8 +23,9 @@ a2 and the weights are decoded into it, which leaves every dot product unchanged
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.decode import FAST_EXP, _k_slot, _mx_round_trip, _round_to_bf16
+from moe_triton.kernels.decode import FAST_EXP, _k_slot, _mx_round_trip
 from moe_triton.kernels.routing import _after_previous_launch, _chunk_histogram, _routing_block, _skip_block
+from moe_triton.kernels.silu import gated_h
 from mxfp4.encode import mx_encode_pairs
 
 # The base of an a1 row whose blocks do not fit the fp8 window.
@@ -318,6 +319,7 @@ def moe_fp8_stage1_kernel(
     A2_BF16: tl.constexpr,
     FAST: tl.constexpr,
     INTERPRET: tl.constexpr,
+    JUDGE: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Per routing block and BLOCK_N columns of h: the gate and up rows interleaved (as on the
@@ -353,7 +355,7 @@ def moe_fp8_stage1_kernel(
             words, scales = _weight_tile(w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, FALLBACK_K)
             acc = _exact_dot(acc, a, words, scales, 2 * BLOCK_N, FALLBACK_K, INTERPRET)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (ROWS, BLOCK_N, 2)))
-    h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
+    h = gated_h(gate, up, JUDGE, INTERPRET)
     if A2_BF16:
         # For the decode path's stage 2 (moe_stage2_kernel): a2 dequantized in bf16, as its stage 1
         # writes it (times 2^FAST_EXP on the fast path, columns in _k_slot order).

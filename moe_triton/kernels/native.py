@@ -32,8 +32,8 @@ elsewhere, SPEC 3.3 bit for bit in both (quant.py keeps mxfp4.encode's software 
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.decode import _round_to_bf16
 from moe_triton.kernels.routing import _chunk_histogram, _place_expert, _routing_block, _skip_block
+from moe_triton.kernels.silu import gated_h
 from mxfp4.convert import mx_convert_bf16_pairs, mx_convert_pairs
 
 
@@ -332,12 +332,22 @@ def _partials_total(partials_ptr, arrivals_ptr, tile, R: tl.constexpr, C: tl.con
 
 @triton.jit
 def _stage1_epilogue(
-    acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GFX950: tl.constexpr
+    acc,
+    a2_ptr,
+    a2_scale_ptr,
+    rows,
+    column,
+    d_inter,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    GFX950: tl.constexpr,
+    JUDGE: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """acc [2 BLOCK_N, BLOCK_M] (gate and up rows interleaved) -> silu(gate) * up rounded to bf16,
     quantized to a2 bytes and scales (mxfp4.convert) at these sorted rows and column tile."""
     gate, up = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
-    h = _round_to_bf16(gate / (1.0 + tl.exp(-gate)) * up)
+    h = gated_h(gate, up, JUDGE, INTERPRET)
     bits = tl.reshape(h.to(tl.int32, bitcast=True), (BLOCK_M, BLOCK_N // 32, 16, 2))
     h_even, h_odd = tl.split(bits)
     fp4, scale = mx_convert_pairs(h_even, h_odd, GFX950)
@@ -390,6 +400,8 @@ def moe_native_stage1_kernel(
     ZERO_BLOCK: tl.constexpr,
     GFX950: tl.constexpr,
     AMD: tl.constexpr,
+    JUDGE: tl.constexpr,
+    INTERPRET: tl.constexpr,
 ):
     """QUANT_A: a1_ptr holds the hidden states' bf16 bits as int32 pairs, quantized here per K
     step by every column tile (a1_scale_ptr unused). ROUTE (with QUANT_A): no routing launch before this one: each
@@ -459,9 +471,11 @@ def moe_native_stage1_kernel(
         tile_id = block * (tl.num_programs(1) // SPLIT_K) + column
         if _publish_partial(acc, partials_ptr, arrivals_ptr, tile_id, split, SPLIT_K, AMD):
             acc = _partials_total(partials_ptr, arrivals_ptr, tile_id, 2 * BLOCK_N, BLOCK_M, SPLIT_K)
-            _stage1_epilogue(acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M, BLOCK_N, GFX950)
+            _stage1_epilogue(
+                acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M, BLOCK_N, GFX950, JUDGE, INTERPRET
+            )
     else:
-        _stage1_epilogue(acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M, BLOCK_N, GFX950)
+        _stage1_epilogue(acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M, BLOCK_N, GFX950, JUDGE, INTERPRET)
 
 
 @triton.jit

@@ -1,0 +1,142 @@
+"""`python -m bench.numerics.budget`: how far each way of computing the layer differently from the
+judge moves the output, as a fraction of the leaderboard's tolerance (GPU; docs/numerics.md).
+
+Per case and seed, against reference.ref_kernel (torch's silu, the slots added in fp32, one bf16
+rounding), the worst error (selection.selector.worst_error: 1 is the tolerance's edge) of:
+  fast-silu   h from Triton's fast exp and '/' (what every kernel did before gated_h)
+  ck-silu     h as aiter's CK stage 1 computes it (moe_triton/kernels/silu.py, JUDGE "ck"): the MI355X
+              judge's own silu, set against NVIDIA's
+  bf16-adds   the slots' contributions rounded to bf16 and added in bf16 in a random order per
+              token, as the stage-2 atomics (ours, and aiter's on the MI355X) add them
+  package     custom_kernel itself (the first-call selection on a GPU)
+Each line: the case, the variant, the worst error over the seeds and the inputs that fail.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+from moe_triton.kernels.silu import gated_h
+
+BLOCK = 1024
+
+
+@triton.jit
+def _h_kernel(g_ptr, u_ptr, h_ptr, n, SPELLING: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    g = tl.load(g_ptr + offs, mask=mask)
+    u = tl.load(u_ptr + offs, mask=mask)
+    if SPELLING == "fast":
+        h = (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16).to(tl.float32)
+    else:
+        h = gated_h(g, u, SPELLING, False)
+    tl.store(h_ptr + offs, h, mask=mask)
+
+
+def triton_h(spelling: str):
+    """h_of for reference.slot_outputs: h computed by a Triton kernel in the given spelling."""
+
+    def h_of(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+        g, u = gate.contiguous(), up.contiguous()
+        h = torch.empty_like(g)
+        _h_kernel[(triton.cdiv(g.numel(), BLOCK),)](g, u, h, g.numel(), SPELLING=spelling, BLOCK=BLOCK)
+        return h.to(torch.bfloat16)
+
+    return h_of
+
+
+def fp32_sum(data, h_of) -> torch.Tensor:
+    from reference import slot_outputs
+
+    hidden, *_, topk_ids, _config = data
+    out = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
+    for slots, y in slot_outputs(data, h_of):
+        out.index_add_(0, slots // topk_ids.shape[1], y)
+    return out.to(torch.bfloat16)
+
+
+def bf16_adds(data, generator: torch.Generator) -> torch.Tensor:
+    """Each slot's contribution rounded to bf16, a token's slots added one by one in bf16 in a
+    random order (every token has topk slots)."""
+    from reference import slot_outputs
+
+    hidden, *_, topk_ids, _config = data
+    n_tokens, topk = topk_ids.shape
+    contributions = torch.empty((n_tokens * topk, hidden.shape[1]), dtype=torch.float32, device=hidden.device)
+    for slots, y in slot_outputs(data):
+        contributions[slots] = y
+    contributions = contributions.view(n_tokens, topk, -1)
+    order = torch.rand((n_tokens, topk), generator=generator, device=hidden.device).argsort(dim=1)
+    out = torch.zeros(hidden.shape, dtype=torch.bfloat16, device=hidden.device)
+    for j in range(topk):
+        picked = contributions[torch.arange(n_tokens, device=hidden.device), order[:, j]]
+        out = (out.float() + picked.to(torch.bfloat16).float()).to(torch.bfloat16)
+    return out
+
+
+def main(argv=None) -> int:
+    from bench.runner.preflight import UsageParser, positive_int
+
+    p = UsageParser(prog="python -m bench.numerics.budget", description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=["official"], help="case selectors as for python -m bench")
+    p.add_argument("--seeds", type=positive_int, default=5, help="seeds per case (the case's seed + 13 k)")
+    p.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = p.parse_args(argv)
+    if not torch.cuda.is_available():
+        return p.fail("needs a GPU: Triton's fast exp, which it measures, does not run under the interpreter")
+    from bench.runner.case_args import LEADERBOARD_SEED_STEP, UsageError, select_cases
+
+    try:
+        cases = select_cases(args.cases)
+    except UsageError as exc:
+        return p.fail(f"--cases: {exc}")
+    from reference import compare, generate_input, ref_kernel
+    from selection.selector import worst_error
+    from submission import custom_kernel
+
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    variants = {
+        "fast-silu": lambda data: fp32_sum(data, triton_h("fast")),
+        "ck-silu": lambda data: fp32_sum(data, triton_h("ck")),
+        "bf16-adds": lambda data: bf16_adds(data, generator),
+        "package": custom_kernel,
+    }
+    rows = []
+    for case in cases:
+        worst = dict.fromkeys(variants, 0.0)
+        fails = dict.fromkeys(variants, 0)
+        for k in range(1, args.seeds + 1):
+            data = generate_input(**{**case.params, "seed": case.params["seed"] + LEADERBOARD_SEED_STEP * k})
+            outputs = {name: run(data) for name, run in variants.items()}
+            expected = ref_kernel(data)
+            for name, out in outputs.items():
+                worst[name] = max(worst[name], worst_error(out, expected))
+                fails[name] += not compare(out, expected)[0]
+        for name in variants:
+            rows.append(
+                {
+                    "case": case.label,
+                    "shape": case.shape,
+                    "variant": name,
+                    "seeds": args.seeds,
+                    "worst": worst[name],
+                    "failed": fails[name],
+                }
+            )
+            print(
+                f"{case.label} {case.shape} {name}: worst {worst[name]:.3f} of the tolerance, "
+                f"{fails[name]}/{args.seeds} fail",
+                flush=True,
+            )
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

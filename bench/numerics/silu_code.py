@@ -1,0 +1,65 @@
+"""`python -m bench.numerics.silu_code --cases smoke`: every path's kernels compiled for both targets
+on this (CPU) machine, nothing run, and each kernel that computes h checked by bench.numerics.rules:
+sm_90 the decode path (its NVIDIA fast decode), the fp8 path and the native path (dot_scaled
+emulated); gfx950 the native and the decode paths. One line per kernel; exit status 1 if any breaks
+the rule.
+"""
+
+import os
+import sys
+from unittest import mock
+
+from bench.numerics.rules import H_KERNELS, amdgcn_silu_problems, ptx_silu_problems
+
+
+def compiled_h_kernels(params: dict) -> list[tuple[str, str, str, list[str]]]:
+    """(target, path, kernel, problems) of every launch that computes h in one call of a case, compiled (never
+    run) for sm_90 and gfx950 as the launchers launch them there."""
+    from bench.gfx950.run import launch_case
+    from bench.h200.twin import decode_launches
+    from moe_triton.tiles_nvidia import fp8_tile_config
+    from problem.cases import table_key
+
+    d_hidden, d_inter, n_experts, topk, n_tokens = table_key(params)
+    fp8 = fp8_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    compiled = [
+        ("sm_90", path, launch)
+        for path, tiles, native in (("decode", None, False), ("fp8", fp8, False), ("native", None, True))
+        for launch in decode_launches(params, tiles, native)
+    ]
+    compiled += [("gfx950", path, launch) for path in ("native", "decode") for launch in launch_case(params, path)[0]]
+    rows = []
+    for target, path, launch in compiled:
+        if launch.function not in H_KERNELS:
+            continue
+        asm = launch.kernel.asm
+        problems = ptx_silu_problems(asm["ptx"]) if target == "sm_90" else amdgcn_silu_problems(asm["amdgcn"])
+        rows.append((target, path, launch.function, problems))
+    return rows
+
+
+def main(argv=None) -> int:
+    from bench.runner.case_args import UsageError, select_cases
+    from bench.runner.preflight import UsageParser
+
+    p = UsageParser(prog="python -m bench.numerics.silu_code", description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=["smoke"], help="case selectors as for python -m bench")
+    args = p.parse_args(argv)
+    try:
+        cases = select_cases(args.cases)
+    except UsageError as exc:
+        return p.fail(f"--cases: {exc}")
+    broken = 0
+    # The kernels compile for the GPUs here, never under the interpreter (the modules must be imported
+    # with it off: bench.gfx950.run refuses interpreted kernels).
+    with mock.patch.dict(os.environ, {"TRITON_INTERPRET": "0"}):
+        for case in cases:
+            for target, path, kernel, problems in compiled_h_kernels(case.params):
+                broken += bool(problems)
+                verdict = "; ".join(problems) if problems else "precise exp, IEEE division"
+                print(f"{case.label} {target:6} {path:6} {kernel}: {verdict}", flush=True)
+    return 1 if broken else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
