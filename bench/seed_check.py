@@ -7,9 +7,11 @@ checked on inputs it never saw. Each input is run on every path of --paths (the 
 after them, as the runner checks). Prints one line per case and path: passes, the worst error as
 a fraction of the tolerance (selection.selector.worst_error: 1 is the edge) and its 99th
 percentile over the seeds, and the choice; --json writes the same with the failing seeds.
+Interrupted (Ctrl-C, or SIGTERM from a time limit), it reports the seeds done so far, exit status 130.
 """
 
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -60,36 +62,46 @@ def main(argv=None) -> int:
     from submission import selection_choice
 
     runners = {path: _runner(path) for path in args.paths}
-    rows, failed = [], 0
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # a time limit's SIGTERM reports as Ctrl-C does
+    rows, failed, interrupted = [], 0, False
     for case in cases:
         t0 = time.perf_counter()
         base = case.params["seed"] if args.seed_base is None else args.seed_base
         worst = {path: [] for path in runners}
         failing = {path: [] for path in runners}
-        for k in range(1, args.seeds + 1):
-            params = {**case.params, "seed": base + LEADERBOARD_SEED_STEP * k}
-            data = generate_input(**params)
-            validate_inputs(data)
-            outputs = {path: run(data) for path, run in runners.items()}
-            expected = ref_kernel(data)  # after the submission, as the runner checks
-            for path, output in outputs.items():
-                ok, message = compare(output, expected)
-                worst[path].append(worst_error(output, expected))
-                if not ok:
-                    failing[path].append(params["seed"])
-                    print(f"{case.label} {path} seed {params['seed']}: {message.splitlines()[0]}", flush=True)
+        config = None
+        try:
+            for k in range(1, args.seeds + 1):
+                params = {**case.params, "seed": base + LEADERBOARD_SEED_STEP * k}
+                data = generate_input(**params)
+                validate_inputs(data)
+                config = data[-1]
+                outputs = {path: run(data) for path, run in runners.items()}
+                expected = ref_kernel(data)  # after the submission, as the runner checks
+                for path, output in outputs.items():
+                    ok, message = compare(output, expected)
+                    worst[path].append(worst_error(output, expected))
+                    if not ok:
+                        failing[path].append(params["seed"])
+                        print(f"{case.label} {path} seed {params['seed']}: {message.splitlines()[0]}", flush=True)
+                del data, outputs, expected
+        except KeyboardInterrupt:
+            interrupted = True
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        choice = selection_choice(data[-1]) or "static"
+        choice = (selection_choice(config) if config else None) or "static"
         for path in runners:
+            done = len(worst[path])
+            if not done:
+                continue
             errors = torch.tensor(worst[path])
             row = {
                 "case": case.label,
                 "shape": case.shape,
                 "path": path,
-                "seeds": args.seeds,
+                "seeds": done,
                 "seed_base": base,
-                "passed": args.seeds - len(failing[path]),
+                "passed": done - len(failing[path]),
                 "failing_seeds": failing[path],
                 "worst": float(errors.max()),
                 "p99": float(errors.quantile(0.99)),
@@ -98,14 +110,16 @@ def main(argv=None) -> int:
             rows.append(row)
             failed += bool(failing[path])
             print(
-                f"{case.label} {case.shape} {path}: {row['passed']}/{args.seeds} passed, worst error "
+                f"{case.label} {case.shape} {path}: {row['passed']}/{done} passed, worst error "
                 f"{row['worst']:.2f} of the tolerance (p99 {row['p99']:.2f}), choice {row['choice']}, "
-                f"{time.perf_counter() - t0:.0f} s",
+                f"{time.perf_counter() - t0:.0f} s" + (" (interrupted)" if interrupted else ""),
                 flush=True,
             )
+        if interrupted:
+            break
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
-    return 1 if failed else 0
+    return 130 if interrupted else 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -155,6 +155,28 @@ def test_seed_check_runs_each_input_on_each_path_from_a_seed_base_and_writes_jso
     assert rows[1]["choice"] == "decode (forced)" and 0 <= rows[0]["p99"] <= rows[0]["worst"] < 1
 
 
+def test_seed_check_interrupted_reports_the_seeds_done_with_status_130(monkeypatch, capsys):
+    import reference
+    from bench import seed_check
+
+    monkeypatch.setenv("MOE_SELECT", "0")
+    monkeypatch.delenv("MOE_BACKEND", raising=False)
+    real, calls = reference.generate_input, []
+
+    def interrupted_at_the_third(**params):
+        calls.append(params["seed"])
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(**params)
+
+    monkeypatch.setattr(reference, "generate_input", interrupted_at_the_third)
+    case = "dhidden=256,dexpert=256,nroutedexperts=4,nexpertspertoken=2,nsharedexperts=1,bs=3"
+    assert seed_check.main(["--cases", case, "smoke:0", "--seeds", "50"]) == 130
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("custom0 H256-I256-E4+1-k2+1-bs3 shipped: 2/2 passed")
+    assert lines[0].endswith("(interrupted)")
+
+
 def test_seed_check_refuses_bad_options(capsys):
     from bench import seed_check
 

@@ -77,7 +77,7 @@ def test_the_rule_reads_the_instruction_sequences():
     precise_ptx = "fma.rm.ftz.f32 %r1, %r2, %r3, %r4;\nex2.approx.ftz.f32 %r5, %r6;\ndiv.rn.f32 %r7, %r8, %r9;"
     assert ptx_silu_problems(precise_ptx) == []
     assert ptx_silu_problems(precise_ptx.replace("div.rn.f32", "div.rn.ftz.f32")) == [
-        "no IEEE division (div.rn.f32) in a kernel that computes h"
+        "1 of 1 silus without an IEEE division (div.rn.f32) in a kernel that computes h"
     ]
     assert ptx_silu_problems("div.rn.f32 %r1, %r2, %r3;") == ["no exp in a kernel that computes h"]
     # triton 3.9's precise exp and division, and triton 3.6's under FP fusion (ph - E contracted)
@@ -85,8 +85,10 @@ def test_the_rule_reads_the_instruction_sequences():
     division = "v_div_scale_f32 v6, s[4:5], v4, v4, 1.0\nv_rcp_f32_e32 v7, v6\nv_div_fixup_f32 v4, v6, v4, 1.0"
     precise_gcn = exp.format("v_sub_f32_e32 v4, v4, v7") + "\n" + division
     assert amdgcn_silu_problems(precise_gcn) == []
-    assert amdgcn_silu_problems(precise_gcn + "\nv_rcp_f32_e32 v9, v8") == [
-        "approximate division in h: 1 v_rcp_f32 outside IEEE divisions"
+    # v_rcp_f32 of an integer division beside it is no approximate division
+    assert amdgcn_silu_problems(precise_gcn + "\nv_rcp_f32_e32 v9, v8") == []
+    assert amdgcn_silu_problems(exp.format("v_sub_f32_e32 v4, v4, v7") + "\nv_rcp_f32_e32 v9, v8") == [
+        "approximate division in h: 1 of 1 silus without an IEEE division"
     ]
     assert amdgcn_silu_problems(exp.format("v_fma_f32 v4, -v1, s2, -v7") + "\n" + division) == [
         "contracted exp in h: 1 of 1 range reductions (x log2 e - E) fused into an FMA; launch with "

@@ -9,11 +9,13 @@ What tells the two spellings apart, per exp and per division (counts over the wh
   an integer E (v_rndne_f32), takes ph - E as a subtraction (v_sub_f32 ..., ph, E) and scales
   back with v_ldexp_f32; tl.exp's fast form has no v_rndne_f32. Under FP fusion triton 3.6's LLVM
   contracts ph - E with the multiply into v_fma_f32 ..., -E, which hipcc does not: a different exp.
-  IEEE division is the v_div_scale / v_rcp_f32 / v_div_fmas / v_div_fixup_f32 sequence; a bare
-  v_rcp_f32 is an approximate reciprocal.
+  IEEE division is the v_div_scale / v_rcp_f32 / v_div_fmas / v_div_fixup_f32 sequence, one per
+  silu; an approximate one has no v_div_fixup_f32 (v_rcp_f32 alone is no sign: integer division
+  uses it too).
 - sm_90: the precise expf (libdevice's __nv_expf) does one fma.rm per exp around its
   ex2.approx.ftz; tl.exp's fast form is ex2.approx alone. IEEE division is div.rn.f32; '/' on
-  floats is div.full.f32 (approximate), and div.approx / rcp.approx are approximations too.
+  floats is div.full.f32 (approximate), and div.approx / rcp.approx are approximations too; one
+  div.rn.f32 per silu.
 """
 
 import re
@@ -58,22 +60,20 @@ def amdgcn_silu_problems(text: str) -> list[str]:
     exps = _count(r"\bv_exp_f32(?:_e32|_e64)?\b", text)
     rounds = _count(r"\bv_rndne_f32(?:_e32|_e64)?\b", text)
     subtracted, contracted = _range_reductions(text)
-    rcps = _count(r"\bv_rcp_f32(?:_e32|_e64)?\b", text)
+    # One IEEE division per silu, so per exp (v_rcp_f32 alone also serves integer division: not counted)
     fixups = _count(r"\bv_div_fixup_f32(?:_e64)?\b", text)
-    problems = []
     if exps == 0:
-        problems.append("no exp in a kernel that computes h")
-    elif rounds < exps:
+        return ["no exp in a kernel that computes h"]
+    problems = []
+    if rounds < exps:
         problems.append(f"fast exp in h: {exps - rounds} of {exps} v_exp_f32 without the precise range reduction")
     elif contracted or subtracted < exps:
         problems.append(
             f"contracted exp in h: {max(contracted, exps - subtracted)} of {exps} range reductions "
             "(x log2 e - E) fused into an FMA; launch with enable_fp_fusion=False"
         )
-    if fixups == 0:
-        problems.append("no IEEE division in a kernel that computes h")
-    elif rcps > fixups:
-        problems.append(f"approximate division in h: {rcps - fixups} v_rcp_f32 outside IEEE divisions")
+    if fixups < exps:
+        problems.append(f"approximate division in h: {exps - fixups} of {exps} silus without an IEEE division")
     return problems
 
 
@@ -81,14 +81,17 @@ def ptx_silu_problems(ptx: str) -> list[str]:
     """What is wrong with the silu of an sm_90 kernel's PTX; empty when it is the precise one."""
     exps = _count(r"\bex2\.approx\.", ptx)
     reductions = _count(r"\bfma\.rm\.", ptx)
-    problems = []
     if exps == 0:
-        problems.append("no exp in a kernel that computes h")
-    elif reductions < exps:
+        return ["no exp in a kernel that computes h"]
+    problems = []
+    if reductions < exps:
         problems.append(f"fast exp in h: {exps - reductions} of {exps} ex2.approx without __nv_expf's reduction")
     approximate = _count(r"\b(?:div\.full|div\.approx|rcp\.approx)\.", ptx)
     if approximate:
         problems.append(f"approximate division in h: {approximate} div.full / div.approx / rcp.approx")
-    if _count(r"\bdiv\.rn\.f32\b", ptx) == 0:
-        problems.append("no IEEE division (div.rn.f32) in a kernel that computes h")
+    ieee = _count(r"\bdiv\.rn\.f32\b", ptx)
+    if ieee < exps:
+        problems.append(
+            f"{exps - ieee} of {exps} silus without an IEEE division (div.rn.f32) in a kernel that computes h"
+        )
     return problems

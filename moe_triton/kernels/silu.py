@@ -54,9 +54,10 @@ def gated_h(gate, up, JUDGE: tl.constexpr, INTERPRET: tl.constexpr):
     """bf16(silu(gate) * up) of fp32 tiles, as JUDGE computes it, returned in fp32."""
     tl.static_assert((JUDGE == "torch") or (JUDGE == "ck"), "gated_h: JUDGE must be 'torch' or 'ck'")
     if JUDGE == "ck":
-        gate, up = _flush(gate), _flush(up)
+        # A subnormal gate needs no flush of its own: its exp is 1 either way, and the flush of
+        # gate * 0.5 gives the zero of its sign, as the flushed gate does.
         silu = _flush(gate * tl.math.div_rn(1.0, 1.0 + _exp(-gate, INTERPRET)))
-        h = _flush(silu * up)
+        h = _flush(silu * _flush(up))
     else:
         h = tl.math.div_rn(gate, 1.0 + _exp(-gate, INTERPRET)) * up
     return round_to_bf16(h)
