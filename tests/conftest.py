@@ -10,6 +10,11 @@ import torch
 # Chosen before any test module imports triton (as submission.py does for its own entry).
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
+else:
+    # CUDA initialised now, before a test hides the GPU from a run it starts in this process (the
+    # runner's --device cpu sets CUDA_VISIBLE_DEVICES=""): a lazy first initialisation after that
+    # would see no GPU for every later test of the process (pytest-xdist orders them anyhow).
+    torch.cuda.init()
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

@@ -71,6 +71,7 @@ def test_the_runner_accepts_what_the_submission_accepts():
 
 def test_the_report_shows_the_choice_and_the_first_calls_time_per_backend(tmp_path, capsys, monkeypatch):
     monkeypatch.delenv("MOE_SELECT", raising=False)
+    monkeypatch.setenv("COLUMNS", "250")  # the whole table, in any terminal (or none: pytest-xdist)
     sub = tmp_path / "fake_submission.py"
     sub.write_text(FAKE_SUBMISSION)
     argv = ["--backend", str(sub), f"{sub}@select", "--cases", "smoke:1", "--inline", "--roofline", "off"]

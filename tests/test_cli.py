@@ -279,7 +279,8 @@ def test_a_run_on_the_cpu_leaves_the_callers_environment_as_it_was(monkeypatch):
 # ---------------------------------------------------------------- failures (item 1)
 
 
-def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys):
+def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "250")  # the whole table, in any terminal (or none: pytest-xdist)
     argv = ["--backend", "reference", "--cases", PADDED_CASE, "--inline", "--roofline", "off", "--out", str(tmp_path)]
     assert cli.main(argv + ["-q"]) == 1
     row = json.loads((tmp_path / "test.json").read_text())["rows"][0]
