@@ -11,10 +11,13 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 else:
-    # CUDA initialised now, before a test hides the GPU from a run it starts in this process (the
-    # runner's --device cpu sets CUDA_VISIBLE_DEVICES=""): a lazy first initialisation after that
-    # would see no GPU for every later test of the process (pytest-xdist orders them anyhow).
+    # CUDA initialised and its device count cached now, before a test hides the GPU from a run it
+    # starts in this process (the runner's --device cpu sets CUDA_VISIBLE_DEVICES=""): torch caches
+    # the first count it takes after initialisation, read from NVML and that variable, so a first
+    # count taken then would be 0 for every later test of the process (seen under pytest-xdist,
+    # which orders the tests anyhow: "Invalid device id").
     torch.cuda.init()
+    assert torch.cuda.device_count() > 0
 
 import pytest  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402

@@ -47,6 +47,7 @@ def test_docs_link_each_other():
         "docs/gfx950.md",
         "docs/bundle.md",
         "docs/status.md",
+        "docs/numerics.md",
     ):
         assert doc in readme and (ROOT / doc).is_file()
     assert "docs/gfx950.md" in (ROOT / "docs" / "triton.md").read_text()

@@ -17,8 +17,8 @@ which spells the judge's own arithmetic, chosen by the target the launcher compi
 
 libdevice.exp is the precise expf of each target (libdevice's __nv_expf, the ROCm device library's
 __ocml_exp_f32); tl.math.div_rn is IEEE division on both (div.rn.f32 on NVIDIA, where '/' is
-div.full, an approximation). tl.exp is a fast exp2-based approximation on both and is never used
-here. Under Triton's CPU interpreter (INTERPRET), which has no libdevice, the exp is numpy's in
+div.full, an approximation). tl.exp on fp32 is a fast exp2-based approximation on both GPUs; it
+appears here only for the CPU interpreter (INTERPRET), which has no libdevice: numpy's exp in
 float64, rounded once to fp32.
 """
 
