@@ -164,11 +164,12 @@ def slot_outputs(data: "input_t", h_of=silu_and_mul):
 
 
 @torch.no_grad()
-def ref_kernel(data: "input_t") -> "output_t":
-    """SPEC 1 a4w4: the slots' contributions (slot_outputs) added per token in fp32, rounded once."""
+def ref_kernel(data: "input_t", h_of=silu_and_mul) -> "output_t":
+    """SPEC 1 a4w4: the slots' contributions (slot_outputs, h from h_of) added per token in fp32,
+    rounded once."""
     hidden, *_, topk_ids, _config = data
     out = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
-    for slots, y in slot_outputs(data):
+    for slots, y in slot_outputs(data, h_of):
         out.index_add_(0, slots // topk_ids.shape[1], y)
     return out.to(torch.bfloat16)
 

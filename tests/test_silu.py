@@ -13,41 +13,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-import triton
-import triton.language as tl
 
+from bench.numerics.budget import spelled_h
 from moe_triton.fused_moe import interpreting, silu_judge
-from moe_triton.kernels.silu import gated_h
-
-BLOCK = 4096
-
-
-@triton.jit
-def _h_kernel(g_ptr, u_ptr, h_ptr, n, JUDGE: tl.constexpr, INTERPRET: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    g = tl.load(g_ptr + offs, mask=mask, other=1.0)
-    u = tl.load(u_ptr + offs, mask=mask, other=1.0)
-    tl.store(h_ptr + offs, gated_h(g, u, JUDGE, INTERPRET), mask=mask)
-
-
-@triton.jit
-def _fast_h_kernel(g_ptr, u_ptr, h_ptr, n, BLOCK: tl.constexpr):
-    """The spelling every kernel had before gated_h: Triton's fast exp and '/'."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    g = tl.load(g_ptr + offs, mask=mask, other=1.0)
-    u = tl.load(u_ptr + offs, mask=mask, other=1.0)
-    tl.store(h_ptr + offs, (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16).to(tl.float32), mask=mask)
-
-
-def kernel_h(g: torch.Tensor, u: torch.Tensor, judge: str) -> torch.Tensor:
-    h = torch.full_like(g, float("nan"))  # poisoned: every element must be written
-    with np.errstate(all="ignore"):  # the interpreter's float64 exp of large -g
-        _h_kernel[(triton.cdiv(g.numel(), BLOCK),)](
-            g, u, h, g.numel(), JUDGE=judge, INTERPRET=interpreting(), BLOCK=BLOCK
-        )
-    return h
 
 
 def interpreter_exp(x: torch.Tensor) -> torch.Tensor:
@@ -108,7 +76,7 @@ def near_boundaries(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
 @pytest.mark.parametrize("judge", ["torch", "ck"])
 def test_helper_is_each_judges_arithmetic_under_the_interpreter(judge):
     for g, u in (every_bf16(), near_boundaries(200_000, seed=31)):
-        got, want = kernel_h(g, u, judge), model_h(g, u, judge, interpreter_exp)
+        got, want = spelled_h(g, u, judge), model_h(g, u, judge, interpreter_exp)
         assert mismatches(got, want) == 0
         assert not torch.isnan(got[~torch.isnan(want)]).any()  # the poison was overwritten
 
@@ -117,7 +85,7 @@ def test_helper_is_each_judges_arithmetic_under_the_interpreter(judge):
 def test_the_two_judges_differ_where_the_sweep_looks():
     """The near-boundary sweep separates the two judges' spellings: it is sensitive to one ulp."""
     g, u = near_boundaries(200_000, seed=32)
-    differ = mismatches(kernel_h(g, u, "ck"), kernel_h(g, u, "torch"))
+    differ = mismatches(spelled_h(g, u, "ck"), spelled_h(g, u, "torch"))
     assert differ > 100
 
 
@@ -128,7 +96,7 @@ def test_the_launchers_judge_follows_the_target():
 def test_an_unknown_judge_is_refused_at_compile_time():
     g = torch.ones(8, device="cuda" if torch.cuda.is_available() else "cpu")
     with pytest.raises(Exception) as raised:
-        kernel_h(g, g, "aiter")
+        spelled_h(g, g, "aiter")
     chain, error = [], raised.value  # a compiled kernel's error carries the assertion as its cause
     while error is not None:
         chain.append(str(error))
@@ -146,22 +114,21 @@ def test_helper_is_torch_silu_bit_for_bit_on_the_gpu():
     for g, u in (every_bf16(), near_boundaries(4_000_000, seed=41)):
         g, u = g.cuda(), u.cuda()
         want = (F.silu(g) * u).to(torch.bfloat16).float()
-        assert mismatches(kernel_h(g, u, "torch"), want) == 0
+        assert mismatches(spelled_h(g, u, "torch"), want) == 0
 
 
 @cuda_only
 def test_the_fast_spelling_fails_the_same_sweep_on_the_gpu():
     g, u = near_boundaries(4_000_000, seed=42)
     g, u = g.cuda(), u.cuda()
-    fast = torch.full_like(g, float("nan"))
-    _fast_h_kernel[(triton.cdiv(g.numel(), BLOCK),)](g, u, fast, g.numel(), BLOCK=BLOCK)
+    fast = spelled_h(g, u, "fast")  # the spelling every kernel had before gated_h
     want = (F.silu(g) * u).to(torch.bfloat16).float()
     assert mismatches(fast, want) > 1000
-    assert mismatches(kernel_h(g, u, "torch"), want) == 0
+    assert mismatches(spelled_h(g, u, "torch"), want) == 0
 
 
 @pytest.mark.skipif(interpreting() or torch.version.hip is None, reason="an AMD GPU")
 def test_helper_is_the_ck_spelling_of_rocm_expf_on_an_amd_gpu():
     for g, u in (every_bf16(), near_boundaries(4_000_000, seed=43)):
         g, u = g.cuda(), u.cuda()
-        assert mismatches(kernel_h(g, u, "ck"), model_h(g, u, "ck", torch.exp)) == 0
+        assert mismatches(spelled_h(g, u, "ck"), model_h(g, u, "ck", torch.exp)) == 0

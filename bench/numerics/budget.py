@@ -19,6 +19,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import torch
 
 if not torch.cuda.is_available():  # before triton is imported, as submission.py does
@@ -46,29 +47,22 @@ def _h_kernel(g_ptr, u_ptr, h_ptr, n, SPELLING: tl.constexpr, INTERPRET: tl.cons
     tl.store(h_ptr + offs, h, mask=mask)
 
 
-def triton_h(spelling: str):
-    """h_of for reference.slot_outputs: h computed by a Triton kernel in the given spelling."""
-
-    def h_of(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
-        g, u = gate.contiguous(), up.contiguous()
-        h = torch.empty_like(g)
-        block = BLOCK * 64 if interpreting() else BLOCK  # the interpreter: few large programs
+def spelled_h(gate: torch.Tensor, up: torch.Tensor, spelling: str) -> torch.Tensor:
+    """h (fp32 holding bf16 values) of fp32 gate and up, computed by a Triton kernel in the given
+    spelling: "fast" (Triton's fast exp and '/'), or gated_h's JUDGE "torch" or "ck"."""
+    g, u = gate.contiguous(), up.contiguous()
+    h = torch.full_like(g, float("nan"))  # poisoned: every element must be written
+    block = BLOCK * 64 if interpreting() else BLOCK  # the interpreter: few large programs
+    with np.errstate(all="ignore"):  # the interpreter's numpy exp of a large -g, and inf * 0
         _h_kernel[(triton.cdiv(g.numel(), block),)](
             g, u, h, g.numel(), SPELLING=spelling, INTERPRET=interpreting(), BLOCK=block
         )
-        return h.to(torch.bfloat16)
-
-    return h_of
+    return h
 
 
-def fp32_sum(data, h_of) -> torch.Tensor:
-    from reference import slot_outputs
-
-    hidden, *_, topk_ids, _config = data
-    out = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
-    for slots, y in slot_outputs(data, h_of):
-        out.index_add_(0, slots // topk_ids.shape[1], y)
-    return out.to(torch.bfloat16)
+def triton_h(spelling: str):
+    """h_of for reference.ref_kernel: spelled_h in bf16."""
+    return lambda gate, up: spelled_h(gate, up, spelling).to(torch.bfloat16)
 
 
 def bf16_adds(data, generator: torch.Generator) -> torch.Tensor:
@@ -111,8 +105,8 @@ def main(argv=None) -> int:
     gpu = torch.cuda.is_available()
     generator = torch.Generator(device="cuda" if gpu else "cpu").manual_seed(0)
     variants = {
-        "fast-silu": lambda data: fp32_sum(data, triton_h("fast")),
-        "ck-silu": lambda data: fp32_sum(data, triton_h("ck")),
+        "fast-silu": lambda data: ref_kernel(data, triton_h("fast")),
+        "ck-silu": lambda data: ref_kernel(data, triton_h("ck")),
         "bf16-adds": lambda data: bf16_adds(data, generator),
         "package": custom_kernel,
     }
