@@ -55,6 +55,15 @@ class JobError(Exception):
     pass
 
 
+class Interrupted(Exception):
+    """SIGTERM or Ctrl-C: the step in flight ends as a timeout does (its process group killed, so no
+    eval is left holding the GPU) and the report is written with what finished."""
+
+
+def _interrupt(signum, frame):
+    raise Interrupted
+
+
 def utils_path(task_dir: Path) -> Path:
     """utils.py beside eval.py, or one level up as in reference-kernels (task.yml: ../utils.py)."""
     for path in (task_dir / "utils.py", task_dir.parent / "utils.py"):
@@ -175,15 +184,17 @@ def run_step(argv: list[str], cwd: Path, env: dict[str, str], limit_s: float) ->
     os.close(write_fd)
     reader = threading.Thread(target=lambda: popcorn.append(os.fdopen(read_fd, errors="replace").read()), daemon=True)
     reader.start()
-    timed_out = False
+    timed_out = interrupted = False
     try:
         out, err = proc.communicate(timeout=limit_s)
     except subprocess.TimeoutExpired:
         timed_out = True
-        _kill_group(proc.pid)
-        out, err = proc.communicate()
+    except (Interrupted, KeyboardInterrupt):
+        interrupted = True
     finally:
         _kill_group(proc.pid)
+    if timed_out or interrupted:
+        out, err = proc.communicate()
     wall = time.perf_counter() - start
     reader.join(timeout=5)
     return {
@@ -192,6 +203,7 @@ def run_step(argv: list[str], cwd: Path, env: dict[str, str], limit_s: float) ->
         "wall_s": wall,
         "exit_code": proc.returncode,
         "timed_out": timed_out,
+        "interrupted": interrupted,
         "select_lines": [line for line in err.splitlines() if line.startswith(SELECT_PREFIX)],
         "stdout_tail": out.splitlines()[-TAIL_LINES:],
         "stderr_tail": err.splitlines()[-TAIL_LINES:],
@@ -259,6 +271,8 @@ def run_mode(
             step["triton_cache_files"] = [triton, len(snapshot(home / TRITON_CACHE))]
             print(f"bench.job: {mode} {name}: {_step_summary(step)}", flush=True)
             steps.append(step)
+            if step["interrupted"]:
+                break
     finally:
         for name in files:
             (run_dir / name).unlink(missing_ok=True)
@@ -270,11 +284,18 @@ def run_mode(
         "steps": steps,
         "cases": rows,
         "geomean_us": geomean_us(rows) if mode != "test" else None,
+        "interrupted": steps[-1]["interrupted"],
     }
 
 
+def _step_end(step: dict) -> str:
+    if step["interrupted"]:
+        return "INTERRUPTED"
+    return "TIMED OUT" if step["timed_out"] else f"exit {step['exit_code']}"
+
+
 def _step_summary(step: dict) -> str:
-    end = "timed out" if step["timed_out"] else f"exit {step['exit_code']}"
+    end = _step_end(step).lower()
     check = step["result"].get("check")
     return f"{step['wall_s']:.1f} s, {end}" + (f", check {check}" if check else "")
 
@@ -304,14 +325,15 @@ def markdown(job: dict) -> str:
         f"- python: {job['python']}",
         "",
         f"**Total {job['total_s']:.1f} s of the {JOB_CAP_S // 60}-minute cap ({job['total_s'] / JOB_CAP_S:.0%})"
-        f"{'' if job['within_cap'] else ': OVER THE CAP'}**; the real job also checks out and installs kernelbot.",
+        f"{'' if job['within_cap'] else ': OVER THE CAP'}{': INTERRUPTED' if job['interrupted'] else ''}**; "
+        "the real job also checks out and installs kernelbot.",
         "",
         "| mode | step | limit | wall | end | check | choice files | Triton cache files |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for mode in job["modes"]:
         for s in mode["steps"]:
-            end = "TIMED OUT" if s["timed_out"] else f"exit {s['exit_code']}"
+            end = _step_end(s)
             before, after = s["triton_cache_files"]
             lines.append(
                 f"| {mode['mode']} | {s['step']} | {s['limit_s']} s | {s['wall_s']:.1f} s | {end} | "
@@ -333,7 +355,7 @@ def markdown(job: dict) -> str:
         for s in mode["steps"]:
             lines += ["", f"{s['step']}: `moe-mxfp4 select` lines ({len(s['select_lines'])}):", ""]
             lines += ["```", *(s["select_lines"] or ["(none)"]), "```"]
-            if s["timed_out"] or s["exit_code"] not in (0, 112):
+            if s["timed_out"] or s["interrupted"] or s["exit_code"] not in (0, 112):
                 lines += ["", f"{s['step']}: last lines of stderr:", "", "```", *s["stderr_tail"], "```"]
     return "\n".join(lines) + "\n"
 
@@ -382,8 +404,10 @@ def run_job(task_dir: Path, bundle_file: Path | None, modes: list[str], out: Pat
             case_path.write_text(case_files[mode])
             job["modes"].append(run_mode(mode, files, run_dir, home, env, case_path, mode_limits[mode], seed))
         job["total_s"] = time.perf_counter() - start
+        job["interrupted"] = any(m["interrupted"] for m in job["modes"])
         job["within_cap"] = job["total_s"] <= JOB_CAP_S
-        job["passed"] = not job["skipped"] and all(m["passed"] for m in job["modes"]) and job["within_cap"]
+        finished = not job["skipped"] and not job["interrupted"]
+        job["passed"] = finished and all(m["passed"] for m in job["modes"]) and job["within_cap"]
         shutil.rmtree(out / "choice", ignore_errors=True)
         if (home / CHOICE_DIR).is_dir():
             shutil.copytree(home / CHOICE_DIR, out / "choice", dirs_exist_ok=True)
@@ -402,11 +426,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "out" / "job", help="report folder")
     p.add_argument("--seed", type=int, help="POPCORN_SEED for the evals (the secret run's; default: unset)")
     args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         job = run_job(args.task_dir.resolve(), args.bundle, args.modes, args.out, args.seed)
     except JobError as exc:
         return p.fail(str(exc))
-    verdict = "passed" if job["passed"] else "NOT PASSED"
+    verdict = "passed" if job["passed"] else "INTERRUPTED" if job["interrupted"] else "NOT PASSED"
     print(f"bench.job: {verdict}, {job['total_s']:.1f} s of {JOB_CAP_S} s; report {args.out / 'job.md'}")
     return 0 if job["passed"] else 1
 

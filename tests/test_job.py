@@ -3,6 +3,10 @@ and report. The task's eval.py needs CUDA, so a test double with its interface s
 the case file and writes `key: value` lines to POPCORN_FD; a submission double caches a choice."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import textwrap
 import time
 from pathlib import Path
@@ -27,6 +31,7 @@ log("seen.xdg", os.environ.get("XDG_CACHE_HOME", "unset"))
 log("seen.seed", os.environ.get("POPCORN_SEED", "unset"))
 log("seen.files", ",".join(sorted(p.name for p in Path.cwd().glob("*.py"))))
 log("seen.utils", utils.MARK)
+log("seen.pid", os.getpid())
 time.sleep(SLEEP.get(mode, 0))
 kind = "test" if mode == "test" else "benchmark"
 log(f"{{kind}}-count", len(cases))
@@ -137,6 +142,29 @@ def test_limits_kill_the_step_and_a_failed_mode_stops_the_job(tmp_path, monkeypa
     assert prerun["timed_out"] and evaluation["timed_out"] and evaluation["limit_s"] == 1
     assert evaluation["result"]["seen.files"].startswith("eval.py")  # the eval ran after the pre-run's timeout
     assert "TIMED OUT" in (tmp_path / "out" / "job.md").read_text()
+
+
+def test_sigterm_ends_the_eval_and_still_writes_the_report(tmp_path):
+    task_dir, submission = make_task(tmp_path, sleep={"benchmark": 60})
+    out = tmp_path / "out"
+    argv = [sys.executable, "-m", "bench.job", "--task-dir", str(task_dir), "--bundle", str(submission)]
+    proc = subprocess.Popen([*argv, "--out", str(out)], cwd=job.ROOT, stdout=subprocess.PIPE, text=True)
+    for line in proc.stdout:
+        if line.startswith("bench.job: benchmark eval (limit"):
+            break
+    time.sleep(2)  # the eval double is past its `seen` lines, in its sleep
+    proc.send_signal(signal.SIGTERM)
+    rest, _ = proc.communicate(timeout=20)
+    assert proc.returncode == 1 and "bench.job: INTERRUPTED" in rest
+    report = json.loads((out / "job.json").read_text())
+    assert report["interrupted"] and not report["passed"] and report["skipped"] == ["leaderboard"]
+    test, bench = report["modes"]
+    assert test["passed"] and not test["interrupted"] and bench["interrupted"]
+    evaluation = bench["steps"][1]
+    assert evaluation["interrupted"] and not evaluation["timed_out"]
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(evaluation["result"]["seen.pid"]), 0)
+    assert "INTERRUPTED" in (out / "job.md").read_text()
 
 
 def test_a_failing_case_is_reported_and_the_rest_skipped(tmp_path):
