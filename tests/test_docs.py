@@ -1,6 +1,7 @@
 """The documents the code and the user rely on: every "SPEC n" citation names a section of
-docs/spec.md, the README's test command is the one CI runs, and the README stays a user's page
-(under 8 KB, GPU-only commands marked, the bundle made before it is used)."""
+docs/spec.md, the README's test command is the one CI runs, the README stays a user's page
+(under 8 KB, GPU-only commands marked, the bundle made before it is used), the docs index lists
+every document, and no document cites a file outside the repository."""
 
 import re
 from pathlib import Path
@@ -52,6 +53,33 @@ def test_docs_link_each_other():
         assert doc in readme and (ROOT / doc).is_file()
     assert "docs/gfx950.md" in (ROOT / "docs" / "triton.md").read_text()
     assert "docs/aiter_overrides.md" in (ROOT / "docs" / "aiter.md").read_text()
+
+
+def test_the_docs_index_has_a_row_per_document_and_the_readme_links_it():
+    index = (ROOT / "docs" / "README.md").read_text()
+    rows = re.findall(r"^\| \[(\S+)\]\((\S+)\) \|", index, flags=re.M)
+    documents = sorted(p.name for p in (ROOT / "docs").glob("*.md") if p.name != "README.md")
+    assert sorted(name for name, _ in rows) == documents
+    assert all(name == target for name, target in rows)
+    assert "docs/README.md" in (ROOT / "README.md").read_text()
+
+
+def test_no_document_cites_a_file_outside_the_repository():
+    """A user's clone has no ../shared/: facts carry their public source instead."""
+    outside = re.compile(r"\.\./shared|MI355X_NOTES|PERF_NOTES|\bSPEC\.md\b")
+    cited = [
+        f"{p.relative_to(ROOT)}: {m.group()}"
+        for p in _sources()
+        if p.name != "test_docs.py"
+        for m in outside.finditer(p.read_text())
+    ]
+    assert not cited
+    for path in (ROOT / "README.md", *(ROOT / "docs").glob("*.md")):
+        for target in re.findall(r"\]\(([^)#]+)[^)]*\)", path.read_text()):
+            if "://" not in target:
+                assert (path.parent / target).exists(), (
+                    f"{path.relative_to(ROOT)} links {target}, not in the repository"
+                )
 
 
 def test_the_readme_is_a_users_page():

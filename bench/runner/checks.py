@@ -3,7 +3,7 @@
 a4w4 (default): reference.ref_kernel, this package's a4w4 reference of the layer.
 leaderboard: what the leaderboard compares with: aiter's own fused_moe (the template's single
   call), run after the submission in the same process, so it reads whatever rows the submission
-  injected into aiter's table (MI355X_NOTES.md, "The reference follows the injected table").
+  injected into aiter's table (the task's reference.py calls aiter's fused_moe, which reads it; docs/aiter.md).
   Needs aiter.
 both: both, leaderboard first (as the leaderboard runs it right after the submission); the case
   passes only when both pass, and a case where they disagree says so: passing the leaderboard's
