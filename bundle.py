@@ -13,7 +13,10 @@ and the import statements themselves are removed (`from m import a as b` becomes
 a function, `pass`). The output starts with the two `#!POPCORN` directives, imports only the
 standard library, torch, triton, numpy, pandas, aiter and task, and compiles.
 
-An unknown --backend is a usage error (exit status 2). It fails loudly (exit status 1, nothing
+A bad option is a usage error, one line and exit status 2: an unknown --backend, a --root that is
+no package folder, an -o that is a folder or cannot be written, or whose file name would shadow a
+module the bundle or the runner imports (dist/triton.py would be imported as triton: name it e.g.
+dist/submission_triton.py). It fails loudly (exit status 1, nothing
 written) on: `import module` or `from module import *` of a project module, `from package import
 module`, a package __init__.py with code in it, relative imports,
 dynamic imports of a project module, a circular module-level import, a name imported from a project
@@ -25,7 +28,6 @@ may not).
 
 from __future__ import annotations
 
-import argparse
 import ast
 import subprocess
 import sys
@@ -37,6 +39,11 @@ ALLOWED_PACKAGES = frozenset({"torch", "triton", "numpy", "pandas", "aiter", "ta
 PROVIDED_MODULES = frozenset({"task"})  # beside the submission on the server; never inlined
 NOT_MODULES = frozenset({"bundle", "setup", "conftest"})
 NOT_PACKAGES = frozenset({"bench", "tests"})  # the package's tools and tests, never bundled
+# Files beside the submission on the leaderboard (the runner's eval.py imports utils, reference and
+# task), and the libraries `python -m bench` imports after putting a submission file's folder first
+# on sys.path: an output named like one of these, or like a module the bundle imports (the standard
+# library, ALLOWED_PACKAGES) or a project module, would be imported in its place.
+RUNNER_MODULES = frozenset({"eval", "utils", "reference", "task", "rich", "matplotlib", "hypothesis", "pytest"})
 
 
 class BundleError(Exception):
@@ -392,7 +399,9 @@ class Bundler:
         self.entry = entry
         self.paths = project_modules(root)
         if entry not in self.paths:
-            raise BundleError(f"no {entry}.py in {root}")
+            raise UsageError(
+                f"--root {root}: no {entry.replace('.', '/')}.py there (the entry module, --entry {entry})"
+            )
         check_package_inits(root)
         self.project = set(self.paths)
         self.mods: dict[str, Module] = {}
@@ -581,10 +590,41 @@ def validate(text: str, directives: bool = True) -> None:
             raise BundleError(f"directives missing from the first comment block: {missing}")
 
 
+def shadowed_modules(root: str | Path = ".") -> frozenset[str]:
+    """The module names an output file must not take (see RUNNER_MODULES): submission, the
+    default, is the one project module it may replace."""
+    project = {name.split(".")[0] for name in (*project_modules(Path(root)), *project_packages(Path(root)))}
+    names = set(sys.stdlib_module_names) | ALLOWED_PACKAGES | RUNNER_MODULES | project
+    return frozenset(names - {"submission"})
+
+
+def check_output_name(out: Path, root: str | Path = ".") -> None:
+    """-o names a file whose module name (its stem) shadows nothing the bundle or the runner imports."""
+    if out.suffix != ".py":
+        return  # not importable under its name
+    if out.stem in shadowed_modules(root):
+        raise UsageError(
+            f"-o {out}: a file named {out.name} would be imported instead of the module {out.stem} "
+            f"(the bundle's folder comes first on sys.path); name it e.g. {out.with_name(f'submission_{out.stem}.py')}"
+        )
+
+
+def check_root(root: str | Path) -> None:
+    """--root is the package's folder."""
+    path = Path(root)
+    if not path.exists():
+        raise UsageError(f"--root {root}: no such folder")
+    if not path.is_dir():
+        raise UsageError(f"--root {root}: not a folder")
+
+
 def backends(root: str | Path = ".") -> tuple[str, ...]:
     """The backend names of the package's submission.py (its BACKENDS tuple), read without
     importing it (that would import torch)."""
-    tree = ast.parse((Path(root) / "submission.py").read_text())
+    path = Path(root) / "submission.py"
+    if not path.is_file():
+        raise UsageError(f"--root {root}: no submission.py there (its BACKENDS tuple names the backends)")
+    tree = ast.parse(path.read_text())
     for node in tree.body:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "BACKENDS" for t in node.targets):
             return tuple(ast.literal_eval(node.value))
@@ -603,7 +643,10 @@ def bundle(
 
 def main(argv: list[str] | None = None) -> int:
     here = Path(__file__).resolve().parent
-    p = argparse.ArgumentParser(
+    from bench.runner.preflight import UsageParser, shown
+
+    p = UsageParser(
+        prog="bundle.py",
         description=__doc__.split("\n\n")[0],
         epilog="Submit: popcorn-cli submit --gpu MI355X --leaderboard amd-moe-mxfp4 "
         "--mode leaderboard dist/submission.py",
@@ -623,12 +666,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if out.is_dir():
             raise UsageError(f"-o {out}: a folder; give the file to write, e.g. -o {out / 'submission.py'}")
+        check_root(args.root)
+        check_output_name(out, args.root)
         text = bundle(args.root, entry, directives=not args.no_directives, backend=args.backend)
         write(out, text)
     except BundleError as exc:
         print(f"bundle.py: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, UsageError) else 1
-    print(f"wrote {out} ({len(text.splitlines())} lines, {len(text.encode()) / 1024:.1f} KiB)")
+    print(f"wrote {shown(out)} ({len(text.splitlines())} lines, {len(text.encode()) / 1024:.1f} KiB)")
     return 0
 
 

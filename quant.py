@@ -38,7 +38,7 @@ import triton
 import triton.language as tl
 
 from buffers import get_buffer
-from moe_triton.fused_moe import interpreting
+from moe_triton.target import interpreting
 from mxfp4.encode import mx_encode_pairs, mx_scale_byte
 
 MXQ_BLOCK = 32  # elements per e8m0 scale (fixed by MXFP4)

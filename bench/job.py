@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 import bundle
-from bench.runner.preflight import UsageParser
+from bench.runner.preflight import UsageParser, shown
 from problem.cases import BENCHMARKS, TESTS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     except JobError as exc:
         return p.fail(str(exc))
     verdict = "passed" if job["passed"] else "INTERRUPTED" if job["interrupted"] else "NOT PASSED"
-    print(f"bench.job: {verdict}, {job['total_s']:.1f} s of {JOB_CAP_S} s; report {args.out / 'job.md'}")
+    print(f"bench.job: {verdict}, {job['total_s']:.1f} s of {JOB_CAP_S} s; report {shown(args.out / 'job.md')}")
     return 0 if job["passed"] else 1
 
 

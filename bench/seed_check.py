@@ -17,6 +17,10 @@ import time
 from pathlib import Path
 
 PATHS = ("shipped", "native", "decode")
+NO_GPU = (
+    "no CUDA or ROCm GPU here; seed_check runs the kernels on a GPU (TRITON_INTERPRET=1 runs them under "
+    "Triton's CPU interpreter, small cases only; python -m bench --device cpu checks a case there)"
+)
 
 
 def _runner(path: str):
@@ -56,6 +60,10 @@ def main(argv=None) -> int:
         cases = select_cases(args.cases)
     except UsageError as exc:
         return p.fail(f"--cases: {exc}")
+    from moe_triton.target import interpreting
+
+    if not torch.cuda.is_available() and not interpreting():  # the interpreter runs them on the CPU
+        return p.fail(NO_GPU)
     from problem.validation import validate_inputs
     from reference import compare, generate_input, ref_kernel
     from selection.selector import worst_error

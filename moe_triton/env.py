@@ -1,5 +1,5 @@
 """MOE_TRITON_NATIVE, which forces the Triton backend's path, by one rule for the launcher
-(fused_moe.native_default) and the up-front checks of the runner and the pre-run; it imports
+(target.native_default) and the up-front checks of the runner and the pre-run; it imports
 nothing, so that the runner checks it before Triton is imported."""
 
 import os

@@ -76,7 +76,7 @@ BACKEND_RUNNERS = {"aiter": run_aiter, "aiter-fused": run_aiter_fused, "triton":
 @functools.cache
 def platform() -> str:
     """The selection's target: gfx950-aiter, gfx950, gpu or cpu (see the module docstring)."""
-    from moe_triton.fused_moe import interpreting
+    from moe_triton.target import interpreting
 
     if not torch.cuda.is_available() or interpreting():
         return "cpu"
@@ -95,7 +95,7 @@ def _triton(name: str, tiles, native: bool) -> Candidate:
 
 def _cpu_candidates(config: dict) -> list[Candidate]:
     """The decode table tile, the default rule's tiles one routing-block size up, the native path."""
-    from moe_triton.fused_moe import native_default
+    from moe_triton.target import native_default
 
     key = shape_key(config)
     d_hidden, d_inter, n_experts, topk, n_tokens = key

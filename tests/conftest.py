@@ -28,7 +28,7 @@ for path in (Path(__file__).resolve().parents[1], Path(__file__).resolve().paren
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from moe_triton.fused_moe import interpreting  # noqa: E402
+from moe_triton.target import interpreting  # noqa: E402
 
 # Fast property tests (the whole of test_mxfp4 + test_reference takes seconds on 2 CPU cores);
 # no example database written into the tree.

@@ -73,12 +73,12 @@ class FakeCompiled:
 def go_direct(monkeypatch, plan, fail=False):
     """The plan's launches through FakeCompiled launchers (a test double of the compiled kernels:
     no GPU here), its direct launches on."""
-    from moe_triton import fused_moe as moe_triton
+    from moe_triton import plan as plans
 
     fakes = [FakeCompiled(fail) for _ in plan.launches]
     for launch, fake in zip(plan.launches, fakes, strict=True):
         launch.compiled = fake
     plan.direct = True
     active = types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda device: 1234)
-    monkeypatch.setattr(moe_triton, "driver", types.SimpleNamespace(active=active))
+    monkeypatch.setattr(plans, "driver", types.SimpleNamespace(active=active))
     return fakes

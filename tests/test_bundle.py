@@ -152,6 +152,76 @@ def test_an_output_that_cannot_be_written_is_a_usage_error(tmp_path, capsys, mon
     assert err == [f"bundle.py: error: -o {tmp_path / 's.py'}: cannot write it (Permission denied)"]
 
 
+@pytest.mark.parametrize("name", ["triton", "torch", "aiter", "task", "reference", "utils", "eval", "numpy", "json"])
+def test_an_output_named_like_a_module_it_would_shadow_is_refused(tmp_path, capsys, name):
+    """dist/triton.py beside the bundle is imported as triton (issue 32, item 1): one line naming -o."""
+    out = tmp_path / "dist" / f"{name}.py"
+    assert bundler.main(["-o", str(out)]) == 2
+    assert capsys.readouterr().err.splitlines() == [
+        f"bundle.py: error: -o {out}: a file named {name}.py would be imported instead of the module {name} "
+        f"(the bundle's folder comes first on sys.path); name it e.g. {out.with_name(f'submission_{name}.py')}"
+    ]
+    assert not out.parent.exists()
+
+
+def test_the_outputs_the_docs_suggest_shadow_nothing():
+    """Every `bundle.py ... -o PATH` of the README and docs names a file that bundle.py accepts."""
+    import re
+    import shlex
+
+    outputs = []
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        for line in doc.read_text().splitlines():
+            for command in re.findall(r"python bundle\.py[^`&|]*", line):
+                words = shlex.split(command)
+                outputs += [Path(words[i + 1]) for i, w in enumerate(words[:-1]) if w in ("-o", "--output")]
+    assert Path("dist/submission_triton.py") in outputs
+    for out in outputs:
+        bundler.check_output_name(out, ROOT)
+    assert "submission" not in bundler.shadowed_modules(ROOT)
+    assert {"triton", "torch", "aiter", "task", "reference", "utils", "eval", "numpy", "mxfp4"} <= (
+        bundler.shadowed_modules(ROOT)
+    )
+
+
+def test_a_root_that_is_no_package_folder_is_one_line_naming_root(tmp_path):
+    """python bundle.py --root /nonexistent: no traceback (issue 32, item 3)."""
+    (tmp_path / "file").write_text("")
+    (tmp_path / "empty").mkdir()
+    for root, argv, line in (
+        (tmp_path / "none", [], f"--root {tmp_path / 'none'}: no such folder"),
+        (tmp_path / "file", [], f"--root {tmp_path / 'file'}: not a folder"),
+        (
+            tmp_path / "empty",
+            [],
+            f"--root {tmp_path / 'empty'}: no submission.py there (the entry module, --entry submission)",
+        ),
+        (
+            tmp_path / "empty",
+            ["--backend", "triton"],
+            f"--root {tmp_path / 'empty'}: no submission.py there (its BACKENDS tuple names the backends)",
+        ),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "bundle.py", "--root", str(root), "-o", str(tmp_path / "s.py"), *argv],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 2 and proc.stderr.splitlines() == [f"bundle.py: error: {line}"], proc.stderr
+    assert not (tmp_path / "s.py").exists()
+
+
+def test_a_bad_option_is_one_line_without_the_usage(tmp_path):
+    """argparse's own errors in the runner's style: no usage lines before them (issue 32, item 4)."""
+    proc = subprocess.run(
+        [sys.executable, "bundle.py", "--bogus"], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["bundle.py: error: unrecognized arguments: --bogus"]
+
+
 WITHOUT_CUDA_EXTRA = """
 import sys
 import triton
@@ -467,3 +537,16 @@ def test_cli_writes_the_output_and_reports_errors(tmp_path, capsys):
     assert bundler.main(["--root", str(root), "-o", str(tmp_path / "x.py")]) == 1
     assert "bundle.py: error" in capsys.readouterr().err
     assert not (tmp_path / "x.py").exists()
+
+
+def test_the_written_path_is_printed_relative_to_the_current_folder(tmp_path, capsys, monkeypatch):
+    """Given absolute or relative, the output is reported as a user types it (the tools' one rule,
+    bench.runner.preflight.shown); outside the current folder it stays absolute."""
+    root = _package(tmp_path / "pkg", {"submission.py": "def custom_kernel(d):\n    return 1\n"})
+    monkeypatch.chdir(tmp_path)
+    for given in (str(tmp_path / "dist" / "a.py"), "dist/b.py"):
+        assert bundler.main(["--root", str(root), "-o", given]) == 0
+        assert capsys.readouterr().out.startswith(f"wrote dist{os.sep}{Path(given).name} (")
+    monkeypatch.chdir(root)
+    assert bundler.main(["--root", str(root), "-o", str(tmp_path / "c.py")]) == 0
+    assert capsys.readouterr().out.startswith(f"wrote {tmp_path / 'c.py'} (")

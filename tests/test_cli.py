@@ -172,6 +172,68 @@ def test_every_tool_says_error_the_same_way(tmp_path, capsys):
         assert os.environ.get("TRITON_INTERPRET") == interpret, (main.__module__, argv)
 
 
+def test_a_reversed_range_and_an_empty_out_folder_are_named(capsys):
+    """bench:4-2 selected nothing, and -o '' wrote nothing, silently (issue 32, item 4)."""
+    err = usage_error(["--cases", "bench:4-2"], capsys)
+    assert err.strip() == "python -m bench: error: case selector 'bench:4-2': range 4-2 is reversed; write it 2-4"
+    err = usage_error(["-o", ""], capsys)
+    assert err.startswith("python -m bench: error: --out: empty folder name; ")
+
+
+@pytest.mark.parametrize("backend", ["aiter", "aiter-fused"])
+def test_an_aiter_moe_backend_from_the_environment_is_named_as_such(backend, monkeypatch, capsys):
+    """MOE_BACKEND=aiter on a machine without aiter names MOE_BACKEND, not a --backend never given."""
+    if preflight._aiter_missing("cuda" if not ON_CPU else "cpu") is None:
+        pytest.skip("aiter can run here")
+    monkeypatch.setenv("MOE_BACKEND", backend)
+    err = usage_error(["--cases", "smoke:0"], capsys)
+    assert err.startswith(f"python -m bench: error: MOE_BACKEND={backend} (from the environment): ")
+    assert "--backend" not in err and "unset MOE_BACKEND" in err
+    err = usage_error(["--cases", "smoke:0", "--backend", backend], capsys)  # the command line's is named so
+    assert err.startswith(f"python -m bench: error: --backend {backend}: ")
+
+
+@pytest.mark.skipif(not ON_CPU, reason="a GPU is present")
+def test_the_gpu_tools_refuse_a_machine_without_one_in_one_line():
+    """seed_check gave a 71-line InterpreterError traceback; fp8_check's line lacked `error:` (issue 32)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    for tool, argv, line in (
+        (
+            "bench.seed_check",
+            [],
+            "python -m bench.seed_check: error: no CUDA or ROCm GPU here; seed_check runs the kernels on a GPU",
+        ),
+        (
+            "bench.h200.fp8_check",
+            ["check"],
+            "python -m bench.h200.fp8_check: error: no CUDA GPU here; fp8_check checks and times",
+        ),
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", tool, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+        )
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1 and err[0].startswith(line), proc.stderr
+
+
+def test_argparse_errors_of_the_tools_are_one_line_without_the_usage():
+    """bench.gfx950 printed argparse's usage lines before its error (issue 32; bundle.py's in test_bundle)."""
+    for command, line in (
+        (["-m", "bench.gfx950", "--bogus"], "python -m bench.gfx950: error: unrecognized arguments: --bogus"),
+        (
+            ["-m", "bench.gfx950", "--gap-us", "x"],
+            "python -m bench.gfx950: error: argument --gap-us: 'x' is not a number",
+        ),
+        (
+            ["-m", "bench.h200.fp8_check", "nope"],
+            "python -m bench.h200.fp8_check: error: argument mode: invalid choice",
+        ),
+    ):
+        proc = subprocess.run([sys.executable, *command], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        err = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(err) == 1 and err[0].startswith(line), proc.stderr
+
+
 def test_the_tile_tuner_takes_the_runners_cases(capsys):
     """One case syntax for the runner and the tuner (bench.runner.case_args): lists with indices,
     inline shapes; on a machine that cannot time it gets as far as saying so."""
@@ -194,6 +256,26 @@ def test_profile_mode_on_the_cpu_says_why_the_table_is_short():
     res = evaluate.run_profile({"seed": 1}, torch.neg, lambda seed: torch.ones(4), lambda d, o: (True, ""), Device())
     first = res.profile.splitlines()[0]
     assert first.startswith("The call took ") and "torch.profiler does not see" in first and res.status == "pass"
+
+
+def test_profile_mode_prints_no_profiler_lines_and_times_the_call(capfd):
+    """kineto's USDT lines at the profile's start and stop are dropped from stderr; the kernel's
+    own output to stderr is kept; the call column has the profiled call's wall time."""
+
+    class Device:
+        kind = "cpu"
+
+        def synchronize(self):
+            pass
+
+    def kernel(x):
+        os.write(2, b"the kernel's own line\n")
+        return torch.neg(x)
+
+    res = evaluate.run_profile({"seed": 1}, kernel, lambda seed: torch.ones(4), lambda d, o: (True, ""), Device())
+    err = capfd.readouterr().err
+    assert "USDT:" not in err and "STAGE:" not in err and "the kernel's own line" in err
+    assert res.call_ns > 0 and res.status == "pass"
 
 
 # ---------------------------------------------------------------- --cases-file (item 6)

@@ -1,18 +1,21 @@
-"""The decode path's per-shape plans (moe_triton.fused_moe._DecodePlan): later calls of a shape replay the
+"""The decode path's per-shape plans (moe_triton.plan._DecodePlan): later calls of a shape replay the
 first call's recorded launches with their own tensors; on the NVIDIA path through the compiled
 kernels' launchers, with the JIT launch as the fallback."""
+
+import inspect
 
 import pytest
 import torch
 from layer_checks import assert_matches_reference, go_direct, small_case
 
-from moe_triton import fused_moe as moe_triton
+from moe_triton import plan as plans
+from moe_triton.fused_moe import fused_moe_triton
 from reference import generate_input
 
 
 def run(data):
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return moe_triton.fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, native=False)
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, native=False)
 
 
 # Few experts: a plan is recorded and replayed the same way for any shape, and each call here
@@ -23,10 +26,10 @@ PLAN_CASE = small_case(nroutedexperts=2, nexpertspertoken=1, bs=5)
 @pytest.fixture
 def plan(monkeypatch):
     """The plan of a small shape after its first call, and that call's data."""
-    monkeypatch.setattr(moe_triton, "_plans", type(moe_triton._plans)())
+    monkeypatch.setattr(plans, "_plans", type(plans._plans)())
     data = generate_input(**{**PLAN_CASE, "seed": 5})
     run(data)
-    (plan,) = moe_triton._plans.values()
+    (plan,) = plans._plans.values()
     return plan, data
 
 
@@ -37,7 +40,7 @@ def test_later_calls_replay_the_plan_with_their_own_tensors(plan):
     other = generate_input(**{**PLAN_CASE, "seed": 6})
     assert_matches_reference(other, run(other))
     assert_matches_reference(first, run(first))
-    assert list(moe_triton._plans.values()) == [plan]
+    assert list(plans._plans.values()) == [plan]
 
 
 def test_a_direct_launch_passes_every_parameter_in_signature_order(plan, monkeypatch):
@@ -50,13 +53,13 @@ def test_a_direct_launch_passes_every_parameter_in_signature_order(plan, monkeyp
         grid, (stream, function, metadata, launch_metadata, enter, leave), params = call[:3], call[3:9], call[9:]
         assert grid == launch.grid and len(grid) == 3 and stream == 1234
         assert (function, metadata, launch_metadata, enter, leave) == ("function", "metadata", None, None, None)
-        signature = moe_triton.inspect.signature(launch.fn.fn).parameters
+        signature = inspect.signature(launch.fn.fn).parameters
         assert len(params) == len(signature)
         named = dict(zip(signature, params, strict=True))
         assert all(named[k] == v for k, v in launch.kwargs.items() if k in signature)  # the constexprs
         if "topk_ids_ptr" in named:
             assert named["topk_ids_ptr"] is topk_ids  # the call's own tensors, as given
-    stage2_names = moe_triton.inspect.signature(plan.launches[-1].fn.fn).parameters
+    stage2_names = inspect.signature(plan.launches[-1].fn.fn).parameters
     stage2 = dict(zip(stage2_names, fakes[-1].calls[0][9:], strict=True))
     assert stage2["out_ptr"] is out and stage2["w2_ptr"] is w2
 

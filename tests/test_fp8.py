@@ -1,4 +1,4 @@
-"""The fp8 path (moe_triton/kernels/fp8.py, fused_moe._fp8_plan) on the CPU: the e4m3 decode of every
+"""The fp8 path (moe_triton/kernels/fp8.py, moe_triton/fp8.py) on the CPU: the e4m3 decode of every
 e2m1 code at every fold d of the window against the decoded values bit for bit (the portable
 integer path the interpreter runs, and a model of the PTX lookup's instructions), the window's
 edges, and the layer against reference.ref_kernel under the interpreter (bit for bit where both
@@ -14,9 +14,11 @@ import triton.language as tl
 from layer_checks import assert_matches_reference, small_case
 
 from buffers import _pool
-from moe_triton import fused_moe as fp8_launcher
-from moe_triton.fused_moe import fused_moe_triton, interpreting
+from moe_triton import fp8 as fp8_launcher
+from moe_triton import routing
+from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels import fp8 as kernels
+from moe_triton.target import interpreting
 from moe_triton.tiles import Fp8TileConfig
 from problem.cases import SMOKE
 from reference import check_implementation, generate_input
@@ -188,6 +190,7 @@ def test_tiles_that_do_not_divide_the_shape_with_poisoned_scratch_and_inputs_unc
         return buf
 
     monkeypatch.setattr(fp8_launcher, "get_buffer", poisoned)
+    monkeypatch.setattr(routing, "get_buffer", poisoned)  # the routing arrays
     data = generate_input(**small_case(dhidden=512, dexpert=768, bs=5, seed=4))
     before = [t.clone() for t in data if isinstance(t, torch.Tensor)]
     out = run(data, Fp8TileConfig(16, 512, 128, 4, 2, 256, 256, 4, 2, 3, decode_stage2=True))

@@ -269,12 +269,28 @@ def test_todays_decode_path_fails_the_check(tmp_path):
     assert done.returncode == 1, done.stdout[-3000:] + done.stderr[-3000:]
     assert "GEMM with non-scaled MFMAs (v_mfma_f32_16x16x32_bf16)" in done.stdout
     # the tables fit COLUMNS by leaving columns out (the Markdown has them all), and no Triton warning
+    # the console's per-launch table holds the two stages that break the limits (prep and route do not)
     rows = [line for line in done.stdout.splitlines() if line.startswith(" smoke0 ")]
-    assert len(rows) == 5 and max(map(len, rows)) <= 100
+    assert len(rows) == 3 and sum(row.rstrip().endswith("FAIL") for row in rows) == 2
+    assert max(map(len, done.stdout.splitlines())) <= 100
     assert "not shown at 100 columns: replication, AGPR" in done.stdout
     assert "Warning" not in done.stderr, done.stderr
     text = md.read_text()
     assert "| smoke0 | table | stage1 |" in text and "| smoke0 | table | stage2 |" in text and "ESTIMATE" in text
+
+
+def test_a_passing_check_fits_100_columns_and_shows_every_launch_on_request():
+    """The test command's log: lines of at most 100 columns, the per-launch table one line when
+    every launch is within the limits; --launches all prints it."""
+    argv = ["-m", "bench.gfx950", "--cases", "smoke:0", "--variants", "table"]
+    done = _run(argv)  # no COLUMNS, stdout a pipe: as in CI
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    assert max(map(len, lines)) <= 100 and lines[-1].startswith("PASS: 4 launches")
+    assert "per launch: all 4 launches within the limits (--launches all shows them)" in lines
+    assert not [line for line in lines if "native_stage1" in line]
+    every = _run([*argv, "--launches", "all"], columns=100).stdout.splitlines()
+    assert len([line for line in every if line.startswith(" smoke0 ") and "native_" in line]) >= 3
 
 
 def test_the_help_says_the_decode_path_is_expected_to_fail(capsys):
@@ -302,7 +318,7 @@ def test_the_estimates_parameters_are_checked(option, value):
 
 def test_the_check_refuses_kernels_built_for_the_interpreter():
     from bench.gfx950.run import launch_case
-    from moe_triton.fused_moe import interpreting
+    from moe_triton.target import interpreting
     from problem.cases import SMOKE
 
     if not interpreting():
@@ -555,7 +571,7 @@ def test_rank_variants_orders_every_variant_by_its_estimate():
 
 def test_the_estimates_capacity_is_the_launchers():
     from bench.gfx950.estimate import capacity
-    from moe_triton.fused_moe import routing_capacity
+    from moe_triton.routing import routing_capacity
 
     for bs, routed, per_token, shared, block_m in [(16, 256, 8, 1, 16), (5, 4, 2, 1, 32), (512, 32, 8, 1, 64)]:
         params = dict(bs=bs, nroutedexperts=routed, nexpertspertoken=per_token, nsharedexperts=shared)
@@ -563,10 +579,10 @@ def test_the_estimates_capacity_is_the_launchers():
 
 
 def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp_path):
-    """The launcher's own count (moe_triton.fused_moe.native_launches) against the launches the check saw, for
+    """The launcher's own count (moe_triton.native.native_launches) against the launches the check saw, for
     variants given as --extra-variants."""
     from moe_triton import tiles_amd
-    from moe_triton.fused_moe import native_launches
+    from moe_triton.native import native_launches
 
     kernel_variants = {
         "xcd": {"xcds": 8},

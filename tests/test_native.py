@@ -7,6 +7,8 @@ emulates it with bf16 MMAs and stage 2 adds bf16 atomically, so there the check 
 leaderboard's tolerance.
 """
 
+import inspect
+
 import pytest
 import torch
 import triton
@@ -16,9 +18,12 @@ from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, a
 from test_routing import skewed_topk_ids
 
 import buffers
-from moe_triton import fused_moe
-from moe_triton.fused_moe import fused_moe_triton, native_default, native_launches, route_and_quantize
+from moe_triton import plan as plans
+from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.native import xcd_program
+from moe_triton.native import native_launches
+from moe_triton.routing import route_and_quantize
+from moe_triton.target import native_default
 from moe_triton.tiles import NativeTileConfig, TileConfig
 from moe_triton.tiles_amd import (
     NATIVE_ALTERNATES,
@@ -181,32 +186,32 @@ PLAN_VARIANTS = {
 @needs_dot_scaled
 @pytest.mark.parametrize("variant", PLAN_VARIANTS.values(), ids=PLAN_VARIANTS.keys())
 def test_later_native_calls_replay_the_plan_with_their_own_tensors(monkeypatch, variant):
-    monkeypatch.setattr(fused_moe, "_plans", type(fused_moe._plans)())
+    monkeypatch.setattr(plans, "_plans", type(plans._plans)())
     first, other = (generate_input(**{**SPLIT_CASE, "seed": seed}) for seed in (5, 6))
     tiles = table_tiles(first)._replace(**variant)
     assert_matches_reference(first, run_native(first, tiles))
-    (plan,) = fused_moe._plans.values()
+    (plan,) = plans._plans.values()
     assert plan.bits and len(plan.launches) == native_launches(tiles)
     _poison(other)
     assert_matches_reference(other, run_native(other, tiles))
     assert_matches_reference(first, run_native(first, tiles))
-    assert list(fused_moe._plans.values()) == [plan]
+    assert list(plans._plans.values()) == [plan]
 
 
 @needs_dot_scaled
 def test_a_direct_native_launch_takes_the_hidden_states_for_their_int32_view(monkeypatch):
     # Stage 1 quantizing its rows reads the hidden states as int32 pairs: a direct launch passes
     # the call's hidden states there (a pointer either way), never the first call's view.
-    monkeypatch.setattr(fused_moe, "_plans", type(fused_moe._plans)())
+    monkeypatch.setattr(plans, "_plans", type(plans._plans)())
     first, other = (generate_input(**{**SPLIT_CASE, "seed": seed}) for seed in (5, 6))
     tiles = table_tiles(first)._replace(fused_quant=True, route_launches=0)
     run_native(first, tiles)
-    (plan,) = fused_moe._plans.values()
+    (plan,) = plans._plans.values()
     (fake,) = go_direct(monkeypatch, plan)[:1]
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = other
     plan.run(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
     stage1 = plan.launches[0]
-    named = dict(zip(fused_moe.inspect.signature(stage1.fn.fn).parameters, fake.calls[0][9:], strict=True))
+    named = dict(zip(inspect.signature(stage1.fn.fn).parameters, fake.calls[0][9:], strict=True))
     assert stage1.fn.fn.__name__ == "moe_native_stage1_kernel"
     assert named["a1_ptr"] is hidden and named["a1_scale_ptr"] is hidden
     assert named["w1_ptr"] is w1 and named["topk_ids_ptr"] is topk_ids

@@ -7,7 +7,7 @@ inputs on another device (the seeds are the H200's), and the interpreter's exp i
 import pytest
 import torch
 
-from moe_triton.fused_moe import interpreting
+from moe_triton.target import interpreting
 from problem.cases import BENCHMARKS
 from reference import compare, generate_input, ref_kernel
 from selection.candidates import candidates_for, platform, run_triton

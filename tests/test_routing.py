@@ -12,7 +12,7 @@ import pytest
 import torch
 from aiter_double import sorted_buffers
 
-from moe_triton.fused_moe import route_and_quantize
+from moe_triton.routing import route_and_quantize
 
 
 def skewed_topk_ids(n_tokens: int, topk: int, n_experts: int, seed: int) -> torch.Tensor:

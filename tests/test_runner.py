@@ -378,7 +378,10 @@ def test_geomean():
 # ---------------------------------------------------------------- backends
 
 
-def test_two_submission_files_load_as_separate_modules(tmp_path):
+def test_two_submission_files_load_as_separate_modules(tmp_path, monkeypatch):
+    # load_module puts each file's folder first on sys.path: restored after, or a later test's
+    # `from submission import ...` would find these files (seen under pytest-xdist)
+    monkeypatch.setattr(sys, "path", list(sys.path))
     for name, value in (("a", 1), ("b", 2)):
         d = tmp_path / name
         d.mkdir()

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.numerics.budget import spelled_h
-from moe_triton.fused_moe import interpreting, silu_judge
+from moe_triton.target import interpreting, silu_judge
 
 
 def interpreter_exp(x: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,8 @@ import pytest
 import torch
 from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_reference, small_case
 
-from moe_triton.fused_moe import fused_moe_triton, routing_capacity
+from moe_triton.fused_moe import fused_moe_triton
+from moe_triton.routing import routing_capacity
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_nvidia import default_config
 from problem.cases import SMOKE

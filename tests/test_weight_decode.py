@@ -10,8 +10,8 @@ import torch
 import triton
 import triton.language as tl
 
-from moe_triton.fused_moe import fast_decode
 from moe_triton.kernels.decode import FAST_EXP, _fp4_to_bf16, _k_slot
+from moe_triton.target import fast_decode
 from mxfp4.codec import dequantize
 
 

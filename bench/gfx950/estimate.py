@@ -138,7 +138,7 @@ def block_moments(constexprs: dict, params: dict, block: int = 16) -> tuple[floa
 
 
 def capacity(params: dict, block_m: int) -> int:
-    """Routing blocks the launcher sizes its grid for (moe_triton.fused_moe.routing_capacity's formula)."""
+    """Routing blocks the launcher sizes its grid for (moe_triton.routing.routing_capacity's formula)."""
     slots = params["bs"] * (params["nexpertspertoken"] + params["nsharedexperts"])
     experts = params["nroutedexperts"] + params["nsharedexperts"]
     return -(-(slots + min(experts, slots) * (block_m - 1)) // block_m)

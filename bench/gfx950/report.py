@@ -169,19 +169,21 @@ KERNEL_DROP_ORDER = (
     "tile",
     "variant",
     "lds",
+    "mfma",
 )
-CASE_DROP_ORDER = ("launches", "mfma_us", "compute_us", "bytes_us", "floor2_us", "note")
+CASE_DROP_ORDER = ("launches", "mfma_us", "compute_us", "bytes_us", "floor2_us", "note", "shape")
 
 
 def _console():
-    """The terminal's width (or COLUMNS); 200 columns where stdout is a file or a pipe, as the runner."""
+    """The terminal's width (or COLUMNS); 100 columns where stdout is a file or a pipe (the test
+    command's log): the Markdown of --md has every column."""
     import os
 
     from rich.console import Console
 
     console = Console()
     if not console.is_terminal and "COLUMNS" not in os.environ:
-        console = Console(width=200)
+        console = Console(width=100)
     return console
 
 
@@ -204,7 +206,7 @@ def _print_fitted(console, title: str, columns, rows, left: tuple, failed, drop_
     cols, dropped = fit_columns(console, list(columns), lambda c: _table(title, c, rows, left, failed), drop_order)
     console.print(_table(title, cols, rows, left, failed))
     if dropped:  # a line of its own: a caption would wrap at the table's width
-        console.print(f"not shown at {console.width} columns: {', '.join(dropped)} (see --md)", soft_wrap=True)
+        console.print(f"not shown at {console.width} columns: {', '.join(dropped)} (--md FILE writes them)")
 
 
 def print_kernel_table(title: str, kernel_rows, console=None) -> None:
@@ -219,9 +221,15 @@ def print_kernel_table(title: str, kernel_rows, console=None) -> None:
     )
 
 
-def print_tables(title: str, kernel_rows, case_rows, footnote: str = "", console=None) -> None:
+def print_tables(title: str, kernel_rows, case_rows, footnote: str = "", console=None, launches: str = "all") -> None:
+    """launches: all, or failed (the per-launch table holds only the launches that break the
+    limits, a line saying so when none does)."""
     console = console or _console()
-    print_kernel_table(title, kernel_rows, console)
+    shown = kernel_rows if launches == "all" else [r for r in kernel_rows if r["violations"]]
+    if shown:
+        print_kernel_table(title, shown, console)
+    else:
+        console.print(f"per launch: all {len(kernel_rows)} launches within the limits (--launches all shows them)")
     _print_fitted(
         console,
         f"{title}: MI355X ESTIMATE per case (static model, not a measurement)",
@@ -232,10 +240,10 @@ def print_tables(title: str, kernel_rows, case_rows, footnote: str = "", console
         CASE_DROP_ORDER,
     )
     if footnote:
-        console.print(footnote, soft_wrap=True)
-    console.print(summary(case_rows), soft_wrap=True)
+        console.print(footnote)
+    console.print(summary(case_rows))
     for line in violation_lines(kernel_rows, case_rows):
-        console.print(f"[red]{line}[/red]", soft_wrap=True)
+        console.print(f"[red]{line}[/red]")
 
 
 def _where(row: dict) -> str:

@@ -170,15 +170,22 @@ class AsmFolder:
         shutil.rmtree(self.partial, ignore_errors=True)
 
 
+def _float(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+
+
 def _non_negative(text: str) -> float:
-    value = float(text)
+    value = _float(text)
     if not value >= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number >= 0")
     return value
 
 
 def _fraction(text: str) -> float:
-    value = float(text)
+    value = _float(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"{text!r} is not a fraction in (0, 1]")
     return value
@@ -208,7 +215,9 @@ def ranking_json(title: str, footnote: str, ranking: dict) -> str:
 
 
 def parse_args(argv):
-    p = argparse.ArgumentParser(prog="python -m bench.gfx950", description=__doc__.split("\n\n")[0])
+    from bench.runner.preflight import UsageParser
+
+    p = UsageParser(prog="python -m bench.gfx950", description=__doc__.split("\n\n")[0])
     p.add_argument(
         "--cases",
         nargs="+",
@@ -258,6 +267,13 @@ def parse_args(argv):
         metavar="FIELD=VALUE",
         help="replace one of the MI355X's model constants (SI units: seconds, bytes, cycles), e.g. "
         "issue_latency=2.35; repeatable (docs/gfx950.md gives each one's range)",
+    )
+    p.add_argument(
+        "--launches",
+        choices=("failed", "all"),
+        default="failed",
+        help="the console's per-launch table: failed (default), the launches that break the limits; all: every "
+        "launch (the Markdown of --md always has them all)",
     )
     p.add_argument("--md", type=Path, help="also write the tables as Markdown to this file")
     p.add_argument(
@@ -353,7 +369,7 @@ def _check(args, asm_folder: AsmFolder | None) -> int:
                 entry["variants"].append([name, round(est.estimate_us, 2)])
     title = f"gfx950 compile check, triton {triton.__version__}, --path {args.path}"
     footnote = assumptions(machine=machine)
-    report.print_tables(title, kernel_rows, case_rows, footnote)
+    report.print_tables(title, kernel_rows, case_rows, footnote, launches=args.launches)
     if args.md:
         args.md.write_text(report.markdown(title, kernel_rows, case_rows, footnote))
     if args.ranking:

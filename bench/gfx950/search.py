@@ -126,7 +126,7 @@ def max_waves(stage: int, tile: dict, block_m: int = 0) -> int:
 
 
 def stage_grid(stage: int, params: dict, block_m: int, tile: dict) -> tuple[int, int, int]:
-    """The launcher's grid of a GEMM launch (moe_triton.fused_moe._fused_moe_native)."""
+    """The launcher's grid of a GEMM launch (moe_triton.native._native_plan)."""
     blocks = est.capacity(params, block_m)
     if stage == 1:
         return (blocks, _cdiv(params["dexpert"], tile["block_n1"]) * tile["split_k1"], 1)

@@ -46,9 +46,9 @@ def _decode_call(data):
 
 def _plan_grids(data) -> list[dict]:
     """Name and grid of each launch of the decode plan that the first call of this shape recorded."""
-    from moe_triton import fused_moe
+    from moe_triton import plan as plans
 
-    plan = next(reversed(fused_moe._plans.values()))
+    plan = next(reversed(plans._plans.values()))
     return [{"kernel": launch.fn.fn.__name__, "grid": list(launch.grid)} for launch in plan.launches]
 
 

@@ -94,22 +94,40 @@ def _compile_only_driver():
 
 
 @contextlib.contextmanager
+def fast_decode_on():
+    """The launchers' NVIDIA fast path on for CPU tensors (they stand for CUDA ones): fast_decode
+    True in every moe_triton module holding moe_triton.target.fast_decode, target included (the
+    bundle's rules make each launcher import the name, so each holds its own reference)."""
+    import sys
+    from unittest import mock
+
+    import moe_triton.fused_moe  # noqa: F401  (imports every launcher module)
+    from moe_triton import target
+
+    holders = [
+        module
+        for name, module in list(sys.modules.items())
+        if name.startswith("moe_triton.") and getattr(module, "fast_decode", None) is target.fast_decode
+    ]
+    with contextlib.ExitStack() as stack:
+        for module in holders:
+            stack.enter_context(mock.patch.object(module, "fast_decode", lambda device: True))
+        yield
+
+
+@contextlib.contextmanager
 def compiling_for_sm90():
     """The compile-only driver active and the launchers' NVIDIA fast path on (they test the device)."""
     from triton.runtime.driver import driver as driver_config
 
-    from moe_triton import fused_moe
-
     saved_driver = driver_config._active
-    saved = fused_moe.fast_decode
-    fused_moe.fast_decode = lambda device: True
     active = _compile_only_driver()
     driver_config.set_active(active)
     try:
-        yield active
+        with fast_decode_on():
+            yield active
     finally:
         driver_config._active = saved_driver
-        fused_moe.fast_decode = saved
 
 
 def _loop_body(lines: list[tuple[int, str]]) -> list[str]:

@@ -69,15 +69,14 @@ def ncu_command(paths: list[str]) -> str:
     )
 
 
+NO_GPU = "no CUDA GPU here; fp8_check checks and times the compiled NVIDIA paths on one"
+
+
 def _setup():
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
+    """torch, or None where no CUDA GPU runs the compiled paths (main put ROOT on sys.path)."""
     import torch
 
-    if not torch.cuda.is_available():
-        print("bench.h200.fp8_check: no CUDA GPU here (it checks and times the compiled NVIDIA paths)", file=sys.stderr)
-        sys.exit(2)
-    return torch
+    return torch if torch.cuda.is_available() else None
 
 
 def official_cases(selectors: list[str]) -> list[tuple[str, dict]]:
@@ -444,7 +443,11 @@ def mode_ncu(args, torch) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.runner.preflight import UsageParser, shown
+
+    parser = UsageParser(
         prog="python -m bench.h200.fp8_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("mode", choices=["check", "time", "sweep", "ncu"])
@@ -471,6 +474,8 @@ def main(argv: list[str] | None = None) -> int:
         print(ncu_command(args.paths))
         return 0
     torch = _setup()
+    if torch is None:
+        return parser.fail(NO_GPU)
     import triton
 
     started = time.perf_counter()
@@ -488,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = {"check": check_table, "time": time_table}.get(args.mode, lambda r: r.get("rows", []))(results)
     (out / f"{args.mode}.md").write_text("\n".join([f"{args.mode}: {meta}", "", *lines]) + "\n")
     print("\n".join(lines))
-    print(f"wrote {out / args.mode}.json and .md ({meta['wall_s']} s)")
+    print(f"wrote {shown(out / args.mode)}.json and .md ({meta['wall_s']} s)")
     return 0
 
 

@@ -62,7 +62,8 @@ def check_case(case, seeds: int, names: list[str] | None, extra: dict | None = N
     import torch
 
     from bench.runner.case_args import LEADERBOARD_SEED_STEP
-    from moe_triton.fused_moe import fused_moe_triton, native_launches
+    from moe_triton.fused_moe import fused_moe_triton
+    from moe_triton.native import native_launches
     from reference import compare, generate_input, ref_kernel
     from selection.selector import worst_error
 
@@ -127,7 +128,7 @@ def markdown(rows: list[dict], seconds: float) -> str:
 
 
 def main(argv=None) -> int:
-    from bench.runner.preflight import UsageParser, positive_float, positive_int
+    from bench.runner.preflight import UsageParser, positive_float, positive_int, shown
 
     p = UsageParser(prog="python -m bench.h200.native_check", description=__doc__.split("\n\n")[0])
     p.add_argument("--shapes", nargs="+", default=["official"], help="case selectors as for python -m bench")
@@ -155,7 +156,7 @@ def main(argv=None) -> int:
         return p.fail(f"--extra-variants: {exc}")
     import torch
 
-    from moe_triton.fused_moe import interpreting
+    from moe_triton.target import interpreting
 
     # An NVIDIA GPU; the CPU interpreter too (small shapes only: it checks this script).
     if not (torch.cuda.is_available() and torch.version.hip is None) and not interpreting():
@@ -189,7 +190,7 @@ def main(argv=None) -> int:
     (out / "native_check.md").write_text(text)
     (out / "native_check.json").write_text(json.dumps({"seconds": seconds, "rows": rows, "skipped": skipped}, indent=1))
     failed = sum(r["passed"] < r["seeds"] for r in rows)
-    print(f"{len(rows)} variants, {failed} failed, {seconds:.0f} s: {out}/native_check.md")
+    print(f"{len(rows)} variants, {failed} failed, {seconds:.0f} s: {shown(out / 'native_check.md')}")
     if skipped:
         print(f"not run (past --max-seconds): {' '.join(skipped)}")
     return 1 if failed or skipped else 0

@@ -52,23 +52,22 @@ def decode_launches(params: dict, tiles=None, native: bool = False) -> list:
     programmatic dependent launch, the tile table's register caps."""
     from bench.gfx950.driver import SM90, compile_only
     from bench.gfx950.run import compile_inputs
-    from moe_triton import fused_moe
+    from bench.h200.compile import fast_decode_on
+    from moe_triton import plan
+    from moe_triton.fused_moe import fused_moe_triton
     from problem.validation import validate_inputs
 
     data = compile_inputs(params)
     validate_inputs(data)
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
-    fast = fused_moe.fast_decode
-    fused_moe.fast_decode = lambda device: True  # the CPU tensors stand for CUDA ones
-    fused_moe._plans.clear()  # a recorded plan would replay instead of launching
+    plan._plans.clear()  # a recorded plan would replay instead of launching
     try:
-        with compile_only(SM90) as driver:
-            fused_moe.fused_moe_triton(
+        with fast_decode_on(), compile_only(SM90) as driver:  # the CPU tensors stand for CUDA ones
+            fused_moe_triton(
                 hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=native
             )
     finally:
-        fused_moe.fast_decode = fast
-        fused_moe._plans.clear()
+        plan._plans.clear()
     return driver.launches
 
 

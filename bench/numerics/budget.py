@@ -28,8 +28,8 @@ if not torch.cuda.is_available():  # before triton is imported, as submission.py
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from moe_triton.fused_moe import interpreting  # noqa: E402
 from moe_triton.kernels.silu import gated_h  # noqa: E402
+from moe_triton.target import interpreting  # noqa: E402
 
 BLOCK = 1024
 

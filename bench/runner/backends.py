@@ -38,6 +38,7 @@ class BackendSpec:
     path: Path  # the submission file loaded
     moe_backend: str | None = None  # MOE_BACKEND for that file; None leaves it unset
     env: dict = field(default_factory=dict)  # more environment for it (MOE_SELECT)
+    from_env: bool = False  # moe_backend came from the environment's MOE_BACKEND, not the command line
 
 
 def parse_backend(text: str, root: str | Path) -> BackendSpec:
@@ -169,6 +170,7 @@ def apply_env_backend(specs: list[BackendSpec], env_backend: str | None) -> list
         if spec.moe_backend is None:
             spec.label = env_backend if spec.label == "auto" else f"{spec.label}@{env_backend}"
             spec.moe_backend = env_backend
+            spec.from_env = True
         elif spec.moe_backend != env_backend:
             notes.append(f"MOE_BACKEND={env_backend} ignored for --backend {spec.label}")
     labels = [s.label for s in specs]

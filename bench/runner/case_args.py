@@ -94,6 +94,8 @@ def _parse_indices(text: str, size: int, selector: str) -> list[int]:
             raise UsageError(f"case selector {selector!r}: {part!r} is not an index or a range like 2-4")
         lo = int(m[1])
         hi = int(m[2]) if m[2] is not None else lo
+        if hi < lo:
+            raise UsageError(f"case selector {selector!r}: range {part} is reversed; write it {hi}-{lo}")
         for i in range(lo, hi + 1):
             if not 0 <= i < size:
                 raise UsageError(f"case selector {selector!r}: index {i} out of range 0..{size - 1}")

@@ -600,7 +600,7 @@ def _main(argv: list[str] | None) -> int:
     )
     written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles) if args.out else []
     if written:
-        console.print("wrote " + ", ".join(str(p) for p in written))
+        console.print("wrote " + ", ".join(preflight.shown(p) for p in written))
     table_rows = backend_rows(rows) if mode in report.TIMED_MODES else []
     if table_rows:
         console.print(
@@ -612,7 +612,7 @@ def _main(argv: list[str] | None) -> int:
         console.print("the selection's choices, as table rows that pin them:\n" + pins_text(pins), markup=False)
         if pins_path:
             pins_path.write_text(pins_text(pins))
-            console.print(f"wrote {pins_path}")
+            console.print(f"wrote {preflight.shown(pins_path)}")
     elif pins_path:
         pins_path.unlink(missing_ok=True)  # an earlier run's, which this one does not support
     if interrupted:

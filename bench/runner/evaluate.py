@@ -17,6 +17,11 @@ A Ctrl-C inside a timed case raises Interrupted, which carries the repetitions m
 
 from __future__ import annotations
 
+import contextlib
+import os
+import re
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -33,7 +38,7 @@ class CaseResult:
     seeds: list[int] = field(default_factory=list)  # seeds of the data used, in order (first: the checked call)
     checked: int = 0  # outputs compared with the reference
     traffic: dict | None = None  # bench.roofline.traffic averaged over the timed data
-    call_ns: float | None = None  # test mode: the one call (first call: compilation included)
+    call_ns: float | None = None  # test mode: the one call (first call: compilation included); profile: its wall time
     host_ns: float | None = None  # host mode: the median host time per call (stats: all of them)
     first_call_s: float | None = None  # wall time of the case's first call, synchronized (a selection's cost)
     choice: str | None = None  # the candidate the submission's selection runs for this shape (worker)
@@ -228,7 +233,7 @@ def run_profile(
     device.synchronize()
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.kind == "cuda" else [])
     t0 = time.perf_counter()
-    with profile(activities=activities) as prof:
+    with _kineto_lines_dropped(), profile(activities=activities) as prof:
         out = kernel(data)
         device.synchronize()
     wall_s = time.perf_counter() - t0
@@ -239,4 +244,29 @@ def run_profile(
             f"The call took {wall_s:.2f} s. Without a GPU, Triton's interpreter runs the kernels as Python and "
             "numpy, which torch.profiler does not see: the table holds torch's own operations only.\n" + table
         )
-    return _single_call_result(params, check(data, out), traffic, profile=table)
+    return _single_call_result(params, check(data, out), traffic, profile=table, call_ns=wall_s * 1e9)
+
+
+KINETO_LINE = re.compile(r"(USDT|STAGE):\d{4}-\d\d-\d\d [\d:]+ \d+:\d+ \w+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _kineto_lines_dropped():
+    """torch.profiler's kineto writes a USDT line to the process's stderr (file descriptor 2) at
+    every start and stop, whatever KINETO_LOG_LEVEL says: those lines are dropped, any other
+    passes on once the profile ends."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [
+                line for line in caught.read().decode(errors="replace").splitlines(True) if not KINETO_LINE.match(line)
+            ]
+            sys.stderr.write("".join(kept))

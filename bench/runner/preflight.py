@@ -51,6 +51,16 @@ class UsageParser(argparse.ArgumentParser):
         return USAGE_STATUS
 
 
+def shown(path: str | Path) -> str:
+    """A path as every tool prints it: relative to the current folder when it lies under it (as a
+    user types it), else absolute."""
+    path = Path(path).absolute()
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 positive_int = _number(int, 1, inclusive=True)
 non_negative_int = _number(int, 0, inclusive=True)
 positive_float = _number(float, 0, inclusive=False)
@@ -68,6 +78,8 @@ def check_out_dir(out: str | None) -> None:
     """--out must be a folder the run can write, so that no result is lost at the end."""
     if out is None:
         return
+    if not out.strip():
+        raise UsageError("--out: empty folder name; give the folder to write the results to, e.g. --out out/")
     path = Path(out)
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -106,15 +118,22 @@ def _aiter_missing(device: str) -> str | None:
 
 def check_aiter(backends: Sequence, device: str) -> None:
     """Refuse aiter backends where aiter cannot run, naming what can."""
-    wanted = [b.label for b in backends if b.moe_backend in AITER_BACKENDS]
+    wanted = [b for b in backends if b.moe_backend in AITER_BACKENDS]
     if not wanted:
         return
     why = _aiter_missing(device)
-    if why:
-        raise UsageError(
-            f"--backend {' '.join(wanted)}: {why}; aiter runs only with ROCm on an MI355X (gfx950). "
-            "Here use --backend triton (the same layer in Triton; the CPU interpreter without a GPU) or reference"
-        )
+    if not why:
+        return
+    given = [b.label for b in wanted if not getattr(b, "from_env", False)]
+    if given:
+        subject, instead = f"--backend {' '.join(given)}", "use --backend triton"
+    else:
+        subject = f"MOE_BACKEND={wanted[0].moe_backend} (from the environment)"
+        instead = "unset MOE_BACKEND or set it to triton"
+    raise UsageError(
+        f"{subject}: {why}; aiter runs only with ROCm on an MI355X (gfx950). Here {instead} (the same layer "
+        "in Triton; the CPU interpreter without a GPU) or reference"
+    )
 
 
 def check_mode(mode: str, device: str) -> None:

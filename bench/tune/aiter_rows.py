@@ -26,7 +26,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.runner.case_args import UsageError, select_cases  # noqa: E402
-from bench.runner.preflight import UsageParser  # noqa: E402
+from bench.runner.preflight import UsageParser, shown  # noqa: E402
 from bench.tune import write_overrides  # noqa: E402
 from moe_aiter.catalogue import (  # noqa: E402
     CK_A4W4_GEMM1_INSTANCES,
@@ -246,7 +246,7 @@ def tune(
     records = read_results(results_path)
     todo = [c for c in cands if c.id not in records]
     if len(todo) < len(cands):
-        console.print(f"resuming: {len(cands) - len(todo)} of {len(cands)} candidates already in {results_path}")
+        console.print(f"resuming: {len(cands) - len(todo)} of {len(cands)} candidates already in {shown(results_path)}")
     results_path.parent.mkdir(parents=True, exist_ok=True)
     worker = CandidateWorker(job)
     progress = Progress(
@@ -371,7 +371,7 @@ def main(argv: list[str] | None = None, setup: tuple[str, dict] | None = None, d
         console.print(f"no candidate passed for {shape}: its row is kept as it was")
     if rows:
         path = write_table(args.write, merge_rows(read_table(args.write), rows))
-        console.print(f"wrote {len(rows)} tuned rows into {path}")
+        console.print(f"wrote {len(rows)} tuned rows into {shown(path)}")
     return 0 if rows and not lost else 1
 
 

@@ -28,7 +28,7 @@ import torch
 
 from bench.runner.case_args import UsageError, select_cases
 from bench.runner.preflight import UsageParser, non_negative_int, positive_int
-from moe_triton import fused_moe as moe_triton
+from moe_triton import target
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
@@ -103,7 +103,7 @@ def time_call(fn, reps: int, flush: torch.Tensor) -> list[float]:
 def kernel_times(fn, reps: int, flush: torch.Tensor) -> dict[str, float]:
     """Mean GPU microseconds per kernel name over reps calls (each after an L2 flush), without
     programmatic dependent launch, which would count each kernel's wait for the one before."""
-    saved, moe_triton.PDL = moe_triton.PDL, False
+    saved, target.PDL = target.PDL, False
     try:
         fn()
         torch.cuda.synchronize()
@@ -114,7 +114,7 @@ def kernel_times(fn, reps: int, flush: torch.Tensor) -> dict[str, float]:
                 fn()
             torch.cuda.synchronize()
     finally:
-        moe_triton.PDL = saved
+        target.PDL = saved
     for event in prof.key_averages():
         if event.key.startswith("moe_"):
             totals[event.key] += event.device_time_total / reps
@@ -170,7 +170,7 @@ def why_cannot_run() -> str | None:
     """None where the tuner can time kernels (a GPU, not the interpreter), else the reason (one line)."""
     if not torch.cuda.is_available():
         return f"torch {torch.__version__} sees no GPU here (the tuner times the Triton kernels on one)"
-    if moe_triton.interpreting():
+    if target.interpreting():
         return "TRITON_INTERPRET is set (the tuner times compiled kernels)"
     return None
 

@@ -1,1 +1,2 @@
-"""The Triton kernels; moe_triton/fused_moe.py launches them."""
+"""The Triton kernels; the launchers beside this package (moe_triton/decode.py, fp8.py, native.py,
+routing.py) launch them."""

@@ -1,4 +1,4 @@
-"""The decode path's kernels of the a4w4 MoE layer (SPEC 1); the launchers are in fused_moe.py,
+"""The decode path's kernels of the a4w4 MoE layer (SPEC 1); the launcher is moe_triton/decode.py,
 the routing kernels in routing.py.
 
 Four launches per layer:

@@ -1,5 +1,5 @@
 """The fp8 path's kernels of the a4w4 MoE layer (SPEC 1): both GEMMs as e4m3 x e4m3 MMAs with fp32
-accumulation, exact (docs/triton.md, "The fp8 path"); the launcher is fused_moe._fp8_plan.
+accumulation, exact (docs/triton.md, "The fp8 path"); the launcher is moe_triton/fp8.py.
 
 Every e2m1 value times 2^d is exact in fp8 e4m3 for d in [-8, 6]. A 32-block's scale is folded
 into its e4m3 values relative to a base:

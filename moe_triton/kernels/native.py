@@ -1,4 +1,4 @@
-"""Native MXFP4 kernels of the a4w4 MoE layer for AMD CDNA4 (gfx950); launchers in moe_triton/fused_moe.py.
+"""Native MXFP4 kernels of the a4w4 MoE layer for AMD CDNA4 (gfx950); launchers in moe_triton/native.py.
 
 gfx950 multiplies MXFP4 by MXFP4 in hardware (v_mfma_scale_f32_16x16x128_f8f6f4 and
 32x32x64): packed e2m1 bytes and e8m0 scale bytes go to the MFMA as they are, which is this

@@ -4,7 +4,7 @@ g and u are exact sums in fp32 on every path (docs/numerics.md), so h is equal t
 whenever the silu is: one ulp of the silu that moves h across a bf16 rounding boundary moves an
 MXFP4 block of a2 and then a whole output row. So every kernel that computes h calls gated_h,
 which spells the judge's own arithmetic, chosen by the target the launcher compiles for
-(moe_triton.fused_moe.silu_judge):
+(moe_triton.target.silu_judge):
 
   JUDGE "torch"  reference.py's F.silu(g) * u on CUDA: g / (1 + expf(-g)), then times u, each
                  rounded in fp32 (torch's CUDA kernel: CUDA's expf, IEEE division).

@@ -1,0 +1,163 @@
+"""The per-shape plans of every path (decode, fp8, native): a shape's first call runs its launches
+as written (buffers from the pool, grids, constexprs); _launch records each one into a _DecodePlan,
+which later calls of the shape replay with their own tensors: no tile lookup, buffer lookups or
+argument building per call. On a GPU the replay launches the CompiledKernel that the first call's
+JIT launch returned, through its launcher, as JITFunction.run itself ends (triton 3.6 to 3.9): the
+same kernel, grid, stream and arguments, without re-binding and re-specialising the arguments. It
+falls back to the JIT launch while a launch hook is registered (a profiler), for an input not
+16-byte aligned (the pointers were specialised aligned), and for good if a plan's first direct
+launch raises. Kept apart from the paths so that each path's launcher records the same way.
+"""
+
+import inspect
+import os
+from collections import OrderedDict
+
+import torch
+import triton
+from triton.compiler import CompiledKernel
+from triton.runtime import driver
+from triton.runtime.errors import OutOfResources
+
+from moe_triton.target import fast_decode, interpreting
+
+MAX_PLANS = 16  # shapes whose plans are kept (least recently used dropped first)
+# Direct launches on the NVIDIA path; MOE_TRITON_DIRECT=0 keeps the JIT launches (to compare).
+DIRECT_LAUNCH = os.environ.get("MOE_TRITON_DIRECT", "1") != "0"
+_plans: "OrderedDict[tuple, _DecodePlan]" = OrderedDict()
+_recording: "list | None" = None  # the launches of the plan being built, while a first call runs
+
+
+def _launch(fn, grid: tuple, *args, **kwargs) -> None:
+    """fn[grid](*args, **kwargs), recorded into the plan being built, if any. A tile that asks the
+    GPU for more than it has (shared memory, registers) is a ValueError naming the kernel."""
+    try:
+        compiled = fn[grid](*args, **kwargs)
+    except OutOfResources as exc:
+        raise ValueError(
+            f"tiles: {fn.__name__} needs {exc.name} {exc.required:,} and this GPU has {exc.limit:,}; "
+            "choose smaller block or stage fields"
+        ) from None
+    if _recording is not None:
+        _recording.append((fn, grid, args, kwargs, compiled))
+
+
+def _hooks_idle() -> bool:
+    """No launch hook registered: the launcher may be called without launch metadata."""
+    runtime = triton.knobs.runtime
+    hooks = (runtime.launch_enter_hook, runtime.launch_exit_hook)  # HookChains (3.6+) or None
+    return all(h is None or not getattr(h, "calls", True) for h in hooks)
+
+
+class _Launch:
+    """One recorded launch: its JIT arguments with the call's tensors marked by position
+    (`slots`), and, for direct launches, every kernel parameter in signature order."""
+
+    __slots__ = ("fn", "grid", "args", "kwargs", "slots", "params", "param_slots", "compiled")
+
+    def __init__(self, fn, grid: tuple, args: tuple, kwargs: dict, compiled, call_tensors: tuple):
+        where = {id(t): i for i, t in enumerate(call_tensors)}
+        self.fn, self.grid = fn, tuple(grid) + (1,) * (3 - len(grid))
+        self.args, self.kwargs = list(args), kwargs
+        self.slots = [(k, where[id(a)]) for k, a in enumerate(args) if id(a) in where]
+        signature = inspect.signature(fn.fn)
+        bound = signature.bind(*args, **{k: v for k, v in kwargs.items() if k in signature.parameters})
+        bound.apply_defaults()
+        self.params = list(bound.arguments.values())
+        self.param_slots = [(k, where[id(a)]) for k, a in enumerate(self.params) if id(a) in where]
+        self.compiled = compiled if isinstance(compiled, CompiledKernel) else None
+
+    def jit(self, tensors: tuple) -> None:
+        args = self.args.copy()
+        for k, i in self.slots:
+            args[k] = tensors[i]
+        self.fn[self.grid](*args, **self.kwargs)
+
+    def direct(self, tensors: tuple, stream) -> None:
+        params = self.params.copy()
+        for k, i in self.param_slots:
+            params[k] = tensors[i]
+        c = self.compiled
+        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *params)
+
+
+class _DecodePlan:
+    """The recorded launches of one shape (tiles, grids, constexprs, scratch buffers held)."""
+
+    def __init__(
+        self, launches: list[_Launch], out_shape: tuple, acc_dtype: torch.dtype, direct: bool, bits: bool = False
+    ):
+        self.launches, self.out_shape, self.acc_dtype = launches, out_shape, acc_dtype
+        self.bits = bits  # the launches take the hidden states as int32 pairs too (the native path)
+        self.direct = direct and all(launch.compiled is not None for launch in launches)
+        self.tried = False  # a direct replay has gone through once
+        self.first_out: torch.Tensor | None = None
+
+    def run(self, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids) -> torch.Tensor:
+        out = torch.empty(self.out_shape, dtype=self.acc_dtype, device=hidden_states.device)
+        raw = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
+        if self.direct and _hooks_idle() and all(t.data_ptr() % 16 == 0 for t in raw):
+            stream = driver.active.get_current_stream(driver.active.get_current_device())
+            # A direct launch passes pointers: the hidden states stand for their int32 view.
+            tensors = (*raw, out, hidden_states) if self.bits else (*raw, out)
+            try:
+                for launch in self.launches:
+                    launch.direct(tensors, stream)
+                self.tried = True
+                return out
+            except Exception:
+                if self.tried:
+                    raise
+                self.direct = False  # the launcher is not called as this Triton expects: JIT launches
+        tensors = (hidden_states, *(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale)), topk_weights, topk_ids)
+        tensors += (out, hidden_states.view(torch.int32)) if self.bits else (out,)
+        for launch in self.launches:
+            launch.jit(tensors)
+        return out
+
+
+def planned_call(key: tuple, build, inputs: tuple, interpret: bool) -> torch.Tensor:
+    """A call through its shape's plan: build() makes it (and its output) at the key's first call,
+    later calls replay it with their own inputs (hidden_states, w1, w2, w1_scale, w2_scale,
+    topk_weights, topk_ids); the least recently used of more than MAX_PLANS plans is dropped. Under
+    the interpreter (interpret) the fp32 output is returned as bf16."""
+    plan = _plans.get(key)
+    if plan is None:
+        plan = build()
+        _plans[key] = plan
+        while len(_plans) > MAX_PLANS:
+            _plans.popitem(last=False)
+        out = plan.first_out
+        plan.first_out = None
+    else:
+        _plans.move_to_end(key)
+        out = plan.run(*inputs)
+    return out if not interpret else out.to(torch.bfloat16)
+
+
+def record_plan(
+    launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native: bool = False
+) -> "_DecodePlan":
+    """A first call of a shape: launch_all(out, w1, w2, w1_scale, w2_scale) (the weights as bytes;
+    native: and the hidden states as int32 pairs, the native launches' view) makes its launches
+    through _launch, which records them into the shape's plan (plan.first_out holds this call's
+    output). The decode, fp8 and native paths build their plans so; direct launches on NVIDIA GPUs
+    (the decode and fp8 paths) and on any GPU (the native path)."""
+    global _recording
+    device = hidden_states.device
+    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
+    out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
+    weights = tuple(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale))
+    bits = (hidden_states.view(torch.int32),) if native else ()
+    call_tensors = (hidden_states, *weights, topk_weights, topk_ids, out, *bits)
+    _recording = recorded = []
+    try:
+        launch_all(out, *weights, *bits)
+    finally:
+        _recording = None
+    launches = [_Launch(*launch, call_tensors) for launch in recorded]
+    gpu = device.type == "cuda" and not interpreting()
+    direct = DIRECT_LAUNCH and (gpu if native else fast_decode(device))
+    plan = _DecodePlan(launches, tuple(hidden_states.shape), acc_dtype, direct=direct, bits=native)
+    plan.first_out = out
+    return plan
