@@ -4,8 +4,9 @@ together, before the MoE kernels are written with them.
 
 The probe is a plain bf16 GEMM C = A B: a loader partition (one warp) fills a ring of STAGES
 shared-memory slots with TMA behind `ready` mbarriers and waits on `empty` ones; the default
-partition (one warpgroup) waits for a slot, runs wgmma on it asynchronously, waits for the MMA and
-frees the slot, then stores C through shared memory with TMA. On an NVIDIA GPU it checks C against
+partition (one warpgroup) waits for a slot, runs wgmma on it asynchronously, waits for the MMA (that
+step's with lag 0, the previous step's with lag 1) and frees the slot it read, then stores C through
+shared memory with TMA. On an NVIDIA GPU it checks C against
 torch on a small product (C's memory poisoned with NaN first) and times 4096^3 beside torch's matmul
 (triton.testing.do_bench); without one it compiles the kernel for sm_90 (bench/h200/compile.py's
 compile-only driver) and prints what the SASS holds. Works with triton 3.6 and 3.9 (the TMA copies
@@ -62,7 +63,7 @@ def _loader(a_desc, b_desc, a_ring, b_ring, ready, empty, k_steps, BLOCK_K: gl.c
 
 
 @gluon.jit
-def _mma(c_desc, a_ring, b_ring, ready, empty, c_smem, k_steps, STAGES: gl.constexpr):
+def _mma(c_desc, a_ring, b_ring, ready, empty, c_smem, k_steps, STAGES: gl.constexpr, LAG: gl.constexpr):
     block_m: gl.constexpr = c_desc.block_type.shape[0]
     block_n: gl.constexpr = c_desc.block_type.shape[1]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -73,8 +74,11 @@ def _mma(c_desc, a_ring, b_ring, ready, empty, c_smem, k_steps, STAGES: gl.const
         slot = i % STAGES
         mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
         acc = warpgroup_mma(a_ring.index(slot), b_ring.index(slot), acc, is_async=True)
-        acc = warpgroup_mma_wait(0, deps=[acc])
-        mbarrier.arrive(empty.index(slot), count=1)
+        # LAG 1: step i's MMA stays in flight while step i + 1 is waited for and issued; the slot
+        # freed is the one whose MMA the wait retired
+        acc, _, _ = warpgroup_mma_wait(LAG, deps=[acc, a_ring.index(slot), b_ring.index(slot)])
+        mbarrier.arrive(empty.index((i + STAGES - LAG) % STAGES), count=1, pred=i >= LAG)
+    acc = warpgroup_mma_wait(0, deps=[acc])
     c_smem.store(acc.to(gl.bfloat16))
     fence_async_shared()
     tma_store(c_desc, [gl.program_id(0) * block_m, gl.program_id(1) * block_n], c_smem)
@@ -82,7 +86,7 @@ def _mma(c_desc, a_ring, b_ring, ready, empty, c_smem, k_steps, STAGES: gl.const
 
 
 @gluon.jit
-def ws_gemm_kernel(a_desc, b_desc, c_desc, K, BLOCK_K: gl.constexpr, STAGES: gl.constexpr):
+def ws_gemm_kernel(a_desc, b_desc, c_desc, K, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, LAG: gl.constexpr):
     a_ring = gl.allocate_shared_memory(a_desc.dtype, [STAGES] + a_desc.block_type.shape, a_desc.layout)
     b_ring = gl.allocate_shared_memory(b_desc.dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
     c_smem = gl.allocate_shared_memory(c_desc.dtype, c_desc.block_type.shape, c_desc.layout)
@@ -95,7 +99,7 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, K, BLOCK_K: gl.constexpr, STAGES: gl.
     k_steps = gl.cdiv(K, BLOCK_K)
     gl.warp_specialize(
         [
-            (_mma, (c_desc, a_ring, b_ring, ready, empty, c_smem, k_steps, STAGES)),
+            (_mma, (c_desc, a_ring, b_ring, ready, empty, c_smem, k_steps, STAGES, LAG)),
             (_loader, (a_desc, b_desc, a_ring, b_ring, ready, empty, k_steps, BLOCK_K, STAGES)),
         ],
         [1],  # the loader's warps
@@ -103,8 +107,9 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, K, BLOCK_K: gl.constexpr, STAGES: gl.
     )
 
 
-def ws_gemm(a, b, c, block_m=128, block_n=128, block_k=64, stages=3):
-    """c = a @ b (bf16 [M, K] x [K, N] -> [M, N]; M, N multiples of the blocks)."""
+def ws_gemm(a, b, c, block_m=128, block_n=128, block_k=64, stages=3, lag=0):
+    """c = a @ b (bf16 [M, K] x [K, N] -> [M, N]; M, N multiples of the blocks); lag 0 waits for
+    each step's MMA before the next, lag 1 keeps one in flight."""
     layouts = [
         gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
         for shape in ([block_m, block_k], [block_k, block_n], [block_m, block_n])
@@ -116,7 +121,7 @@ def ws_gemm(a, b, c, block_m=128, block_n=128, block_k=64, stages=3):
         )
     ]
     grid = (a.shape[0] // block_m, b.shape[1] // block_n)
-    ws_gemm_kernel[grid](*descs, a.shape[1], block_k, stages, num_warps=4)
+    ws_gemm_kernel[grid](*descs, a.shape[1], block_k, stages, lag, num_warps=4)
     return c
 
 
@@ -127,7 +132,7 @@ def inputs(m, n, k, device):
     return a, b, torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
 
 
-def compiled_for_sm90() -> dict:
+def compiled_for_sm90(lag: int = 0) -> dict:
     """Compile the probe for sm_90 on this machine; what its SASS holds."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
@@ -135,7 +140,7 @@ def compiled_for_sm90() -> dict:
     from bench.h200.sass import disassemble
 
     with compiling_for_sm90() as driver:
-        ws_gemm(*inputs(512, 512, 1024, "cpu"))
+        ws_gemm(*inputs(512, 512, 1024, "cpu"), lag=lag)
     kernel, _grid = driver.launches[-1]
     text = disassemble(kernel.asm["cubin"])
     counts = {name: len(re.findall(rf"\b{mark}\b", text)) for name, mark in SASS_MARKS.items()}
@@ -145,17 +150,24 @@ def compiled_for_sm90() -> dict:
 def check_and_time() -> list[str]:
     import triton.testing
 
-    a, b, c = inputs(512, 512, 1024, "cuda")
-    ws_gemm(a, b, c)
-    exact = (a.float() @ b.float()).bfloat16()
-    lines = [f"512x512x1024: {int((c != exact).sum())} of {c.numel()} differ from torch's fp32 product in bf16"]
+    lines = []
     m = n = k = 4096
-    a, b, c = inputs(m, n, k, "cuda")
-    gluon_ms = triton.testing.do_bench(lambda: ws_gemm(a, b, c))
-    torch_ms = triton.testing.do_bench(lambda: a @ b)
-    lines.append(f"4096^3: max |gluon - torch| {(c.float() - (a @ b).float()).abs().max().item():.3g}")
-    for name, ms in (("gluon", gluon_ms), ("torch", torch_ms)):
-        lines.append(f"{name}: {ms * 1e3:.1f} us, {2 * m * n * k / ms / 1e9:.0f} TFLOP/s")
+    big = inputs(m, n, k, "cuda")
+    torch_ms = triton.testing.do_bench(lambda: big[0] @ big[1])
+    for lag in (0, 1):
+        a, b, c = inputs(512, 512, 1024, "cuda")
+        ws_gemm(a, b, c, lag=lag)
+        exact = (a.float() @ b.float()).bfloat16()
+        lines.append(
+            f"lag {lag}, 512x512x1024: {int((c != exact).sum())} of {c.numel()} off torch's fp32 product in bf16"
+        )
+        a, b, c = big
+        ms = triton.testing.do_bench(lambda: ws_gemm(a, b, c, lag=lag))  # noqa: B023 (timed at once)
+        error = (c.float() - (a @ b).float()).abs().max().item()
+        lines.append(
+            f"lag {lag}, 4096^3: {ms * 1e3:.1f} us, {2 * m * n * k / ms / 1e9:.0f} TFLOP/s, max |c - torch| {error:.3g}"
+        )
+    lines.append(f"torch, 4096^3: {torch_ms * 1e3:.1f} us, {2 * m * n * k / torch_ms / 1e9:.0f} TFLOP/s")
     return lines
 
 
@@ -174,7 +186,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(check_and_time()))
     else:
         os.environ["TRITON_INTERPRET"] = "0"
-        print(f"compiled for sm_90: {compiled_for_sm90()}")
+        for lag in (0, 1):
+            print(f"lag {lag}, compiled for sm_90: {compiled_for_sm90(lag)}")
     return 0
 
 
