@@ -4,9 +4,9 @@ together, before the MoE kernels are written with them.
 
 The probe is a plain bf16 GEMM C = A B: a loader partition (one warp) fills a ring of STAGES
 shared-memory slots with TMA behind `ready` mbarriers and waits on `empty` ones; the default
-partition (one warpgroup) waits for a slot, runs wgmma on it asynchronously, waits for the MMA (that
-step's with lag 0, the previous step's with lag 1) and frees the slot it read, then stores C through
-shared memory with TMA. On an NVIDIA GPU it checks C against
+partition (one or two warpgroups, VARIANTS) waits for a slot, runs wgmma on it asynchronously, waits
+for the MMA (that step's with lag 0, the previous step's with lag 1) and frees the slot it read,
+then stores C through shared memory with TMA. On an NVIDIA GPU it checks C against
 torch on a small product (C's memory poisoned with NaN first) and times 4096^3 beside torch's matmul
 (triton.testing.do_bench); without one it compiles the kernel for sm_90 (bench/h200/compile.py's
 compile-only driver) and prints what the SASS holds. Works with triton 3.6 and 3.9 (the TMA copies
@@ -67,7 +67,7 @@ def _mma(c_desc, a_ring, b_ring, ready, empty, c_smem, k_steps, STAGES: gl.const
     block_m: gl.constexpr = c_desc.block_type.shape[0]
     block_n: gl.constexpr = c_desc.block_type.shape[1]
     layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, block_n, 16]
+        version=[3, 0], warps_per_cta=[gl.num_warps(), 1], instr_shape=[16, block_n, 16]
     )
     acc = gl.zeros([block_m, block_n], gl.float32, layout)
     for i in range(k_steps):
@@ -107,9 +107,10 @@ def ws_gemm_kernel(a_desc, b_desc, c_desc, K, BLOCK_K: gl.constexpr, STAGES: gl.
     )
 
 
-def ws_gemm(a, b, c, block_m=128, block_n=128, block_k=64, stages=3, lag=0):
+def ws_gemm(a, b, c, block_m=128, block_n=128, block_k=64, stages=3, lag=0, mma_warps=4):
     """c = a @ b (bf16 [M, K] x [K, N] -> [M, N]; M, N multiples of the blocks); lag 0 waits for
-    each step's MMA before the next, lag 1 keeps one in flight."""
+    each step's MMA before the next, lag 1 keeps one in flight; mma_warps 8: two MMA warpgroups
+    (block_m 256 gives each 128 rows)."""
     layouts = [
         gl.NVMMASharedLayout.get_default_for(shape, gl.bfloat16)
         for shape in ([block_m, block_k], [block_k, block_n], [block_m, block_n])
@@ -121,7 +122,7 @@ def ws_gemm(a, b, c, block_m=128, block_n=128, block_k=64, stages=3, lag=0):
         )
     ]
     grid = (a.shape[0] // block_m, b.shape[1] // block_n)
-    ws_gemm_kernel[grid](*descs, a.shape[1], block_k, stages, lag, num_warps=4)
+    ws_gemm_kernel[grid](*descs, a.shape[1], block_k, stages, lag, num_warps=mma_warps)
     return c
 
 
@@ -132,15 +133,24 @@ def inputs(m, n, k, device):
     return a, b, torch.full((m, n), float("nan"), dtype=torch.bfloat16, device=device)
 
 
-def compiled_for_sm90(lag: int = 0) -> dict:
-    """Compile the probe for sm_90 on this machine; what its SASS holds."""
+# The schedules timed: one MMA warpgroup with 128 rows (3 slots; 4 with the lag) or two with 256.
+VARIANTS = {
+    "wg1-lag0": dict(block_m=128, mma_warps=4, stages=3, lag=0),
+    "wg1-lag1": dict(block_m=128, mma_warps=4, stages=4, lag=1),
+    "wg2-lag0": dict(block_m=256, mma_warps=8, stages=3, lag=0),
+    "wg2-lag1": dict(block_m=256, mma_warps=8, stages=3, lag=1),
+}
+
+
+def compiled_for_sm90(variant: str) -> dict:
+    """Compile one of VARIANTS for sm_90 on this machine; what its SASS holds."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from bench.h200.compile import compiling_for_sm90
     from bench.h200.sass import disassemble
 
     with compiling_for_sm90() as driver:
-        ws_gemm(*inputs(512, 512, 1024, "cpu"), lag=lag)
+        ws_gemm(*inputs(512, 512, 1024, "cpu"), **VARIANTS[variant])
     kernel, _grid = driver.launches[-1]
     text = disassemble(kernel.asm["cubin"])
     counts = {name: len(re.findall(rf"\b{mark}\b", text)) for name, mark in SASS_MARKS.items()}
@@ -150,24 +160,23 @@ def compiled_for_sm90(lag: int = 0) -> dict:
 def check_and_time() -> list[str]:
     import triton.testing
 
-    lines = []
     m = n = k = 4096
-    big = inputs(m, n, k, "cuda")
-    torch_ms = triton.testing.do_bench(lambda: big[0] @ big[1])
-    for lag in (0, 1):
-        a, b, c = inputs(512, 512, 1024, "cuda")
-        ws_gemm(a, b, c, lag=lag)
-        exact = (a.float() @ b.float()).bfloat16()
+    a, b, c = inputs(m, n, k, "cuda")
+    product = (a @ b).float()
+    torch_ms = triton.testing.do_bench(lambda: a @ b)
+    lines = [f"torch, 4096^3: {torch_ms * 1e3:.1f} us, {2 * m * n * k / torch_ms / 1e9:.0f} TFLOP/s"]
+    for name, variant in VARIANTS.items():
+        small = inputs(512, 512, 1024, "cuda")
+        ws_gemm(*small, **variant)
+        exact = (small[0].float() @ small[1].float()).bfloat16()
+        off = int((small[2] != exact).sum())
+        c.fill_(float("nan"))
+        ms = triton.testing.do_bench(lambda: ws_gemm(a, b, c, **variant))  # noqa: B023 (timed at once)
+        error = (c.float() - product).abs().max().item()
         lines.append(
-            f"lag {lag}, 512x512x1024: {int((c != exact).sum())} of {c.numel()} off torch's fp32 product in bf16"
+            f"{name}, 4096^3: {ms * 1e3:.1f} us, {2 * m * n * k / ms / 1e9:.0f} TFLOP/s, max |c - torch| {error:.3g}; "
+            f"512x512x1024: {off} of {exact.numel()} off torch's fp32 product in bf16"
         )
-        a, b, c = big
-        ms = triton.testing.do_bench(lambda: ws_gemm(a, b, c, lag=lag))  # noqa: B023 (timed at once)
-        error = (c.float() - (a @ b).float()).abs().max().item()
-        lines.append(
-            f"lag {lag}, 4096^3: {ms * 1e3:.1f} us, {2 * m * n * k / ms / 1e9:.0f} TFLOP/s, max |c - torch| {error:.3g}"
-        )
-    lines.append(f"torch, 4096^3: {torch_ms * 1e3:.1f} us, {2 * m * n * k / torch_ms / 1e9:.0f} TFLOP/s")
     return lines
 
 
@@ -186,8 +195,8 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(check_and_time()))
     else:
         os.environ["TRITON_INTERPRET"] = "0"
-        for lag in (0, 1):
-            print(f"lag {lag}, compiled for sm_90: {compiled_for_sm90(lag)}")
+        for name in VARIANTS:
+            print(f"{name}, compiled for sm_90: {compiled_for_sm90(name)}")
     return 0
 
 
