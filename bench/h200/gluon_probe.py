@@ -144,8 +144,6 @@ VARIANTS = {
 
 def compiled_for_sm90(variant: str) -> dict:
     """Compile one of VARIANTS for sm_90 on this machine; what its SASS holds."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
     from bench.h200.compile import compiling_for_sm90
     from bench.h200.sass import disassemble
 

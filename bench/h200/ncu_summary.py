@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from bench.h200.sass import opcode
+
 BF16_FLOPS_PER_CYCLE = 4096  # H100/H200 SM, dense bf16 wgmma (ncu's peak_sustained of the metric below)
 FLOPS = "sm__ops_path_tensor_op_hgmma_src_bf16_dst_fp32_sparsity_off.sum"
 STALL = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
@@ -131,21 +133,16 @@ def read_source(path: Path) -> list[list[dict]]:
     return blocks
 
 
-def opcode(source: str) -> str:
-    words = source.split()
-    word = words[1] if words[0].startswith("@") and len(words) > 1 else words[0]
-    return word.split(".")[0]
-
-
 def source_table(block: list[dict], top: int = 10) -> list[str]:
     """Sampled warp states by opcode (share of all samples, its three largest reasons) and the hottest
     instructions."""
-    total = sum(int(r["Warp Stall Sampling (All Samples)"]) for r in block) or 1
+    samples = [int(r["Warp Stall Sampling (All Samples)"]) for r in block]
+    total = sum(samples) or 1
     by_op: Counter = Counter()
     reasons: dict[str, Counter] = defaultdict(Counter)
-    for r in block:
+    for r, n in zip(block, samples, strict=True):
         op = opcode(r["Source"])
-        by_op[op] += int(r["Warp Stall Sampling (All Samples)"])
+        by_op[op] += n
         for key, value in r.items():
             if key.startswith("stall_") and "Not Issued" not in key and value not in ("", "-"):
                 reasons[op][key.removeprefix("stall_")] += int(value)
@@ -158,15 +155,8 @@ def source_table(block: list[dict], top: int = 10) -> list[str]:
     for op, n in by_op.most_common(top):
         why = ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in reasons[op].most_common(3))
         lines.append(f"| {op} | {100 * n / total:.1f}% | {why} |")
-    hot = sorted(block, key=lambda r: -int(r["Warp Stall Sampling (All Samples)"]))[:6]
-    lines += [
-        "",
-        "hottest: "
-        + "; ".join(
-            f"`{r['Source'].strip()[:48]}` {100 * int(r['Warp Stall Sampling (All Samples)']) / total:.1f}%"
-            for r in hot
-        ),
-    ]
+    hot = sorted(zip(samples, block, strict=True), key=lambda pair: -pair[0])[:6]
+    lines += ["", "hottest: " + "; ".join(f"`{r['Source'].strip()[:48]}` {100 * n / total:.1f}%" for n, r in hot)]
     return lines
 
 
