@@ -1,6 +1,7 @@
 """The decode path's launcher (kernels/decode.py: the fp4 weights decoded to bf16 in registers,
 bf16 MMAs; the NVIDIA path): the routing and a1 (routing.route_and_quantize), then stage 1 and
-stage 2, one launch each or two with a tail tile, recorded into the shape's plan (plan.py).
+stage 2, one launch each or two with a tail tile, recorded into the shape's plan (plan.py). With
+gluon1 tiles, stage 1 is the warp-specialized Gluon kernel (kernels/gluon_stage1.py, sm_90).
 Scratch: a1 and a2 in bf16 from the buffers pool.
 """
 
@@ -11,7 +12,7 @@ from buffers import get_buffer
 from moe_triton.kernels.decode import moe_stage1_kernel, moe_stage2_kernel
 from moe_triton.plan import _DecodePlan, _launch, record_plan
 from moe_triton.routing import route_and_quantize, routing_capacity
-from moe_triton.target import fast_decode, interpreting, pdl_options, register_cap, silu_options
+from moe_triton.target import fast_decode, gluon_stage1, interpreting, pdl_options, register_cap, silu_options
 
 
 def check_tail(cfg) -> None:
@@ -19,6 +20,30 @@ def check_tail(cfg) -> None:
         raise ValueError(
             f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {cfg.block_m}"
         )
+
+
+def check_gluon1(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, device: torch.device) -> None:
+    """The Gluon stage 1 (kernels/gluon_stage1.py) runs where its tiles fit: an sm_90 GPU (wgmma,
+    setmaxnreg), K steps of 128, 2 or 4 MMA warpgroups of 32 h columns each."""
+    if not cfg.gluon1:
+        return
+    if not gluon_stage1(device):
+        raise ValueError("tiles: gluon1 needs an NVIDIA sm_90 GPU (Hopper wgmma); use gluon1=0 here")
+    if cfg.gluon1 not in (1, 2, 4):
+        raise ValueError(f"tiles: gluon1 must be 0 (off), 1, 2 or 4 (parts per K step), not {cfg.gluon1}")
+    if cfg.block_n1 not in (64, 128) or (cfg.block_k1, cfg.warps1) != (128, 8):
+        raise ValueError(
+            "tiles: gluon1 needs block_n1 64 or 128, block_k1 128 and warps1 8, "
+            f"not {cfg.block_n1}, {cfg.block_k1}, {cfg.warps1}"
+        )
+    if d_hidden % 128 or d_inter % cfg.block_n1:
+        raise ValueError(
+            f"tiles: gluon1 needs d_hidden a multiple of 128 and d_inter of block_n1, not {d_hidden}, {d_inter}"
+        )
+    if max(n_tokens * d_hidden, n_experts * 2 * d_inter * d_hidden // 8) >= 2**31:
+        raise ValueError("tiles: gluon1 addresses a1 and w1 with 32-bit offsets; this shape is too large for them")
+    if cfg.block_m < 16:
+        raise ValueError(f"tiles: gluon1 needs block_m at least 16, not {cfg.block_m}")
 
 
 def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "_DecodePlan":
@@ -29,6 +54,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
     check_tail(cfg)
+    check_gluon1(cfg, n_tokens, d_hidden, d_inter, n_experts, hidden_states.device)
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
@@ -43,33 +69,46 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
         # One launch per stage, or two when the tiles name a tail: blocks with at most tail_m real
         # rows (an expert's last block, mostly) then run on tail_m-row tiles instead of block_m.
         row_tiles = (block_m, cfg.tail_m) if cfg.tail_m else (block_m,)
+        if cfg.gluon1:
+            # imported here: a Triton without Gluon (or another GPU's) never needs it
+            from moe_triton.kernels.gluon_stage1 import moe_gluon_stage1_kernel
+        stage1_args = (a1, w1_bytes, w1_scale_bytes, a2, sorted_ids, sorted_expert_ids, num_valid_ids)
+        stage1_args += (n_tokens, d_hidden, d_inter)
         for rows in row_tiles:
-            _launch(
-                moe_stage1_kernel,
-                (n_blocks, triton.cdiv(d_inter, cfg.block_n1)),
-                a1,
-                w1_bytes,
-                w1_scale_bytes,
-                a2,
-                sorted_ids,
-                sorted_expert_ids,
-                num_valid_ids,
-                n_tokens,
-                d_hidden,
-                d_inter,
-                BLOCK_M=block_m,
-                ROWS=rows,
-                TAIL_M=cfg.tail_m,
-                BLOCK_N=cfg.block_n1,
-                BLOCK_K=cfg.block_k1,
-                FAST=fast,
-                INTERPRET=interpret,
-                **silu_options(),
-                num_warps=cfg.warps1,
-                num_stages=cfg.stages1,
-                **pdl,
-                **register_cap(fast, cfg.max_regs1),
-            )
+            if cfg.gluon1:
+                _launch(
+                    moe_gluon_stage1_kernel,
+                    (n_blocks, d_inter // cfg.block_n1),
+                    *stage1_args,
+                    BLOCK_M=block_m,
+                    ROWS=rows,
+                    TAIL_M=cfg.tail_m,
+                    BLOCK_K=128,
+                    STAGES=cfg.stages1,
+                    SPLIT=cfg.gluon1,
+                    NUM_WG=cfg.block_n1 // 32,
+                    **silu_options(),
+                    num_warps=4,  # group 0's MMA warpgroup; the kernel starts its other partitions
+                    **pdl,
+                )
+            else:
+                _launch(
+                    moe_stage1_kernel,
+                    (n_blocks, triton.cdiv(d_inter, cfg.block_n1)),
+                    *stage1_args,
+                    BLOCK_M=block_m,
+                    ROWS=rows,
+                    TAIL_M=cfg.tail_m,
+                    BLOCK_N=cfg.block_n1,
+                    BLOCK_K=cfg.block_k1,
+                    FAST=fast,
+                    INTERPRET=interpret,
+                    **silu_options(),
+                    num_warps=cfg.warps1,
+                    num_stages=cfg.stages1,
+                    **pdl,
+                    **register_cap(fast, cfg.max_regs1),
+                )
         for rows in row_tiles:
             _launch(
                 moe_stage2_kernel,

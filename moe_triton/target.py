@@ -25,6 +25,19 @@ def fast_decode(device: torch.device) -> bool:
 
 
 @functools.cache
+def _is_sm90(index: int) -> bool:
+    return torch.cuda.get_device_capability(index) == (9, 0)
+
+
+def gluon_stage1(device: torch.device) -> bool:
+    """Whether the Gluon stage 1 (kernels/gluon_stage1.py: wgmma, setmaxnreg) runs here: the fast
+    NVIDIA path on an sm_90 GPU (H100, H200)."""
+    if not (fast_decode(device) and torch.cuda.is_available()):
+        return False
+    return _is_sm90(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
 def _is_gfx950(index: int) -> bool:
     return torch.cuda.get_device_properties(index).gcnArchName.startswith("gfx950")
 

@@ -11,7 +11,11 @@ pipeline depth. block_n1 counts columns of h: a stage-1 program decodes 2 * bloc
 after the other. max_regs1 and max_regs2 cap each stage's registers per thread on NVIDIA GPUs
 (ptxas .maxnreg; 0 leaves it to the compiler), to fit one more program per SM. tail_m > 0 runs
 each stage in two launches: routing blocks with at most tail_m real rows (an expert's last, partly
-filled block) on tiles of tail_m rows, so that the MMA skips their padding.
+filled block) on tiles of tail_m rows, so that the MMA skips their padding. gluon1 > 0 runs stage
+1 on the warp-specialized Gluon kernel (kernels/gluon_stage1.py, NVIDIA sm_90 only), each K step
+decoded and issued to the tensor cores in gluon1 parts along k (1, 2 or 4); block_n1 must be 64
+or 128 (2 or 4 MMA warpgroups of 32 h columns each), block_k1 128 and warps1 8; stages1 is its
+ring's slots and max_regs1 is unused.
 
 NativeTileConfig (native gfx950 path, kernels/native.py): the same tile fields without the
 NVIDIA-only ones, plus the AMD backend's options and the kernel variants.
@@ -40,6 +44,7 @@ class TileConfig(NamedTuple):
     max_regs1: int = 0
     tail_m: int = 0
     max_regs2: int = 0
+    gluon1: int = 0
 
 
 def default_block_m(n_tokens: int, n_experts: int, topk: int) -> int:

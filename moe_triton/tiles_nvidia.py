@@ -1,6 +1,7 @@
 """The NVIDIA tiles. The decode path's (also what the CPU interpreter and non-gfx950 ROCm GPUs run):
 TUNED holds the H200 sweep's winners (bench/tune/tiles.py --sweep, bench/NOTES.md), other shapes
-get default_config; ALTERNATES are the first-call selection's other candidates. The fp8 path's
+get default_config; ALTERNATES are the first-call selection's other candidates. GLUON_TUNED: the
+shapes whose stage 1 runs on the Gluon kernel on sm_90 GPUs (static_tiles). The fp8 path's
 (kernels/fp8.py): FP8_TUNED and fp8_default_config, FP8_ALTERNATES beside them in the selection.
 STATIC_FP8 names the shapes whose static choice (no selection, MOE_SELECT=0) is the fp8 path on an
 NVIDIA GPU: none until the H200 benchmark says so (bench/h200/fp8_check.py).
@@ -36,6 +37,21 @@ def default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, t
 def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> TileConfig:
     tuned = TUNED.get((d_hidden, d_inter, n_experts, topk, n_tokens))
     return tuned or default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+
+
+# The Gluon stage 1 (kernels/gluon_stage1.py; sm_90 GPUs only, static_tiles' gluon) where it beat
+# the decode table tile on the H200: bench/h200/gluon_check.py time, 2026-12-04 (torch 2.11, triton
+# 3.6), the leaderboard's timing, layer median us: E-33 I-512 bs-512 386.5 against 460.1 (four MMA
+# warpgroups, 128 h columns a program), I-2048 bs-512 1125.3 against 1478.6 (two warpgroups). Its
+# other variants lost or tied elsewhere (bench/results/nvidia-speed.md); stage 2 stays the decode one.
+GLUON_TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
+    (7168, 512, 33, 9, 512): TUNED[(7168, 512, 33, 9, 512)]._replace(
+        block_n1=128, block_k1=128, warps1=8, stages1=4, gluon1=2
+    ),
+    (7168, 2048, 33, 9, 512): TUNED[(7168, 2048, 33, 9, 512)]._replace(
+        block_n1=64, block_k1=128, warps1=8, stages1=4, gluon1=2
+    ),
+}
 
 
 # The selection's alternates (submission: selection/candidates.py measures them at the first call per shape
@@ -149,10 +165,14 @@ def fp8_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, 
 
 
 def static_tiles(
-    n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int, fp8: bool
+    n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int, fp8: bool, gluon: bool = False
 ) -> TileConfig | Fp8TileConfig:
     """The static choice of a shape: the fp8 table's tile where STATIC_FP8 names the shape and the
-    fp8 path can run (fp8: an NVIDIA GPU), else the decode table's."""
-    if fp8 and (d_hidden, d_inter, n_experts, topk, n_tokens) in STATIC_FP8:
+    fp8 path can run (fp8: an NVIDIA GPU), the Gluon stage 1's where GLUON_TUNED does and it can run
+    (gluon: an sm_90 GPU), else the decode table's."""
+    key = (d_hidden, d_inter, n_experts, topk, n_tokens)
+    if fp8 and key in STATIC_FP8:
         return fp8_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    if gluon and key in GLUON_TUNED:
+        return GLUON_TUNED[key]
     return tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from moe_triton.target import gluon_stage1
 from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
 from moe_triton.tiles_nvidia import (
@@ -112,18 +113,20 @@ def _cpu_candidates(config: dict) -> list[Candidate]:
 
 
 def _gpu_candidates(key: tuple, nvidia: bool, every: bool) -> list[Candidate]:
-    """The static choice and the ALTERNATES that won their shape (SELECTION_WINNERS); every: the
-    static choice, the decode table tile (when the static choice is the fp8 path) and ALTERNATES,
-    then on NVIDIA the fp8 table tile (when it is not the static choice) and FP8_ALTERNATES."""
+    """The static choice, the decode table tile when the static choice is the Gluon stage 1's (the
+    choice before it), and the ALTERNATES that won their shape (SELECTION_WINNERS); every: the
+    static choice, the decode table tile (when the static choice is another) and ALTERNATES, then
+    on NVIDIA the fp8 table tile (when it is not the static choice) and FP8_ALTERNATES."""
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-    static, decode = static_tiles(*shape, fp8=nvidia), tile_config(*shape)
+    gluon = nvidia and torch.cuda.is_available() and gluon_stage1(torch.device("cuda"))
+    static, decode = static_tiles(*shape, fp8=nvidia, gluon=gluon), tile_config(*shape)
     out = [Candidate("triton", run_triton, repr(static))]
     alternates = ALTERNATES.get(key, {})
+    if static != decode and (every or getattr(static, "gluon1", 0)):
+        out.append(_triton("triton:decode", decode, False))
     if not every:
         return out + [_triton(f"triton:{n}", alternates[n], False) for n in SELECTION_WINNERS.get(key, ())]
-    if static != decode:
-        out.append(_triton("triton:decode", decode, False))
     out += [_triton(f"triton:{n}", t, False) for n, t in alternates.items()]
     if nvidia:
         fp8 = fp8_tile_config(*shape)

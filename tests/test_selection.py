@@ -12,7 +12,15 @@ import torch
 
 import submission
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
-from moe_triton.tiles_nvidia import ALTERNATES, FP8_ALTERNATES, SELECTION_WINNERS, TUNED, fp8_tile_config, tile_config
+from moe_triton.tiles_nvidia import (
+    ALTERNATES,
+    FP8_ALTERNATES,
+    GLUON_TUNED,
+    SELECTION_WINNERS,
+    TUNED,
+    fp8_tile_config,
+    tile_config,
+)
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import ATOL, RTOL, check_implementation, generate_input, make_config, ref_kernel
 from selection import candidates as cands
@@ -417,11 +425,23 @@ def test_a_shape_whose_static_choice_is_the_fp8_path_keeps_the_decode_table_as_a
     config = make_config(7168, 256, 256, 8, 1, 16)
     key = shape_key(config)
     monkeypatch.setattr(
-        cands, "static_tiles", lambda *shape, fp8: fp8_tile_config(*shape) if fp8 else tile_config(*shape)
+        cands, "static_tiles", lambda *shape, fp8, gluon: fp8_tile_config(*shape) if fp8 else tile_config(*shape)
     )
     names = [c.name for c in cands.candidates_for(config, "triton", "gpu", every=True)]
     assert names[:2] == ["triton", "triton:decode"] and "triton:fp8" not in names
     assert names[-len(FP8_ALTERNATES[key]) :] == [f"triton:fp8-{n}" for n in FP8_ALTERNATES[key]]
+
+
+def test_a_shape_whose_static_choice_is_the_gluon_stage_1_keeps_the_decode_table_as_a_candidate(monkeypatch):
+    config = make_config(7168, 2048, 32, 8, 1, 512)
+    key = shape_key(config)
+    monkeypatch.setattr(cands.torch.cuda, "is_available", lambda: True)  # an sm_90 GPU, as far as the table asks
+    monkeypatch.setattr(cands, "gluon_stage1", lambda device: True)
+    found = {c.name: c.detail for c in cands.candidates_for(config, "triton", "gpu")}
+    assert list(found)[:2] == ["triton", "triton:decode"]
+    assert found["triton"] == repr(GLUON_TUNED[key]) and found["triton:decode"] == repr(TUNED[key])
+    monkeypatch.setattr(cands, "gluon_stage1", lambda device: False)  # another GPU: the decode table alone
+    assert [c.name for c in cands.candidates_for(config, "triton", "gpu")] == ["triton"]
 
 
 def test_fp8_tables_cover_the_tuned_shapes_and_their_alternates_differ():

@@ -95,23 +95,27 @@ def _compile_only_driver():
 
 @contextlib.contextmanager
 def fast_decode_on():
-    """The launchers' NVIDIA fast path on for CPU tensors (they stand for CUDA ones): fast_decode
-    True in every moe_triton module holding moe_triton.target.fast_decode, target included (the
-    bundle's rules make each launcher import the name, so each holds its own reference)."""
+    """The launchers' NVIDIA fast path on for CPU tensors (they stand for CUDA ones), on an sm_90
+    GPU: fast_decode and gluon_stage1 True in every moe_triton module holding
+    moe_triton.target's, target included (the bundle's rules make each launcher import the name,
+    so each holds its own reference)."""
     import sys
     from unittest import mock
 
     import moe_triton.fused_moe  # noqa: F401  (imports every launcher module)
     from moe_triton import target
 
+    probes = {name: getattr(target, name) for name in ("fast_decode", "gluon_stage1")}
     holders = [
-        module
-        for name, module in list(sys.modules.items())
-        if name.startswith("moe_triton.") and getattr(module, "fast_decode", None) is target.fast_decode
+        (module, name)
+        for module_name, module in list(sys.modules.items())
+        if module_name.startswith("moe_triton.")
+        for name, probe in probes.items()
+        if getattr(module, name, None) is probe
     ]
     with contextlib.ExitStack() as stack:
-        for module in holders:
-            stack.enter_context(mock.patch.object(module, "fast_decode", lambda device: True))
+        for module, name in holders:
+            stack.enter_context(mock.patch.object(module, name, lambda device: True))
         yield
 
 

@@ -445,7 +445,7 @@ def mode_ncu(args, torch) -> dict:
 def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from bench.runner.preflight import UsageParser, shown
+    from bench.runner.preflight import UsageParser
 
     parser = UsageParser(
         prog="python -m bench.h200.fp8_check", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -476,10 +476,22 @@ def main(argv: list[str] | None = None) -> int:
     torch = _setup()
     if torch is None:
         return parser.fail(NO_GPU)
-    import triton
 
     started = time.perf_counter()
     results = {"check": mode_check, "time": mode_time, "sweep": mode_sweep, "ncu": mode_ncu}[args.mode](args, torch)
+    lines = {"check": check_table, "time": time_table}.get(args.mode, lambda r: r.get("rows", []))(results)
+    write_results(Path(args.out), args.mode, results, lines, started, argv)
+    return 0
+
+
+def write_results(out: Path, mode: str, results: dict, lines: list[str], started: float, argv) -> None:
+    """MODE.json (the results and the run's device, versions, wall time and arguments) and MODE.md
+    (that line and the table) under out; the table printed last."""
+    import torch
+    import triton
+
+    from bench.runner.preflight import shown
+
     meta = {
         "device": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
@@ -487,14 +499,11 @@ def main(argv: list[str] | None = None) -> int:
         "wall_s": round(time.perf_counter() - started, 1),
         "argv": sys.argv[1:] if argv is None else argv,
     }
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"{args.mode}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
-    lines = {"check": check_table, "time": time_table}.get(args.mode, lambda r: r.get("rows", []))(results)
-    (out / f"{args.mode}.md").write_text("\n".join([f"{args.mode}: {meta}", "", *lines]) + "\n")
+    (out / f"{mode}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    (out / f"{mode}.md").write_text("\n".join([f"{mode}: {meta}", "", *lines]) + "\n")
     print("\n".join(lines))
-    print(f"wrote {shown(out / args.mode)}.json and .md ({meta['wall_s']} s)")
-    return 0
+    print(f"wrote {shown(out / mode)}.json and .md ({meta['wall_s']} s)")
 
 
 if __name__ == "__main__":

@@ -40,14 +40,28 @@ def _mx_round_trip(x, ROWS: tl.constexpr, COLS: tl.constexpr, EXP: tl.constexpr)
     dequantized and times 2^EXP: code value * 2^(s + EXP), exact in bf16 while s + EXP < 128.
     Ties round away from zero."""
     xb = tl.reshape(x, (ROWS, COLS // 32, 32))
-    amax = tl.max(tl.abs(xb), axis=2)
+    inv, scale = _mx_block_scales(tl.max(tl.abs(xb), axis=2), EXP)
+    return tl.reshape(_mx_values(xb, inv[:, :, None], scale[:, :, None]), (ROWS, COLS))
+
+
+@triton.jit
+def _mx_block_scales(amax, EXP: tl.constexpr):
+    """The e8m0 scale s of 32-blocks whose largest magnitude is amax (SPEC 3.3), as the fp32
+    factors 2^-s and 2^(s + EXP)."""
     rounded = (amax.to(tl.int32, bitcast=True) + 0x200000) & -0x800000
     biased = (rounded >> 23) & 0xFF
     s = tl.where(biased == 0xFF, 127, tl.minimum(tl.maximum(biased - 129, -127), 127))
     # 2^-s and 2^(s + EXP) as fp32 bit patterns; 2^-127 is the subnormal 0x00400000.
     inv = tl.where(s == 127, 0x00400000, (127 - s) << 23).to(tl.float32, bitcast=True)
     scale = tl.where(s + EXP == -127, 0x00400000, (127 + s + EXP) << 23).to(tl.float32, bitcast=True)
-    mag = tl.abs(xb) * inv[:, :, None]
+    return inv, scale
+
+
+@triton.jit
+def _mx_values(x, inv, scale):
+    """x's fp4 code values (x times its block's 2^-s, rounded to e2m1, ties away from zero) times
+    its block's 2^(s + EXP); inv and scale broadcast against x."""
+    mag = tl.abs(x) * inv
     v = tl.where(mag >= 0.25, 0.5, 0.0)
     v = tl.where(mag >= 0.75, 1.0, v)
     v = tl.where(mag >= 1.25, 1.5, v)
@@ -57,8 +71,7 @@ def _mx_round_trip(x, ROWS: tl.constexpr, COLS: tl.constexpr, EXP: tl.constexpr)
     v = tl.where(mag >= 5.0, 6.0, v)
     # A NaN element saturates to code 7 with its sign bit, as aiter's quantizer encodes it (SPEC 3.3).
     v = tl.where(mag != mag, 6.0, v)
-    v = tl.where(xb.to(tl.int32, bitcast=True) < 0, -v, v) * scale[:, :, None]
-    return tl.reshape(v, (ROWS, COLS))
+    return tl.where(x.to(tl.int32, bitcast=True) < 0, -v, v) * scale
 
 
 @triton.jit
@@ -134,16 +147,11 @@ def _portable_pairs(w):
 
 
 @triton.jit
-def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr):
-    """MXFP4 weights, int32 words [ROWS, BLOCK_K/8] (8 codes each, low nibble first) and e8m0
-    scales [ROWS, BLOCK_K/32] -> [ROWS, BLOCK_K] in _k_slot order (SPEC 3.1).
-    Each code is placed into bf16 bits worth code * 2^-126 with a few bit operations per word.
-    Fast path (bf16): one multiply by 2^(s - 1 - FAST_EXP) gives value * 2^-FAST_EXP, exact for
-    scale bytes 58..191 and NaN for 255 (outside: weights below 2^-69 flush, above 2^64 are
-    wrong). Portable path: the exact value for every scale byte, fp32 holding bf16 values."""
-    G: tl.constexpr = BLOCK_K // 32
+def _code_pairs(x):
+    """int32 words of 8 fp4 codes (low nibble first) -> four int32 tensors of two bf16 bit
+    patterns each, worth code * 2^-126: codes (0, 4), (1, 5), (2, 6), (3, 7) of each word, the
+    first of each pair in the low half."""
     PAIR: tl.constexpr = -2118090304  # 0x81C081C0: sign (bit 15) and magnitude (bits 6-8) of both bf16 halves
-    x = tl.reshape(words, (ROWS, G, 4))
     y = x >> 8
     # Code q of each byte pair: word bits 4q..4q+3 (low half) and 16+4q.. (high half). One
     # multiply writes two copies of the masked nibble, which do not overlap: one puts the
@@ -152,6 +160,20 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
     p1 = ((x & 0x00F000F0) * 0x0104) & PAIR
     p2 = ((y & 0x000F000F) * 0x1040) & PAIR
     p3 = ((y & 0x00F000F0) * 0x0104) & PAIR
+    return p0, p1, p2, p3
+
+
+@triton.jit
+def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr):
+    """MXFP4 weights, int32 words [ROWS, BLOCK_K/8] (8 codes each, low nibble first) and e8m0
+    scales [ROWS, BLOCK_K/32] -> [ROWS, BLOCK_K] in _k_slot order (SPEC 3.1).
+    Each code is placed into bf16 bits worth code * 2^-126 with a few bit operations per word.
+    Fast path (bf16): one multiply by 2^(s - 1 - FAST_EXP) gives value * 2^-FAST_EXP, exact for
+    scale bytes 58..191 and NaN for 255 (outside: weights below 2^-69 flush, above 2^64 are
+    wrong). Portable path: the exact value for every scale byte, fp32 holding bf16 values."""
+    G: tl.constexpr = BLOCK_K // 32
+    x = tl.reshape(words, (ROWS, G, 4))
+    p0, p1, p2, p3 = _code_pairs(x)
     if FAST:
         # Both bf16 halves of 2^(s - 1 - FAST_EXP) in one multiply-add of the exponent field.
         s = tl.reshape(scales, (ROWS, G, 1)).to(tl.int32)

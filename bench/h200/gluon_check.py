@@ -1,0 +1,230 @@
+"""`python -m bench.h200.gluon_check MODE`: the Gluon stage 1 (moe_triton/kernels/gluon_stage1.py,
+tiles with gluon1) against the decode path's on an H100 / H200 (issue 33). The gluon1 variants are
+every combination of --block-ns (h columns per program), --stages (ring slots) and --splits (parts
+per K step). Every mode writes MODE.json and MODE.md under --out ($OUT by default) and prints its
+table last.
+
+  smoke  one small odd input (37 tokens, 9 experts, d_hidden 768, d_inter 256) and one official
+         shape's first input: a2 of each variant bit for bit against the decode stage 1's on
+         every real row, the output against reference.ref_kernel; meant to run under `timeout`
+         first, so that a hang costs a minute, not a device call.
+  check  leaderboard-style seeds per official shape (generate_input with seed + 13 i): every
+         scratch buffer and the output poisoned before each call, a2 compared bit for bit with
+         the decode stage 1's, the worst max |out - ref| / (atol + rtol |ref|).
+  time   per official benchmark shape, the decode table tile and each variant: the leaderboard's
+         timing (fresh input per repetition, the runner's flush, events around one call, the
+         median; outputs checked) and GPU time per kernel (torch.profiler, dependent launches
+         off, as bench/tune/tiles.py does).
+  ncu    one call per shape (default I-2048 bs-512) with the first variant between
+         cudaProfilerStart and Stop, for Nsight Compute (--profile-from-start off).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE_CASE = dict(dhidden=768, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=37, seed=1234)
+
+
+def gluon_tiles(tiles, stages: int = 4, split: int = 4, block_n: int = 64):
+    """The decode tile with stage 1 on the Gluon kernel (its fixed fields), `stages` ring slots,
+    each K step in `split` parts and block_n h columns per program."""
+    return tiles._replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=0, gluon1=split)
+
+
+def a2_rows(data, block_m: int):
+    """The a2 rows of real tokens written by the last call whose routing blocks have block_m rows
+    (the pool's buffers of that size)."""
+    import torch
+
+    from buffers import get_buffer
+    from moe_triton.routing import routing_buffers, routing_capacity
+
+    hidden, w1, topk_ids = data[0], data[1], data[10]
+    n_slots, n_experts = topk_ids.numel(), w1.shape[0]
+    sorted_ids, _, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, hidden.device)
+    n_rows = routing_capacity(n_slots, n_experts, block_m) * block_m
+    a2 = get_buffer("a2", (n_rows, w1.shape[1] // 2), torch.bfloat16, hidden.device)
+    n_valid = int(num_valid_ids[0])
+    real = torch.nonzero((sorted_ids[:n_valid] & 0xFFFFFF) < hidden.shape[0]).flatten()
+    return a2[real].clone()
+
+
+def variants(args) -> dict[str, tuple[int, int, int]]:
+    """The gluon1 variants named on the command line: (ring slots, parts per K step, block_n1)."""
+    return {f"gluon-n{n}-s{s}-p{p}": (s, p, n) for n in args.block_ns for s in args.stages for p in args.splits}
+
+
+def compare(data, tiles, ref, named: dict) -> dict:
+    """The decode stage 1 and each named gluon1 variant on one input, pool and output poisoned
+    before each: the output's excess over the tolerance, and whether a2 matches the decode path's
+    bit for bit on every real row."""
+    import torch
+
+    from bench.h200.fp8_check import excess, poison, run_tiles
+
+    poison(ref.shape)
+    results = {"decode": {"excess": excess(run_tiles(data, tiles), ref)}}
+    want = a2_rows(data, tiles.block_m).view(torch.int16)
+    for name, variant in named.items():
+        poison(ref.shape)
+        e = excess(run_tiles(data, gluon_tiles(tiles, *variant)), ref)
+        got = a2_rows(data, tiles.block_m).view(torch.int16)
+        off = int((got != want).sum()) if got.shape == want.shape else got.numel()
+        results[name] = {"excess": e, "a2_identical": off == 0, "a2_elements_off": off}
+    return results
+
+
+def mode_smoke(args, torch) -> dict:
+    from bench.h200.fp8_check import leaderboard_input, official_cases, table_tiles
+    from moe_triton.tiles_nvidia import tile_config
+    from reference import generate_input, ref_kernel
+
+    data = generate_input(**SMOKE_CASE)
+    hidden, w1 = data[0], data[1]
+    tiles = tile_config(hidden.shape[0], hidden.shape[1], w1.shape[1] // 2, w1.shape[0], data[10].shape[1])
+    results = {"odd": compare(data, tiles, ref_kernel(data), variants(args))}
+    print("odd", results["odd"], flush=True)
+    for name, case in official_cases(args.shapes or ["I2048"]):
+        data = leaderboard_input(case, 0)
+        results[name] = compare(data, table_tiles(case)[2], ref_kernel(data), variants(args))
+        print(name, results[name], flush=True)
+    return results
+
+
+def mode_check(args, torch) -> dict:
+    from bench.h200.fp8_check import leaderboard_input, official_cases, table_tiles
+    from reference import ref_kernel
+
+    results, started = {}, time.perf_counter()
+    named = variants(args)
+    for name, case in official_cases(args.shapes):
+        rec = {k: {"seeds": 0, "a2_differs": 0, "fails": 0, "worst": 0.0} for k in ("decode", *named)}
+        for i in range(args.seeds):
+            if time.perf_counter() - started > args.budget_s:
+                break
+            data = leaderboard_input(case, i)
+            for k, r in compare(data, table_tiles(case)[2], ref_kernel(data), named).items():
+                rec[k]["seeds"] += 1
+                rec[k]["a2_differs"] += not r.get("a2_identical", True)
+                rec[k]["fails"] += r["excess"] > 1
+                rec[k]["worst"] = max(rec[k]["worst"], r["excess"])
+            del data
+        results[name] = rec
+        print(name, rec, flush=True)
+    return results
+
+
+def mode_time(args, torch) -> dict:
+    from bench.h200.fp8_check import leaderboard_input, official_cases, run_tiles, table_tiles, time_candidates
+    from bench.runner.timing import Device
+    from bench.tune.tiles import kernel_times
+    from problem.cases import BENCHMARKS, case_name
+
+    device = Device("cuda", "official")
+    flush = torch.empty(512 << 20, dtype=torch.uint8, device="cuda")
+    names = {case_name(c) for c in BENCHMARKS}
+    results = {}
+    for name, case in official_cases(args.shapes):
+        if not args.shapes and name not in names:
+            continue
+        decode = table_tiles(case)[2]
+        candidates = {"decode": decode, **{k: gluon_tiles(decode, *v) for k, v in variants(args).items()}}
+        data = leaderboard_input(case, 0)
+        kernels, errors = {}, {}
+        for k, t in list(candidates.items()):
+            try:
+                kernels[k] = kernel_times(lambda t=t, d=data: run_tiles(d, t), 5, flush)
+            except ValueError as exc:  # a ring that does not fit this shape's shared memory
+                errors[k] = str(exc)
+                del candidates[k]
+        del data
+        timing = time_candidates(case, candidates, args.reps, device)
+        results[name] = {
+            "tiles": {k: repr(v) for k, v in candidates.items()},
+            "times": timing,
+            "kernels": kernels,
+            "errors": errors,
+        }
+        print(name, {k: (round(v["median_us"], 1), round(v["worst"], 3)) for k, v in timing.items()}, flush=True)
+        print("  kernels", {k: {n: round(us, 1) for n, us in v.items()} for k, v in kernels.items()}, flush=True)
+    return results
+
+
+def mode_ncu(args, torch) -> dict:
+    from bench.h200.fp8_check import leaderboard_input, official_cases, run_tiles, table_tiles
+
+    done = []
+    for name, case in official_cases(args.shapes or ["I2048-E32+1-k8+1-bs512"]):
+        tiles = gluon_tiles(table_tiles(case)[2], *next(iter(variants(args).values())))
+        data = leaderboard_input(case, 0)
+        run_tiles(data, tiles)  # compile and build the plan outside the profiled range
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStart()
+        run_tiles(data, tiles)
+        torch.cuda.synchronize()
+        torch.cuda.cudart().cudaProfilerStop()
+        done.append(name)
+        del data
+    return {"profiled": done}
+
+
+def table(mode: str, results: dict) -> list[str]:
+    if mode == "time":
+        lines = [
+            "| shape | candidate | median us | worst / tol | stage 1 us | stage 2 us |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, r in results.items():
+            for k, t in r["times"].items():
+                kern = r["kernels"][k]
+                s1 = sum(v for n, v in kern.items() if "stage1" in n)
+                s2 = sum(v for n, v in kern.items() if "stage2" in n)
+                lines.append(f"| {name} | {k} | {t['median_us']:.1f} | {t['worst']:.3f} | {s1:.1f} | {s2:.1f} |")
+        return lines
+    return [f"{name}: {json.dumps(r)}" for name, r in results.items()]
+
+
+def main(argv: list[str] | None = None) -> int:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.runner.preflight import UsageParser
+
+    parser = UsageParser(
+        prog="python -m bench.h200.gluon_check",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("mode", choices=["smoke", "check", "time", "ncu"])
+    parser.add_argument("--shapes", nargs="*", default=[], help="name substrings or indices of official shapes")
+    parser.add_argument("--seeds", type=int, default=20, help="check: leaderboard-style seeds per shape")
+    parser.add_argument("--budget-s", type=float, default=300.0, help="check: stop starting seeds after this")
+    parser.add_argument("--reps", type=int, default=10, help="time: timed repetitions per candidate")
+    parser.add_argument("--stages", type=int, nargs="*", default=[4], help="ring slots of the gluon1 variants")
+    parser.add_argument("--splits", type=int, nargs="*", default=[4], help="parts per K step (gluon1)")
+    parser.add_argument("--block-ns", type=int, nargs="*", default=[64], help="h columns per program (block_n1)")
+    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))
+    args = parser.parse_args(argv)
+    if args.seeds < 1 or args.reps < 1:
+        return parser.fail("--seeds and --reps must be at least 1")
+    import torch
+
+    if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
+        return parser.fail("no sm_90 GPU here; gluon_check runs the Gluon stage 1 on an H100 / H200")
+    from bench.h200.fp8_check import write_results
+
+    started = time.perf_counter()
+    modes = {"smoke": mode_smoke, "check": mode_check, "time": mode_time, "ncu": mode_ncu}
+    results = modes[args.mode](args, torch)
+    write_results(Path(args.out), args.mode, results, table(args.mode, results), started, argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

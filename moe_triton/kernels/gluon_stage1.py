@@ -1,0 +1,302 @@
+"""The decode path's stage 1 written in Gluon for sm_90 (issue 33): the same GEMM, h and a2 as
+kernels/decode.py's moe_stage1_kernel, bit for bit (the same fp32 sums of exact products, the same
+gated_h and MXFP4 round trip), with each warp doing one job in its own instruction stream.
+
+One program per (routing block, 32 NUM_WG columns of h); NUM_WG + 1 partitions of 4 warps:
+  loader            per K step of BLOCK_K (128): the program's 64 NUM_WG weight rows' fp4 words,
+                    their e8m0 scales (one int32 per row: four 32-blocks) and the ROWS activation
+                    rows gathered by sorted_ids, with cp.async into a ring of STAGES slots behind
+                    mbarriers (ready: every loader thread's copies landed; empty: every MMA
+                    warpgroup is done with the slot). TMA would take fewer loader instructions,
+                    but its descriptor holds w1's address, and a recorded plan replays its
+                    launches with each call's tensors (plan.py).
+  MMA warpgroup G   (NUM_WG of them, G = 0 being the default partition) owns one 32-column group:
+                    its 32 gate and 32 up rows, interleaved by 8 (_ring_row). Per K step it decodes
+                    them into wgmma's register operand in SPLIT parts along k (decode.py's decode,
+                    shared through _code_pairs; loaded as a 32-bit operand so that each thread's
+                    word decodes into its own operand registers, no shuffles) and issues each
+                    part's wgmma asynchronously as soon as it is decoded; the step's wgmmas are
+                    waited for before the next step (a wgmma in flight across the loop's back edge
+                    makes ptxas serialize them all), so the warpgroups overlap one another's
+                    decode with their MMAs instead.
+  epilogue          (each MMA warpgroup, from its registers) a thread holds the gate and up sums
+                    of one column for its tokens: silu(gate) * up as the judge computes it
+                    (gated_h), the MXFP4 round trip over the group's 32 columns, a2 in _k_slot
+                    order.
+The activations and weights carry the fast path's 2^FAST_EXP balance as in decode.py, so a2 is
+the buffer that moe_stage2_kernel reads. Gluon does not run under the CPU interpreter:
+tests/test_gluon_stage1.py compiles it for sm_90 and checks a torch model of its tiling on the
+CPU, and runs it against the decode path's a2 and the reference on an sm_90 GPU (docs/triton.md).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from moe_triton.kernels.decode import FAST_EXP, _code_pairs, _k_slot, _mx_block_scales, _mx_values, _scaled_pairs
+from moe_triton.kernels.routing import _after_previous_launch
+from moe_triton.kernels.silu import gated_h
+
+# triton 3.6 names cp.async async_copy_global_to_shared; later ones async_load.
+_cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
+
+GROUP = gl.constexpr(32)  # h columns per group: one MXFP4 block of a2; 64 weight rows (gate, up)
+LOADER_WARPS = gl.constexpr(4)
+
+
+@gluon.jit
+def _loader(
+    inputs,
+    BLOCK_M: gl.constexpr,
+    ROWS: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    NUM_WG: gl.constexpr,
+):
+    """The loader partition; inputs: the kernel's loader_args."""
+    (
+        w_ptr,
+        w_scale_ptr,
+        a1_ptr,
+        sorted_ids_ptr,
+        w_ring,
+        s_ring,
+        a_ring,
+        ready,
+        empty,
+        block,
+        w_row0,
+        d_inter,
+        n_tokens,
+        d_hidden,
+    ) = inputs
+    W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
+    w_ptr = w_ptr.to(gl.pointer_type(gl.int32))
+    w_scale_ptr = w_scale_ptr.to(gl.pointer_type(gl.int32))
+    # d_hidden is a multiple of 128: rows of words start 16 bytes apart (one cp.async per 4 words)
+    w_stride = gl.multiple_of(d_hidden // 8, 16)
+    a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
+    rows = block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
+    tokens = gl.load(sorted_ids_ptr + rows) & 0xFFFFFF
+    valid = gl.expand_dims(tokens < n_tokens, 1)
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, a_layout))
+    # 32-bit offsets (the launcher checks that they fit) hold half the registers of pointers
+    a_offs = gl.expand_dims(tokens * d_hidden, 1) + gl.expand_dims(cols, 0)
+    # Ring row r holds weight row w_row0 + _ring_row(r) (the loader's layouts cover 128 rows:
+    # W_ROWS 256 repeats them).
+    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0])
+    w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout)), d_inter)
+    words = gl.arange(0, BLOCK_K // 8, layout=gl.SliceLayout(0, w_layout))
+    w_offs = gl.expand_dims((w_row0 + w_rows) * w_stride, 1) + gl.expand_dims(words, 0)
+    s_layout: gl.constexpr = gl.BlockedLayout([W_ROWS // 128], [32], [LOADER_WARPS], [0])
+    s_rows = _ring_row(gl.arange(0, W_ROWS, layout=s_layout), d_inter)
+    s_offs = (w_row0 + s_rows) * (d_hidden // 128)
+    for i in range(d_hidden // BLOCK_K):
+        slot = i % STAGES
+        # a fresh barrier has completed the phase before its first: the first round does not wait
+        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+        _cp_async(w_ring.index(slot), w_ptr + (w_offs + i * (BLOCK_K // 8)))
+        _cp_async(s_ring.index(slot), w_scale_ptr + (s_offs + i))
+        _cp_async(a_ring.index(slot), a1_ptr + (a_offs + i * BLOCK_K), mask=valid)
+        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+
+
+@gluon.jit
+def _ring_row(r, d_inter):
+    """Weight row (from the program's first, w_row0) held in row r of a ring slot. Warpgroup
+    r // 64 takes group r // 64 (32 h columns); within it, each 16 rows (one warp's share of a
+    wgmma) are 8 gate rows then the up rows of the same 8 columns, so that a thread's two rows of
+    the accumulator (lane // 4 and 8 more) are the gate and up sums of one column."""
+    return (r // 64) * GROUP + ((r % 64) // 16) * 8 + r % 8 + ((r // 8) % 2) * d_inter
+
+
+@gluon.jit
+def _decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.constexpr):
+    """Columns [part K_PART, (part + 1) K_PART) of a warpgroup's 64 MXFP4 weight rows as
+    wgmma's bf16 register operand (decode.py's _fp4_to_bf16, fast path); sw holds each row's
+    four scale bytes of the step. Loaded as a 32-bit operand (k_width 1), each thread holds word t
+    of every 32-block of its rows: the 8 codes that decode into its 8 operand values of that
+    block."""
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
+    word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
+    s = (gl.expand_dims(sw, 1) >> (8 * (part * (K_PART // 32) + gl.expand_dims(word, 0) // 4))) & 0xFF
+    scale = gl.where(s == 255, 0x7FC07FC0, (s + 126 - FAST_EXP) * 0x00800080)
+    p0, p1, p2, p3 = _code_pairs(words)
+    codes = gl.join(
+        gl.join(_scaled_pairs(p0, scale), _scaled_pairs(p1, scale)),
+        gl.join(_scaled_pairs(p2, scale), _scaled_pairs(p3, scale)),
+    )
+    codes = gl.reshape(codes, [2 * GROUP, K_PART // 32, 4, 2, 2, 2])
+    codes = gl.reshape(gl.permute(codes, [0, 1, 5, 4, 2, 3]), [2 * GROUP, K_PART])
+    return gl.convert_layout(
+        codes, gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2), assert_trivial=True
+    )
+
+
+@gluon.jit
+def _mma_step(
+    acc,
+    i,
+    w_ring,
+    s_ring,
+    a_ring,
+    ready,
+    acc_layout: gl.constexpr,
+    G: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    SPLIT: gl.constexpr,
+):
+    """K step i of warpgroup G (its 64 ring rows): wait for its slot, then in SPLIT parts along k
+    decode the part's weights and issue its wgmma, so that each part's decode overlaps the wgmma
+    before it."""
+    slot = i % STAGES
+    mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+    fence_async_shared()  # cp.async wrote the slot through the generic proxy; wgmma reads the async one
+    w_slot = w_ring.index(slot).slice(G * 2 * GROUP, 2 * GROUP)
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    sw = s_ring.index(slot).slice(G * 2 * GROUP, 2 * GROUP).load(gl.SliceLayout(1, w_layout))
+    K_PART: gl.constexpr = BLOCK_K // SPLIT
+    for part in gl.static_range(SPLIT):
+        w = _decoded_weights(w_slot, sw, part, acc_layout, K_PART)
+        a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
+        acc = warpgroup_mma(w, a_part, acc, is_async=True)
+        if part > 0:
+            # the part before is done with its registers: at most two parts' operands are live
+            acc, w = warpgroup_mma_wait(1, deps=[acc, w])
+    # Waited for at once: a wgmma still in flight across the loop's back edge makes ptxas
+    # serialize every k16 wgmma (C7515). The other warpgroups decode meanwhile.
+    return warpgroup_mma_wait(0, deps=[acc])
+
+
+@gluon.jit
+def _mma_and_epilogue(
+    shared,
+    BLOCK_M: gl.constexpr,
+    ROWS: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    CK: gl.constexpr,
+    G: gl.constexpr,
+    SPLIT: gl.constexpr,
+):
+    """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers. shared: what
+    every MMA warpgroup takes (the kernel's mma_args)."""
+    a2_ptr, w_ring, s_ring, a_ring, ready, empty, block, col0, d_inter, d_hidden = shared
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
+    )
+    acc = gl.zeros([2 * GROUP, ROWS], gl.float32, acc_layout)
+    for i in range(d_hidden // BLOCK_K):
+        acc = _mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
+        mbarrier.arrive(empty.index(i % STAGES), count=1)
+    # [warp, gate or up, row in 8, token] -> gate and up [warp, row, token] of columns 8 warp + row
+    # (_ring_row), in the registers that hold them
+    gate, up = gl.split(gl.permute(gl.reshape(acc, [4, 2, 8, ROWS]), [0, 2, 3, 1]))
+    if CK:
+        h = gated_h(gate, up, "ck", False)
+    else:
+        h = gated_h(gate, up, "torch", False)
+    # the group is one 32-block of each token's a2 row: decode.py's _mx_round_trip over axes 0, 1
+    inv, scale = _mx_block_scales(gl.max(gl.max(gl.abs(h), axis=1), axis=0), FAST_EXP)
+    inv = gl.expand_dims(gl.expand_dims(inv, 0), 1)
+    scale = gl.expand_dims(gl.expand_dims(scale, 0), 1)
+    a2 = _mx_values(h, inv, scale).to(gl.bfloat16)
+    layout: gl.constexpr = a2.type.layout
+    warp = gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, layout)))
+    row = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))
+    token = gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))
+    cols = _k_slot(col0 + G * GROUP + gl.expand_dims(warp, 1) * 8 + gl.expand_dims(row, 0))
+    rows = (block * BLOCK_M + token).to(gl.int64) * d_inter
+    gl.store(a2_ptr + gl.expand_dims(cols, 2) + gl.expand_dims(gl.expand_dims(rows, 0), 1), a2)
+
+
+@gluon.jit
+def moe_gluon_stage1_kernel(
+    a1_ptr,
+    w_ptr,
+    w_scale_ptr,
+    a2_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    d_hidden,
+    d_inter,
+    BLOCK_M: gl.constexpr,
+    ROWS: gl.constexpr,
+    TAIL_M: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    JUDGE: gl.constexpr,
+    PDL: gl.constexpr,
+    SPLIT: gl.constexpr,
+    NUM_WG: gl.constexpr,
+):
+    """a1 (bf16, _k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (read as int32:
+    [E * 2 * d_inter, d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2 (decode.py's
+    moe_stage1_kernel's), 32 NUM_WG columns of h per program. d_hidden is a multiple of BLOCK_K
+    (128), d_inter of 32 NUM_WG. Launched with num_warps 4 (MMA warpgroup 0)."""
+    gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
+    gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
+    _after_previous_launch(PDL)
+    CK: gl.constexpr = JUDGE == "ck"
+    block = gl.program_id(0)
+    start = block * BLOCK_M
+    skip = start >= gl.load(num_valid_ids_ptr)
+    if TAIL_M > 0:
+        is_tail = (gl.load(sorted_ids_ptr + start + TAIL_M) & 0xFFFFFF) >= n_tokens
+        skip = skip | (is_tail != (ROWS < BLOCK_M))
+    if not skip:
+        W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
+        col0 = gl.program_id(1) * NUM_WG * GROUP
+        w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
+        w_ring = gl.allocate_shared_memory(
+            gl.int32,
+            [STAGES, W_ROWS, BLOCK_K // 8],
+            gl.NVMMASharedLayout.get_default_for([W_ROWS, BLOCK_K // 8], gl.int32),
+        )
+        s_ring = gl.allocate_shared_memory(gl.int32, [STAGES, W_ROWS], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        a_ring = gl.allocate_shared_memory(
+            gl.bfloat16, [STAGES, ROWS, BLOCK_K], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_K], gl.bfloat16)
+        )
+        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        for slot in gl.static_range(STAGES):
+            mbarrier.init(ready.index(slot), count=LOADER_WARPS * 32)  # one cp.async arrival per loader thread
+            mbarrier.init(empty.index(slot), count=NUM_WG)  # one arrival per MMA warpgroup
+        fence_async_shared()
+        # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
+        mma_args = (a2_ptr, w_ring, s_ring, a_ring, ready, empty, block, col0, d_inter, d_hidden)
+        loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, w_ring, s_ring, a_ring, ready, empty)
+        loader_args += (block, w_row0, d_inter, n_tokens, d_hidden)
+        if NUM_WG == 2:
+            gl.warp_specialize(
+                [
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT)),
+                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG)),
+                ],
+                [4, LOADER_WARPS.value],
+                [224, 56],
+            )
+        else:
+            gl.warp_specialize(
+                [
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT)),
+                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG)),
+                ],
+                [4, 4, 4, LOADER_WARPS.value],
+                [104, 104, 104, 56],
+            )

@@ -1,0 +1,305 @@
+"""The Gluon stage 1 (moe_triton/kernels/gluon_stage1.py, tiles with gluon1). Gluon has no CPU
+interpreter, so on the CPU: the kernel compiles for sm_90 for every official shape's table tile and
+its tail launch (wgmma not serialized, 16-byte cp.async, no spills in the K loop), a torch model of
+its tiling (ring rows, the scale bytes of each step, the epilogue's columns) reproduces the decode
+path's a2 bit for bit, and bad tiles are refused in one line. On an sm_90 GPU the kernel itself
+runs against the decode path's a2 (bit for bit) and reference.ref_kernel, with poisoned scratch and
+output, on small odd shapes; bench/h200/gluon_check.py checks the official ones."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from layer_checks import ODD_SHAPES, assert_matches_reference, small_case
+
+from buffers import _pool, get_buffer
+from moe_triton import decode as decode_launcher
+from moe_triton.fused_moe import fused_moe_triton
+from moe_triton.routing import routing_buffers, routing_capacity
+from moe_triton.tiles import TileConfig
+from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED, static_tiles, tile_config
+from problem.cases import SMOKE, TESTS, table_key
+from reference import generate_input
+
+ROOT = Path(__file__).resolve().parents[1]
+ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+FAST_EXP = 63
+E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+
+
+def gluon(tiles: TileConfig, block_n: int = 64, stages: int = 3, split: int = 2) -> TileConfig:
+    return tiles._replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=0, gluon1=split)
+
+
+def run(data, tiles):
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles=tiles, native=False)
+
+
+def small_tiles(data) -> TileConfig:
+    hidden, w1, ids = data[0], data[1], data[10]
+    return tile_config(hidden.shape[0], hidden.shape[1], w1.shape[1] // 2, w1.shape[0], ids.shape[1])
+
+
+def routed_a2(data, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the rows of real tokens, a2 on them) from the pool after a call with routing blocks of
+    block_m rows."""
+    hidden, w1, ids = data[0], data[1], data[10]
+    sorted_ids, _, num_valid_ids = routing_buffers(ids.numel(), w1.shape[0], block_m, hidden.device)
+    n_rows = routing_capacity(ids.numel(), w1.shape[0], block_m) * block_m
+    a2 = get_buffer("a2", (n_rows, w1.shape[1] // 2), torch.bfloat16, hidden.device)
+    n_valid = int(num_valid_ids[0])
+    real = torch.nonzero((sorted_ids[:n_valid] & 0xFFFFFF) < hidden.shape[0]).flatten()
+    return real, a2[real].clone()
+
+
+# ------------------------------------------------------------------------------- the tiling, in torch
+
+
+def k_slot(cols: torch.Tensor) -> torch.Tensor:
+    """kernels/decode.py's _k_slot."""
+    r = cols % 32
+    return cols - r + (((r >> 1) & 1) << 4) + ((r & 1) << 3) + ((r >> 3) << 1) + ((r >> 2) & 1)
+
+
+def ring_row(r: torch.Tensor, d_inter: int) -> torch.Tensor:
+    """The kernel's _ring_row: warpgroup r // 64's group; per 16 rows 8 gate rows, then their up rows."""
+    return (r // 64) * 32 + ((r % 64) // 16) * 8 + r % 8 + ((r // 8) % 2) * d_inter
+
+
+def decoded_slot(words: torch.Tensor, scale_words: torch.Tensor, step: int) -> torch.Tensor:
+    """A ring slot's weights [rows, 128] at K step `step` in _k_slot order, times 2^-FAST_EXP, as
+    the MMA warps decode them: word t of 32-block j holds slots 32 j + 16 s + 8 h + 2 t + b (code
+    4 b + 2 s + h), its scale byte j of the step's int32 of scales."""
+    rows = words.shape[0]
+    w = words[:, step * 16 : (step + 1) * 16].to(torch.int64) & 0xFFFFFFFF  # 4 blocks x 4 words
+    codes = torch.stack([(w >> (4 * c)) & 0xF for c in range(8)], dim=-1)  # [rows, 16 words, 8 codes]
+    value = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
+    s = (scale_words[:, step].to(torch.int64)[:, None] >> (8 * torch.arange(4))) & 0xFF  # [rows, 4 blocks]
+    value = value.view(rows, 4, 4, 8) * torch.exp2(s.double() - 127 - FAST_EXP)[:, :, None, None]
+    out = torch.empty(rows, 4, 32, dtype=torch.float64)
+    t, c = torch.meshgrid(torch.arange(4), torch.arange(8), indexing="ij")
+    b, s_, h = c >> 2, (c >> 1) & 1, c & 1
+    out[:, :, (16 * s_ + 8 * h + 2 * t + b).flatten()] = value.reshape(rows, 4, 32).double()
+    return out.reshape(rows, 128)
+
+
+def mx_round_trip(h: torch.Tensor) -> torch.Tensor:
+    """SPEC 3.3 on [rows, 32] fp32 (one block per row), times 2^FAST_EXP: the reference's rule
+    (scale from the rounded amax, e2m1 with ties away from zero)."""
+    bits = h.abs().amax(dim=1).view(torch.int32).to(torch.int64)
+    biased = (((bits + 0x200000) & -0x800000) >> 23) & 0xFF
+    s = torch.where(biased == 0xFF, 127, (biased - 129).clamp(-127, 127))
+    mag = h.abs().double() * torch.exp2(-s.double())[:, None]
+    edges = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=torch.float64)
+    code = (mag[..., None] >= edges).sum(-1)
+    v = E2M1.double()[code] * torch.where(h < 0, -1.0, 1.0)
+    return (v * torch.exp2(s.double() + FAST_EXP)[:, None]).float()
+
+
+def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """a2 on the real rows as the Gluon stage 1 tiles it: per (routing block, 32 NUM_WG columns)
+    the ring rows of each K step decoded, exact sums (in float64, as exact as the kernel's fp32),
+    each warpgroup's epilogue reading its gate and up rows and writing columns 8 warp + row."""
+    hidden, w1, w1s, ids = data[0], data[1], data[3], data[10]
+    n_tokens, d_hidden = hidden.shape
+    n_experts, two_inter = w1.shape[0], w1.shape[1]
+    d_inter, num_wg, block_m = two_inter // 2, tiles.block_n1 // 32, tiles.block_m
+    words = w1.view(torch.uint8).reshape(n_experts * two_inter, d_hidden // 2).view(torch.int32)
+    scale_words = w1s.view(torch.uint8).reshape(n_experts * two_inter, d_hidden // 32).view(torch.int32)
+    sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(ids.numel(), n_experts, block_m, hidden.device)
+    a2 = torch.zeros(routing_capacity(ids.numel(), n_experts, block_m) * block_m, d_inter)
+    for block in range(int(num_valid_ids[0]) // block_m):
+        tokens = sorted_ids[block * block_m : (block + 1) * block_m] & 0xFFFFFF
+        acts = torch.where((tokens < n_tokens)[:, None], a1[tokens.clamp(max=n_tokens - 1)].double(), 0.0)
+        for col0 in range(0, d_inter, 32 * num_wg):
+            rows = int(sorted_expert_ids[block]) * two_inter + col0 + ring_row(torch.arange(64 * num_wg), d_inter)
+            acc = sum(
+                decoded_slot(words[rows], scale_words[rows], i) @ acts[:, i * 128 : (i + 1) * 128].T
+                for i in range(d_hidden // 128)
+            ).float()
+            for g in range(num_wg):
+                # [warp, gate or up, row, token]: the accumulator rows of warpgroup g
+                gate, up = acc[64 * g : 64 * (g + 1)].reshape(4, 2, 8, block_m).unbind(1)
+                h = (gate / (1 + torch.exp(-gate.double()).float()) * up).bfloat16().float()
+                cols = col0 + 32 * g + 8 * torch.arange(4)[:, None] + torch.arange(8)[None, :]
+                values = mx_round_trip(h.permute(2, 0, 1).reshape(block_m, 32))
+                a2[block * block_m : (block + 1) * block_m, k_slot(cols.flatten())] = values
+    return a2[real].bfloat16()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the model reads the interpreter's a1 and a2")
+@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("case", SMOKE[:2], ids=["smoke0", "smoke1"])
+def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit(case, block_n):
+    data = generate_input(**case)
+    tiles = small_tiles(data)
+    run(data, tiles)
+    real, want = routed_a2(data, tiles.block_m)
+    # the interpreter's a1 is the portable path's (no 2^FAST_EXP): scale it as the GPU's is
+    a1 = next(b for (name, shape, *_), b in _pool.items() if name == "a1" and shape == data[0].shape)
+    got = model_a2(data, gluon(tiles, block_n), a1.double() * 2.0**FAST_EXP, real)
+    assert torch.equal(got.float() * 2.0**-FAST_EXP, want.float())
+
+
+# ---------------------------------------------------------------------------------- compiled, sm_90
+
+
+# Run in a fresh process with TRITON_INTERPRET unset: the kernels of this one were made for the
+# interpreter when moe_triton was imported.
+COMPILE_DRIVER = """
+import json, re, sys
+import torch
+from bench.h200.compile import compiling_for_sm90
+from bench.h200.sass import disassemble, instructions
+from moe_triton import decode
+from moe_triton.fused_moe import fused_moe_triton
+from moe_triton.tiles import TileConfig
+from problem.cases import table_key
+from reference import make_config
+
+decode.gluon_stage1 = lambda device: True  # the launcher's sm_90 check: this is a compile-only driver
+out = []
+for case, fields in json.loads(sys.argv[1]):
+    d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
+    args = (
+        torch.empty(n_tokens, d_hidden, dtype=torch.bfloat16),
+        torch.empty(n_experts, 2 * d_inter, d_hidden // 2, dtype=torch.uint8),
+        torch.empty(n_experts, d_hidden, d_inter // 2, dtype=torch.uint8),
+        torch.empty(n_experts * 2 * d_inter, d_hidden // 32, dtype=torch.uint8),
+        torch.empty(n_experts * d_hidden, d_inter // 32, dtype=torch.uint8),
+        torch.empty(n_tokens, topk),
+        torch.zeros(n_tokens, topk, dtype=torch.int32),
+        make_config(**{k: v for k, v in case.items() if k != "seed"}),
+    )
+    with compiling_for_sm90() as driver:
+        fused_moe_triton(*args, tiles=TileConfig(*fields), native=False)
+    for kernel, _grid in driver.launches:
+        if kernel.name != "moe_gluon_stage1_kernel":
+            continue
+        text = disassemble(kernel.asm["cubin"])
+        lines = instructions(text)
+        where = {a: i for i, (a, _) in enumerate(lines)}
+        loops = []  # (first, last) of every loop: a backward branch and its target
+        for i, (addr, line) in enumerate(lines):
+            found = re.search(r"\\bBRA\\b.*?0x([0-9a-f]+)", line)
+            if found and int(found.group(1), 16) < addr and int(found.group(1), 16) in where:
+                loops.append((where[int(found.group(1), 16)], i))
+        # the K loops: loops of a few hundred instructions that issue wgmmas or cp.async (the loop
+        # that dispatches the partitions, around them all, is thousands long)
+        hot = [(a, b) for a, b in loops if b - a < 1000 and re.search(r"HGMMA|LDGSTS", str(lines[a : b + 1]))]
+        loop = [t for a, b in hot for _, t in lines[a : b + 1]]
+        out.append({
+            "mma": len(re.findall(r"\\bHGMMA\\b", text)),
+            "waits": len(re.findall(r"WARPGROUP\\.DEPBAR", text)),
+            "cp_async_16": "LDGSTS.E.BYPASS.128" in text,
+            "register_split": "USETMAXREG" in text,
+            "loop": len(loop),
+            "loop_spills": sum(bool(re.search(r"\\b(STL|LDL)\\b", line)) for line in loop),
+            "shared": kernel.metadata.shared,
+        })
+print(json.dumps(out))
+"""
+
+
+def compiled_launches(pairs: list[tuple[dict, TileConfig]]) -> list[dict]:
+    """What the SASS of each Gluon stage-1 launch holds, for (case, tiles) pairs compiled for sm_90."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION")}
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE_DRIVER, json.dumps([(c, list(t)) for c, t in pairs])],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.cpu_only
+def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the_k_loop():
+    from problem.cases import BENCHMARKS
+
+    pairs = [(c, GLUON_TUNED[table_key(c)]) for c in BENCHMARKS if table_key(c) in GLUON_TUNED]
+    launches = compiled_launches(pairs)
+    assert len(launches) == sum(2 if t.tail_m else 1 for _, t in pairs)  # full blocks' launch and the tails'
+    widths = [t.block_n1 for _, t in pairs for _ in range(2 if t.tail_m else 1)]
+    for got, block_n in zip(launches, widths, strict=True):
+        # each MMA warpgroup's K step: two parts of four k16 wgmmas, waited for twice a step;
+        # ptxas serializing them would wait after every one
+        assert got["mma"] == (block_n // 32) * 8 and got["waits"] * 4 <= got["mma"], got
+        assert got["cp_async_16"] and got["register_split"], got  # 16-byte cp.async, setmaxnreg
+        assert got["loop"] and got["loop_spills"] == 0 and got["shared"] <= 232448, got
+
+
+@pytest.mark.cpu_only
+def test_two_test_shapes_compile_with_both_widths():
+    pairs = [
+        (case, gluon(static_tiles(*_shape(case), fp8=True, gluon=False), block_n))
+        for case in TESTS[:2]
+        for block_n in (64, 128)
+    ]
+    assert len(compiled_launches(pairs)) >= len(pairs)
+
+
+def _shape(case):
+    d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
+    return n_tokens, d_hidden, d_inter, n_experts, topk
+
+
+# ------------------------------------------------------------------------------------- refusals
+
+
+def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
+    data = generate_input(**small_case())
+    tiles = gluon(small_tiles(data))
+    if not ON_SM90:
+        with pytest.raises(ValueError, match=r"^tiles: gluon1 needs an NVIDIA sm_90 GPU"):
+            run(data, tiles)
+        monkeypatch.setattr(decode_launcher, "gluon_stage1", lambda device: True)
+    for bad, field in ((tiles._replace(gluon1=3), "gluon1 must be"), (tiles._replace(block_n1=96), "block_n1")):
+        with pytest.raises(ValueError, match=r"^tiles: gluon1") as err:
+            run(data, bad)
+        assert field in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_static_table_runs_the_gluon_stage_1_only_on_sm90():
+    for key, tiles in GLUON_TUNED.items():
+        d_hidden, d_inter, n_experts, topk, n_tokens = key
+        shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
+        assert static_tiles(*shape, fp8=True, gluon=True) == tiles and tiles.gluon1
+        assert static_tiles(*shape, fp8=True, gluon=False) == TUNED[key]
+        same = ("block_m", "block_n2", "block_k2", "warps2", "stages2", "n_tiles2", "tail_m", "max_regs2")
+        assert all(getattr(tiles, f) == getattr(TUNED[key], f) for f in same)  # stage 2 and routing as measured
+
+
+# ------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 1 runs on sm_90 GPUs")
+@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize(
+    "case",
+    [*SMOKE, *(small_case(**o) for o in ODD_SHAPES.values())],
+    ids=["smoke0", "smoke1", "smoke2", *ODD_SHAPES],
+)
+def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_references(case, block_n):
+    from bench.h200.fp8_check import poison
+
+    data = generate_input(**case)
+    before = [t.clone() for t in data[:-1]]
+    tiles = small_tiles(data)
+    run(data, tiles)
+    real, want = routed_a2(data, tiles.block_m)
+    for stages, split in ((3, 2), (2, 4)):
+        poison(data[0].shape)
+        out = run(data, gluon(tiles, block_n, stages, split))
+        assert torch.equal(routed_a2(data, tiles.block_m)[1].view(torch.int16), want.view(torch.int16))
+        assert_matches_reference(data, out)
+    for t, b in zip(data[:-1], before, strict=True):
+        assert torch.equal(t.view(torch.uint8), b.view(torch.uint8))
