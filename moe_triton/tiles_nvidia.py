@@ -41,8 +41,8 @@ def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk
 
 # The Gluon stage 1 (kernels/gluon_stage1.py; sm_90 GPUs only, static_tiles' gluon) where it beat
 # the decode table tile on the H200: bench/h200/gluon_check.py time, 2026-12-04 (torch 2.11, triton
-# 3.6), the leaderboard's timing, layer median us: E-33 I-512 bs-512 386.5 against 460.1 (four MMA
-# warpgroups, 128 h columns a program), I-2048 bs-512 1125.3 against 1478.6 (two warpgroups). Its
+# 3.6), the leaderboard's timing, layer median us: E-33 I-512 bs-512 388.4 against 458.5 (four MMA
+# warpgroups, 128 h columns a program), I-2048 bs-512 1129.7 against 1471.2 (two warpgroups). Its
 # other variants lost or tied elsewhere (bench/results/nvidia-speed.md); stage 2 stays the decode one.
 GLUON_TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
     (7168, 512, 33, 9, 512): TUNED[(7168, 512, 33, 9, 512)]._replace(

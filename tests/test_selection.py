@@ -406,11 +406,14 @@ def test_the_alternates_are_runners_up_of_tuned_shapes_and_differ_from_the_table
 
 def test_the_default_candidates_on_a_gpu_are_the_static_choice_and_the_selections_winners():
     assert set(SELECTION_WINNERS) <= set(ALTERNATES)
+    # on an sm_90 GPU the Gluon stage 1's shapes also keep the decode table's tile
+    sm90 = torch.cuda.is_available() and torch.version.hip is None and cands.gluon_stage1(torch.device("cuda"))
     for case in TESTS + BENCHMARKS:
         config = make_config(**{k: v for k, v in case.items() if k != "seed"})
         key = shape_key(config)
         names = [c.name for c in cands.candidates_for(config, "triton", "gpu")]
-        assert names == ["triton", *(f"triton:{n}" for n in SELECTION_WINNERS.get(key, ()))]
+        decode = ["triton:decode"] if sm90 and key in GLUON_TUNED else []
+        assert names == ["triton", *decode, *(f"triton:{n}" for n in SELECTION_WINNERS.get(key, ()))]
         assert set(SELECTION_WINNERS.get(key, ())) <= set(ALTERNATES.get(key, {}))
 
 
