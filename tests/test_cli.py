@@ -208,6 +208,11 @@ def test_the_gpu_tools_refuse_a_machine_without_one_in_one_line():
             ["check"],
             "python -m bench.h200.fp8_check: error: no CUDA GPU here; fp8_check checks and times",
         ),
+        (
+            "bench.h200.gluon_check",
+            ["smoke"],
+            "python -m bench.h200.gluon_check: error: no sm_90 GPU here; gluon_check runs the Gluon stage 1",
+        ),
     ):
         proc = subprocess.run(
             [sys.executable, "-m", tool, *argv], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300

@@ -303,3 +303,18 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
         assert_matches_reference(data, out)
     for t, b in zip(data[:-1], before, strict=True):
         assert torch.equal(t.view(torch.uint8), b.view(torch.uint8))
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["time", "--splits", "3"], "--splits [3]: each must be one of [1, 2, 4]"),
+        (["time", "--block-ns", "96"], "--block-ns [96]: each must be one of [64, 128]"),
+        (["check", "--stages", "1"], "--stages [1]: ring slots must be at least 2"),
+    ],
+)
+def test_gluon_check_refuses_a_variant_the_kernel_does_not_take_in_one_line(argv, says, capsys):
+    from bench.h200 import gluon_check
+
+    assert gluon_check.main(argv) == 2
+    assert capsys.readouterr().err.strip() == f"python -m bench.h200.gluon_check: error: {says}"

@@ -213,6 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reps < 1:
         return parser.fail("--seeds and --reps must be at least 1")
+    for option, values, allowed in (("--block-ns", args.block_ns, {64, 128}), ("--splits", args.splits, {1, 2, 4})):
+        if not values or not set(values) <= allowed:
+            return parser.fail(f"{option} {values}: each must be one of {sorted(allowed)}")
+    if not args.stages or min(args.stages) < 2:
+        return parser.fail(f"--stages {args.stages}: ring slots must be at least 2")
     import torch
 
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):

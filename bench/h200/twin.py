@@ -101,18 +101,22 @@ def compile_static() -> dict:
     from problem.cases import BENCHMARKS, TESTS, case_name
 
     os.environ["TRITON_INTERPRET"] = "0"
-    from moe_triton.tiles_nvidia import ALTERNATES
+    from moe_triton.tiles_nvidia import ALTERNATES, tile_config
     from problem.cases import table_key
 
     cases = {}
     for params in (*TESTS, *BENCHMARKS):
+        d_hidden, d_inter, n_experts, topk, n_tokens = table_key(params)
+        # the decode table's tile, which the twin models (on an H200 two shapes' static choice is
+        # the Gluon stage 1's instead: moe_triton/tiles_nvidia.py's GLUON_TUNED)
+        table = tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
         alternates = {
             tile: [static_record(x) for x in decode_launches(params, tiles)]
             for tile, tiles in ALTERNATES.get(table_key(params), {}).items()
         }
         cases[case_name(params)] = {
             "params": params,
-            "launches": [static_record(x) for x in decode_launches(params)],
+            "launches": [static_record(x) for x in decode_launches(params, table)],
             "alternates": alternates,
         }
     sweep = {}
