@@ -44,13 +44,16 @@ def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk
 # 3.6), the leaderboard's timing, layer median us: E-33 I-512 bs-512 388.4 against 458.5 (four MMA
 # warpgroups, 128 h columns a program), I-2048 bs-512 1129.7 against 1471.2 (two warpgroups). Its
 # other variants lost or tied elsewhere (bench/results/nvidia-speed.md); stage 2 stays the decode one.
+def gluon_variant(tiles: TileConfig, block_n: int, stages: int, parts: int) -> TileConfig:
+    """tiles with stage 1 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps, no
+    register cap), block_n h columns a program (64 or 128: 2 or 4 MMA warpgroups), `stages` ring
+    slots and each K step in `parts` parts (gluon1); the routing and stage 2 as they are."""
+    return tiles._replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=0, gluon1=parts)
+
+
 GLUON_TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
-    (7168, 512, 33, 9, 512): TUNED[(7168, 512, 33, 9, 512)]._replace(
-        block_n1=128, block_k1=128, warps1=8, stages1=4, gluon1=2
-    ),
-    (7168, 2048, 33, 9, 512): TUNED[(7168, 2048, 33, 9, 512)]._replace(
-        block_n1=64, block_k1=128, warps1=8, stages1=4, gluon1=2
-    ),
+    (7168, 512, 33, 9, 512): gluon_variant(TUNED[(7168, 512, 33, 9, 512)], 128, stages=4, parts=2),
+    (7168, 2048, 33, 9, 512): gluon_variant(TUNED[(7168, 2048, 33, 9, 512)], 64, stages=4, parts=2),
 }
 
 

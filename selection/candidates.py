@@ -119,8 +119,7 @@ def _gpu_candidates(key: tuple, nvidia: bool, every: bool) -> list[Candidate]:
     on NVIDIA the fp8 table tile (when it is not the static choice) and FP8_ALTERNATES."""
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-    gluon = nvidia and torch.cuda.is_available() and gluon_stage1(torch.device("cuda"))
-    static, decode = static_tiles(*shape, fp8=nvidia, gluon=gluon), tile_config(*shape)
+    static, decode = static_tiles(*shape, fp8=nvidia, gluon=gluon_stage1(torch.device("cuda"))), tile_config(*shape)
     out = [Candidate("triton", run_triton, repr(static))]
     alternates = ALTERNATES.get(key, {})
     if static != decode and (every or getattr(static, "gluon1", 0)):

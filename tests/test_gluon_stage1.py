@@ -16,45 +16,27 @@ import pytest
 import torch
 from layer_checks import ODD_SHAPES, assert_matches_reference, small_case
 
-from buffers import _pool, get_buffer
+from bench.h200.gluon_check import routed_a2
+from bench.tune.tiles import case_tiles
+from buffers import _pool
 from moe_triton import decode as decode_launcher
 from moe_triton.fused_moe import fused_moe_triton
+from moe_triton.kernels.decode import FAST_EXP
 from moe_triton.routing import routing_buffers, routing_capacity
 from moe_triton.tiles import TileConfig
-from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED, static_tiles, tile_config
+from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED, gluon_variant, static_tiles, tile_config
 from problem.cases import SMOKE, TESTS, table_key
-from reference import generate_input
+from reference import generate_input, quant_dequant_activation
 
 ROOT = Path(__file__).resolve().parents[1]
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
-FAST_EXP = 63
+FAST = FAST_EXP.value
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
-
-
-def gluon(tiles: TileConfig, block_n: int = 64, stages: int = 3, split: int = 2) -> TileConfig:
-    return tiles._replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=0, gluon1=split)
 
 
 def run(data, tiles):
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
     return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles=tiles, native=False)
-
-
-def small_tiles(data) -> TileConfig:
-    hidden, w1, ids = data[0], data[1], data[10]
-    return tile_config(hidden.shape[0], hidden.shape[1], w1.shape[1] // 2, w1.shape[0], ids.shape[1])
-
-
-def routed_a2(data, block_m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(the rows of real tokens, a2 on them) from the pool after a call with routing blocks of
-    block_m rows."""
-    hidden, w1, ids = data[0], data[1], data[10]
-    sorted_ids, _, num_valid_ids = routing_buffers(ids.numel(), w1.shape[0], block_m, hidden.device)
-    n_rows = routing_capacity(ids.numel(), w1.shape[0], block_m) * block_m
-    a2 = get_buffer("a2", (n_rows, w1.shape[1] // 2), torch.bfloat16, hidden.device)
-    n_valid = int(num_valid_ids[0])
-    real = torch.nonzero((sorted_ids[:n_valid] & 0xFFFFFF) < hidden.shape[0]).flatten()
-    return real, a2[real].clone()
 
 
 # ------------------------------------------------------------------------------- the tiling, in torch
@@ -80,25 +62,12 @@ def decoded_slot(words: torch.Tensor, scale_words: torch.Tensor, step: int) -> t
     codes = torch.stack([(w >> (4 * c)) & 0xF for c in range(8)], dim=-1)  # [rows, 16 words, 8 codes]
     value = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
     s = (scale_words[:, step].to(torch.int64)[:, None] >> (8 * torch.arange(4))) & 0xFF  # [rows, 4 blocks]
-    value = value.view(rows, 4, 4, 8) * torch.exp2(s.double() - 127 - FAST_EXP)[:, :, None, None]
+    value = value.view(rows, 4, 4, 8) * torch.exp2(s.double() - 127 - FAST)[:, :, None, None]
     out = torch.empty(rows, 4, 32, dtype=torch.float64)
     t, c = torch.meshgrid(torch.arange(4), torch.arange(8), indexing="ij")
     b, s_, h = c >> 2, (c >> 1) & 1, c & 1
     out[:, :, (16 * s_ + 8 * h + 2 * t + b).flatten()] = value.reshape(rows, 4, 32).double()
     return out.reshape(rows, 128)
-
-
-def mx_round_trip(h: torch.Tensor) -> torch.Tensor:
-    """SPEC 3.3 on [rows, 32] fp32 (one block per row), times 2^FAST_EXP: the reference's rule
-    (scale from the rounded amax, e2m1 with ties away from zero)."""
-    bits = h.abs().amax(dim=1).view(torch.int32).to(torch.int64)
-    biased = (((bits + 0x200000) & -0x800000) >> 23) & 0xFF
-    s = torch.where(biased == 0xFF, 127, (biased - 129).clamp(-127, 127))
-    mag = h.abs().double() * torch.exp2(-s.double())[:, None]
-    edges = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0], dtype=torch.float64)
-    code = (mag[..., None] >= edges).sum(-1)
-    v = E2M1.double()[code] * torch.where(h < 0, -1.0, 1.0)
-    return (v * torch.exp2(s.double() + FAST_EXP)[:, None]).float()
 
 
 def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -127,7 +96,8 @@ def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> t
                 gate, up = acc[64 * g : 64 * (g + 1)].reshape(4, 2, 8, block_m).unbind(1)
                 h = (gate / (1 + torch.exp(-gate.double()).float()) * up).bfloat16().float()
                 cols = col0 + 32 * g + 8 * torch.arange(4)[:, None] + torch.arange(8)[None, :]
-                values = mx_round_trip(h.permute(2, 0, 1).reshape(block_m, 32))
+                # SPEC 3.3 on each token's 32 columns (one block), times 2^FAST_EXP
+                values = quant_dequant_activation(h.permute(2, 0, 1).reshape(block_m, 32)) * 2.0**FAST
                 a2[block * block_m : (block + 1) * block_m, k_slot(cols.flatten())] = values
     return a2[real].bfloat16()
 
@@ -137,13 +107,13 @@ def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> t
 @pytest.mark.parametrize("case", SMOKE[:2], ids=["smoke0", "smoke1"])
 def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit(case, block_n):
     data = generate_input(**case)
-    tiles = small_tiles(data)
+    tiles = case_tiles(data)
     run(data, tiles)
     real, want = routed_a2(data, tiles.block_m)
     # the interpreter's a1 is the portable path's (no 2^FAST_EXP): scale it as the GPU's is
     a1 = next(b for (name, shape, *_), b in _pool.items() if name == "a1" and shape == data[0].shape)
-    got = model_a2(data, gluon(tiles, block_n), a1.double() * 2.0**FAST_EXP, real)
-    assert torch.equal(got.float() * 2.0**-FAST_EXP, want.float())
+    got = model_a2(data, gluon_variant(tiles, block_n, stages=3, parts=2), a1.double() * 2.0**FAST, real)
+    assert torch.equal(got.float() * 2.0**-FAST, want.float())
 
 
 # ---------------------------------------------------------------------------------- compiled, sm_90
@@ -153,46 +123,23 @@ def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit
 # interpreter when moe_triton was imported.
 COMPILE_DRIVER = """
 import json, re, sys
-import torch
-from bench.h200.compile import compiling_for_sm90
+from bench.h200.compile import loops
 from bench.h200.sass import disassemble, instructions
-from moe_triton import decode
-from moe_triton.fused_moe import fused_moe_triton
+from bench.h200.twin import decode_launches
 from moe_triton.tiles import TileConfig
-from problem.cases import table_key
-from reference import make_config
 
-decode.gluon_stage1 = lambda device: True  # the launcher's sm_90 check: this is a compile-only driver
 out = []
 for case, fields in json.loads(sys.argv[1]):
-    d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
-    args = (
-        torch.empty(n_tokens, d_hidden, dtype=torch.bfloat16),
-        torch.empty(n_experts, 2 * d_inter, d_hidden // 2, dtype=torch.uint8),
-        torch.empty(n_experts, d_hidden, d_inter // 2, dtype=torch.uint8),
-        torch.empty(n_experts * 2 * d_inter, d_hidden // 32, dtype=torch.uint8),
-        torch.empty(n_experts * d_hidden, d_inter // 32, dtype=torch.uint8),
-        torch.empty(n_tokens, topk),
-        torch.zeros(n_tokens, topk, dtype=torch.int32),
-        make_config(**{k: v for k, v in case.items() if k != "seed"}),
-    )
-    with compiling_for_sm90() as driver:
-        fused_moe_triton(*args, tiles=TileConfig(*fields), native=False)
-    for kernel, _grid in driver.launches:
-        if kernel.name != "moe_gluon_stage1_kernel":
+    for launch in decode_launches(case, TileConfig(*fields)):  # compiled for sm_90, the H200's way
+        if launch.function != "moe_gluon_stage1_kernel":
             continue
+        kernel = launch.kernel
         text = disassemble(kernel.asm["cubin"])
         lines = instructions(text)
-        where = {a: i for i, (a, _) in enumerate(lines)}
-        loops = []  # (first, last) of every loop: a backward branch and its target
-        for i, (addr, line) in enumerate(lines):
-            found = re.search(r"\\bBRA\\b.*?0x([0-9a-f]+)", line)
-            if found and int(found.group(1), 16) < addr and int(found.group(1), 16) in where:
-                loops.append((where[int(found.group(1), 16)], i))
         # the K loops: loops of a few hundred instructions that issue wgmmas or cp.async (the loop
         # that dispatches the partitions, around them all, is thousands long)
-        hot = [(a, b) for a, b in loops if b - a < 1000 and re.search(r"HGMMA|LDGSTS", str(lines[a : b + 1]))]
-        loop = [t for a, b in hot for _, t in lines[a : b + 1]]
+        hot = [body for body in loops(lines) if len(body) <= 1000 and re.search(r"HGMMA|LDGSTS", str(body))]
+        loop = [line for body in hot for line in body]
         out.append({
             "mma": len(re.findall(r"\\bHGMMA\\b", text)),
             "waits": len(re.findall(r"WARPGROUP\\.DEPBAR", text)),
@@ -240,16 +187,11 @@ def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the
 @pytest.mark.cpu_only
 def test_two_test_shapes_compile_with_both_widths():
     pairs = [
-        (case, gluon(static_tiles(*_shape(case), fp8=True, gluon=False), block_n))
+        (case, gluon_variant(tile_config(table_key(case)[4], *table_key(case)[:4]), block_n, stages=3, parts=2))
         for case in TESTS[:2]
         for block_n in (64, 128)
     ]
     assert len(compiled_launches(pairs)) >= len(pairs)
-
-
-def _shape(case):
-    d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
-    return n_tokens, d_hidden, d_inter, n_experts, topk
 
 
 # ------------------------------------------------------------------------------------- refusals
@@ -257,7 +199,7 @@ def _shape(case):
 
 def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
     data = generate_input(**small_case())
-    tiles = gluon(small_tiles(data))
+    tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2)
     if not ON_SM90:
         with pytest.raises(ValueError, match=r"^tiles: gluon1 needs an NVIDIA sm_90 GPU"):
             run(data, tiles)
@@ -293,12 +235,12 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
 
     data = generate_input(**case)
     before = [t.clone() for t in data[:-1]]
-    tiles = small_tiles(data)
+    tiles = case_tiles(data)
     run(data, tiles)
     real, want = routed_a2(data, tiles.block_m)
     for stages, split in ((3, 2), (2, 4)):
         poison(data[0].shape)
-        out = run(data, gluon(tiles, block_n, stages, split))
+        out = run(data, gluon_variant(tiles, block_n, stages, split))
         assert torch.equal(routed_a2(data, tiles.block_m)[1].view(torch.int16), want.view(torch.int16))
         assert_matches_reference(data, out)
     for t, b in zip(data[:-1], before, strict=True):

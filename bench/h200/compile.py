@@ -134,18 +134,25 @@ def compiling_for_sm90():
         driver_config._active = saved_driver
 
 
-def _loop_body(lines: list[tuple[int, str]]) -> list[str]:
-    """The main K loop's instructions: of the loops (a backward branch's target down to the branch)
-    that hold fp8 MMAs (QGMMA: the fp8 path) or else bf16 ones (HGMMA), the longest; the fallback's
-    bf16 loop and the prepasses are shorter or hold none. bench.h200.sass.split knows only HGMMA."""
+def loops(lines: list[tuple[int, str]]) -> list[list[str]]:
+    """The instructions of every loop of a disassembly: a backward branch's target down to the
+    branch."""
     where = {a: i for i, (a, _) in enumerate(lines)}
-    loops = []
+    found = []
     for i, (addr, text) in enumerate(lines):
-        found = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
-        if found and int(found.group(1), 16) < addr and int(found.group(1), 16) in where:
-            loops.append([t for _, t in lines[where[int(found.group(1), 16)] : i + 1]])
+        branch = re.search(r"\bBRA\b.*?0x([0-9a-f]+)", text)
+        if branch and int(branch.group(1), 16) < addr and int(branch.group(1), 16) in where:
+            found.append([t for _, t in lines[where[int(branch.group(1), 16)] : i + 1]])
+    return found
+
+
+def _loop_body(lines: list[tuple[int, str]]) -> list[str]:
+    """The main K loop's instructions: of the loops that hold fp8 MMAs (QGMMA: the fp8 path) or
+    else bf16 ones (HGMMA), the longest; the fallback's bf16 loop and the prepasses are shorter or
+    hold none. bench.h200.sass.split knows only HGMMA."""
+    every = loops(lines)
     for mma in ("QGMMA", "HGMMA"):
-        found = [body for body in loops if any(opcode(t) == mma for t in body)]
+        found = [body for body in every if any(opcode(t) == mma for t in body)]
         if found:
             return max(found, key=len)
     return []

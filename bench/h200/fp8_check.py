@@ -419,6 +419,19 @@ def mode_sweep(args, torch) -> dict:
 # ------------------------------------------------------------------------------------------- ncu
 
 
+def profiled_call(data, tiles) -> None:
+    """One layer call with these tiles between cudaProfilerStart and Stop (what Nsight Compute
+    with --profile-from-start off profiles), after one outside them that compiles and records."""
+    import torch
+
+    run_tiles(data, tiles)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    run_tiles(data, tiles)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
 def mode_ncu(args, torch) -> dict:
     selectors = args.shapes or list(DEFAULT_NCU_SHAPES)
     done = {}
@@ -426,13 +439,7 @@ def mode_ncu(args, torch) -> dict:
         fp8, _alts, decode = table_tiles(case)
         data = leaderboard_input(case, 0)
         for path in args.paths:
-            tiles = fp8 if path == "fp8" else decode
-            run_tiles(data, tiles)  # compile and build the plan outside the profiled range
-            torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStart()
-            run_tiles(data, tiles)
-            torch.cuda.synchronize()
-            torch.cuda.cudart().cudaProfilerStop()
+            profiled_call(data, fp8 if path == "fp8" else decode)
             done.setdefault(name, []).append(path)
         del data
     print("profiled: " + "; ".join(f"{n}: {', '.join(p)}" for n, p in done.items()), file=sys.stderr)

@@ -32,15 +32,9 @@ ROOT = Path(__file__).resolve().parents[2]
 SMOKE_CASE = dict(dhidden=768, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=37, seed=1234)
 
 
-def gluon_tiles(tiles, stages: int = 4, split: int = 4, block_n: int = 64):
-    """The decode tile with stage 1 on the Gluon kernel (its fixed fields), `stages` ring slots,
-    each K step in `split` parts and block_n h columns per program."""
-    return tiles._replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=0, gluon1=split)
-
-
-def a2_rows(data, block_m: int):
-    """The a2 rows of real tokens written by the last call whose routing blocks have block_m rows
-    (the pool's buffers of that size)."""
+def routed_a2(data, block_m: int):
+    """(the sorted rows of real tokens, a2 on them) after the last call whose routing blocks have
+    block_m rows (the pool's buffers of that size)."""
     import torch
 
     from buffers import get_buffer
@@ -53,12 +47,13 @@ def a2_rows(data, block_m: int):
     a2 = get_buffer("a2", (n_rows, w1.shape[1] // 2), torch.bfloat16, hidden.device)
     n_valid = int(num_valid_ids[0])
     real = torch.nonzero((sorted_ids[:n_valid] & 0xFFFFFF) < hidden.shape[0]).flatten()
-    return a2[real].clone()
+    return real, a2[real].clone()
 
 
 def variants(args) -> dict[str, tuple[int, int, int]]:
-    """The gluon1 variants named on the command line: (ring slots, parts per K step, block_n1)."""
-    return {f"gluon-n{n}-s{s}-p{p}": (s, p, n) for n in args.block_ns for s in args.stages for p in args.splits}
+    """The gluon1 variants named on the command line: gluon_variant's (block_n1, ring slots, parts
+    per K step)."""
+    return {f"gluon-n{n}-s{s}-p{p}": (n, s, p) for n in args.block_ns for s in args.stages for p in args.splits}
 
 
 def compare(data, tiles, ref, named: dict) -> dict:
@@ -68,14 +63,15 @@ def compare(data, tiles, ref, named: dict) -> dict:
     import torch
 
     from bench.h200.fp8_check import excess, poison, run_tiles
+    from moe_triton.tiles_nvidia import gluon_variant
 
     poison(ref.shape)
     results = {"decode": {"excess": excess(run_tiles(data, tiles), ref)}}
-    want = a2_rows(data, tiles.block_m).view(torch.int16)
+    want = routed_a2(data, tiles.block_m)[1].view(torch.int16)
     for name, variant in named.items():
         poison(ref.shape)
-        e = excess(run_tiles(data, gluon_tiles(tiles, *variant)), ref)
-        got = a2_rows(data, tiles.block_m).view(torch.int16)
+        e = excess(run_tiles(data, gluon_variant(tiles, *variant)), ref)
+        got = routed_a2(data, tiles.block_m)[1].view(torch.int16)
         off = int((got != want).sum()) if got.shape == want.shape else got.numel()
         results[name] = {"excess": e, "a2_identical": off == 0, "a2_elements_off": off}
     return results
@@ -83,13 +79,11 @@ def compare(data, tiles, ref, named: dict) -> dict:
 
 def mode_smoke(args, torch) -> dict:
     from bench.h200.fp8_check import leaderboard_input, official_cases, table_tiles
-    from moe_triton.tiles_nvidia import tile_config
+    from bench.tune.tiles import case_tiles
     from reference import generate_input, ref_kernel
 
     data = generate_input(**SMOKE_CASE)
-    hidden, w1 = data[0], data[1]
-    tiles = tile_config(hidden.shape[0], hidden.shape[1], w1.shape[1] // 2, w1.shape[0], data[10].shape[1])
-    results = {"odd": compare(data, tiles, ref_kernel(data), variants(args))}
+    results = {"odd": compare(data, case_tiles(data), ref_kernel(data), variants(args))}
     print("odd", results["odd"], flush=True)
     for name, case in official_cases(args.shapes or ["I2048"]):
         data = leaderboard_input(case, 0)
@@ -125,6 +119,7 @@ def mode_time(args, torch) -> dict:
     from bench.h200.fp8_check import leaderboard_input, official_cases, run_tiles, table_tiles, time_candidates
     from bench.runner.timing import Device
     from bench.tune.tiles import kernel_times
+    from moe_triton.tiles_nvidia import gluon_variant
     from problem.cases import BENCHMARKS, case_name
 
     device = Device("cuda", "official")
@@ -135,7 +130,7 @@ def mode_time(args, torch) -> dict:
         if not args.shapes and name not in names:
             continue
         decode = table_tiles(case)[2]
-        candidates = {"decode": decode, **{k: gluon_tiles(decode, *v) for k, v in variants(args).items()}}
+        candidates = {"decode": decode, **{k: gluon_variant(decode, *v) for k, v in variants(args).items()}}
         data = leaderboard_input(case, 0)
         kernels, errors = {}, {}
         for k, t in list(candidates.items()):
@@ -158,18 +153,13 @@ def mode_time(args, torch) -> dict:
 
 
 def mode_ncu(args, torch) -> dict:
-    from bench.h200.fp8_check import leaderboard_input, official_cases, run_tiles, table_tiles
+    from bench.h200.fp8_check import leaderboard_input, official_cases, profiled_call, table_tiles
+    from moe_triton.tiles_nvidia import gluon_variant
 
     done = []
     for name, case in official_cases(args.shapes or ["I2048-E32+1-k8+1-bs512"]):
-        tiles = gluon_tiles(table_tiles(case)[2], *next(iter(variants(args).values())))
         data = leaderboard_input(case, 0)
-        run_tiles(data, tiles)  # compile and build the plan outside the profiled range
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStart()
-        run_tiles(data, tiles)
-        torch.cuda.synchronize()
-        torch.cuda.cudart().cudaProfilerStop()
+        profiled_call(data, gluon_variant(table_tiles(case)[2], *next(iter(variants(args).values()))))
         done.append(name)
         del data
     return {"profiled": done}

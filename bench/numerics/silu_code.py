@@ -17,7 +17,7 @@ def compiled_h_kernels(params: dict) -> list[tuple[str, str, str, list[str]]]:
     run) for sm_90 and gfx950 as the launchers launch them there."""
     from bench.gfx950.run import launch_case
     from bench.h200.twin import decode_launches
-    from moe_triton.tiles_nvidia import GLUON_TUNED, fp8_tile_config, tile_config
+    from moe_triton.tiles_nvidia import GLUON_TUNED, fp8_tile_config, gluon_variant, tile_config
     from problem.cases import table_key
 
     key = table_key(params)
@@ -25,7 +25,7 @@ def compiled_h_kernels(params: dict) -> list[tuple[str, str, str, list[str]]]:
     fp8 = fp8_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     decode = tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     # the Gluon stage 1: its table tile, or the decode tile's routing with its fixed stage-1 fields
-    gluon = GLUON_TUNED.get(key) or decode._replace(block_n1=64, block_k1=128, warps1=8, max_regs1=0, gluon1=2)
+    gluon = GLUON_TUNED.get(key) or gluon_variant(decode, 64, stages=decode.stages1, parts=2)
     paths = (("decode", decode, False), ("gluon", gluon, False), ("fp8", fp8, False), ("native", None, True))
     compiled = [
         ("sm_90", path, launch) for path, tiles, native in paths for launch in decode_launches(params, tiles, native)

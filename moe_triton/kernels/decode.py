@@ -177,8 +177,7 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
     if FAST:
         # Both bf16 halves of 2^(s - 1 - FAST_EXP) in one multiply-add of the exponent field.
         s = tl.reshape(scales, (ROWS, G, 1)).to(tl.int32)
-        scale = tl.where(s == 255, 0x7FC07FC0, (s + 126 - FAST_EXP) * 0x00800080)
-        scale = tl.broadcast_to(scale, (ROWS, G, 4))
+        scale = tl.broadcast_to(_fast_pair_scale(s), (ROWS, G, 4))
         p0, p1 = _scaled_pairs(p0, scale), _scaled_pairs(p1, scale)
         p2, p3 = _scaled_pairs(p2, scale), _scaled_pairs(p3, scale)
     else:
@@ -189,6 +188,22 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
         s = tl.reshape(scales, (ROWS, G, 1, 1, 1, 1)).to(tl.int32)
         scale = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
         codes = codes * scale.to(tl.float32, bitcast=True)
+    return _in_slot_order(codes, ROWS, BLOCK_K)
+
+
+@triton.jit
+def _fast_pair_scale(s):
+    """e8m0 scale bytes s (int32) -> both bf16 halves of 2^(s - 1 - FAST_EXP), the fast decode's
+    multiplier of a code pair, in one multiply-add of the exponent field; 255 gives NaN."""
+    return tl.where(s == 255, 0x7FC07FC0, (s + 126 - FAST_EXP) * 0x00800080)
+
+
+@triton.jit
+def _in_slot_order(codes, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The joined code pairs of _fp4_to_bf16 ([ROWS, BLOCK_K / 32, word t, b, h, s], in any
+    shape with those elements in that order: code 2s + h + 4b of word t) -> [ROWS, BLOCK_K] in
+    _k_slot order."""
+    codes = tl.reshape(codes, (ROWS, BLOCK_K // 32, 4, 2, 2, 2))
     return tl.reshape(tl.permute(codes, (0, 1, 5, 4, 2, 3)), (ROWS, BLOCK_K))
 
 

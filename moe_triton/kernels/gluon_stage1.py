@@ -39,8 +39,17 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from moe_triton.kernels.decode import FAST_EXP, _code_pairs, _k_slot, _mx_block_scales, _mx_values, _scaled_pairs
-from moe_triton.kernels.routing import _after_previous_launch
+from moe_triton.kernels.decode import (
+    FAST_EXP,
+    _code_pairs,
+    _fast_pair_scale,
+    _in_slot_order,
+    _k_slot,
+    _mx_block_scales,
+    _mx_values,
+    _scaled_pairs,
+)
+from moe_triton.kernels.routing import _after_previous_launch, _skip_block
 from moe_triton.kernels.silu import gated_h
 
 # triton 3.6 names cp.async async_copy_global_to_shared; later ones async_load.
@@ -128,16 +137,16 @@ def _decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.cons
     words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
     word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
     s = (gl.expand_dims(sw, 1) >> (8 * (part * (K_PART // 32) + gl.expand_dims(word, 0) // 4))) & 0xFF
-    scale = gl.where(s == 255, 0x7FC07FC0, (s + 126 - FAST_EXP) * 0x00800080)
+    scale = _fast_pair_scale(s)
     p0, p1, p2, p3 = _code_pairs(words)
     codes = gl.join(
         gl.join(_scaled_pairs(p0, scale), _scaled_pairs(p1, scale)),
         gl.join(_scaled_pairs(p2, scale), _scaled_pairs(p3, scale)),
     )
-    codes = gl.reshape(codes, [2 * GROUP, K_PART // 32, 4, 2, 2, 2])
-    codes = gl.reshape(gl.permute(codes, [0, 1, 5, 4, 2, 3]), [2 * GROUP, K_PART])
     return gl.convert_layout(
-        codes, gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2), assert_trivial=True
+        _in_slot_order(codes, 2 * GROUP, K_PART),
+        gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2),
+        assert_trivial=True,
     )
 
 
@@ -250,12 +259,7 @@ def moe_gluon_stage1_kernel(
     _after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
     block = gl.program_id(0)
-    start = block * BLOCK_M
-    skip = start >= gl.load(num_valid_ids_ptr)
-    if TAIL_M > 0:
-        is_tail = (gl.load(sorted_ids_ptr + start + TAIL_M) & 0xFFFFFF) >= n_tokens
-        skip = skip | (is_tail != (ROWS < BLOCK_M))
-    if not skip:
+    if not _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
         col0 = gl.program_id(1) * NUM_WG * GROUP
         w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
