@@ -1,7 +1,8 @@
 """The decode path's launcher (kernels/decode.py: the fp4 weights decoded to bf16 in registers,
 bf16 MMAs; the NVIDIA path): the routing and a1 (routing.route_and_quantize), then stage 1 and
 stage 2, one launch each or two with a tail tile, recorded into the shape's plan (plan.py). With
-gluon1 tiles, stage 1 is the warp-specialized Gluon kernel (kernels/gluon_stage1.py, sm_90).
+gluon1 tiles, stage 1 is the warp-specialized Gluon kernel (kernels/gluon_stage1.py, sm_90); with
+gluon2 tiles stage 2 is (kernels/gluon_stage2.py).
 Scratch: a1 and a2 in bf16 from the buffers pool.
 """
 
@@ -12,7 +13,7 @@ from buffers import get_buffer
 from moe_triton.kernels.decode import moe_stage1_kernel, moe_stage2_kernel
 from moe_triton.plan import _DecodePlan, _launch, record_plan
 from moe_triton.routing import route_and_quantize, routing_capacity
-from moe_triton.target import fast_decode, gluon_stage1, interpreting, pdl_options, register_cap, silu_options
+from moe_triton.target import fast_decode, gluon_kernels, interpreting, pdl_options, register_cap, silu_options
 
 
 def check_tail(cfg) -> None:
@@ -22,28 +23,41 @@ def check_tail(cfg) -> None:
         )
 
 
-def check_gluon1(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, device: torch.device) -> None:
-    """The Gluon stage 1 (kernels/gluon_stage1.py) runs where its tiles fit: an sm_90 GPU (wgmma,
-    setmaxnreg), K steps of 128, 2 or 4 MMA warpgroups of 32 h columns each."""
-    if not cfg.gluon1:
+def check_gluon(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int, device) -> None:
+    """The Gluon stages (kernels/gluon_stage1.py, gluon_stage2.py) run where their tiles fit: an
+    sm_90 GPU (wgmma, setmaxnreg), K steps of 128, 2 or 4 MMA warpgroups (of 32 h columns in stage
+    1, of 64 output columns in stage 2), 32-bit offsets."""
+    stages = (
+        (1, cfg.gluon1, d_hidden, cfg.block_n1, 32, d_inter),
+        (2, cfg.gluon2, d_inter, cfg.block_n2, 64, d_hidden),
+    )
+    for stage, parts, k_dim, block_n, group, n_dim in stages:
+        if not parts:
+            continue
+        name = f"gluon{stage}"
+        if not gluon_kernels(device):
+            raise ValueError(f"tiles: {name} needs an NVIDIA sm_90 GPU (Hopper wgmma); use {name}=0 here")
+        if parts not in (1, 2, 4):
+            raise ValueError(f"tiles: {name} must be 0 (off), 1, 2 or 4 (parts per K step), not {parts}")
+        block_k, warps = (cfg.block_k1, cfg.warps1) if stage == 1 else (cfg.block_k2, cfg.warps2)
+        if block_n not in (2 * group, 4 * group) or (block_k, warps) != (128, 8):
+            raise ValueError(
+                f"tiles: {name} needs block_n{stage} {2 * group} or {4 * group}, block_k{stage} 128 and "
+                f"warps{stage} 8, not {block_n}, {block_k}, {warps}"
+            )
+        span = block_n * (cfg.n_tiles2 if stage == 2 else 1)
+        if k_dim % 128 or n_dim % span:
+            raise ValueError(
+                f"tiles: {name} needs its K ({k_dim}) a multiple of 128 and its N ({n_dim}) of {span} "
+                f"(block_n{stage}" + (" times n_tiles2)" if stage == 2 else ")")
+            )
+    if not (cfg.gluon1 or cfg.gluon2):
         return
-    if not gluon_stage1(device):
-        raise ValueError("tiles: gluon1 needs an NVIDIA sm_90 GPU (Hopper wgmma); use gluon1=0 here")
-    if cfg.gluon1 not in (1, 2, 4):
-        raise ValueError(f"tiles: gluon1 must be 0 (off), 1, 2 or 4 (parts per K step), not {cfg.gluon1}")
-    if cfg.block_n1 not in (64, 128) or (cfg.block_k1, cfg.warps1) != (128, 8):
-        raise ValueError(
-            "tiles: gluon1 needs block_n1 64 or 128, block_k1 128 and warps1 8, "
-            f"not {cfg.block_n1}, {cfg.block_k1}, {cfg.warps1}"
-        )
-    if d_hidden % 128 or d_inter % cfg.block_n1:
-        raise ValueError(
-            f"tiles: gluon1 needs d_hidden a multiple of 128 and d_inter of block_n1, not {d_hidden}, {d_inter}"
-        )
-    if max(n_tokens * d_hidden, n_experts * 2 * d_inter * d_hidden // 8) >= 2**31:
-        raise ValueError("tiles: gluon1 addresses a1 and w1 with 32-bit offsets; this shape is too large for them")
+    a2_rows = routing_capacity(n_tokens * topk, n_experts, cfg.block_m) * cfg.block_m
+    if max(n_tokens * d_hidden, n_experts * 2 * d_inter * d_hidden // 8, a2_rows * d_inter) >= 2**31:
+        raise ValueError("tiles: gluon stages address with 32-bit offsets; this shape is too large for them")
     if cfg.block_m < 16:
-        raise ValueError(f"tiles: gluon1 needs block_m at least 16, not {cfg.block_m}")
+        raise ValueError(f"tiles: gluon stages need block_m at least 16, not {cfg.block_m}")
 
 
 def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "_DecodePlan":
@@ -54,7 +68,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
     check_tail(cfg)
-    check_gluon1(cfg, n_tokens, d_hidden, d_inter, n_experts, hidden_states.device)
+    check_gluon(cfg, n_tokens, d_hidden, d_inter, n_experts, topk, hidden_states.device)
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
@@ -69,9 +83,11 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
         # One launch per stage, or two when the tiles name a tail: blocks with at most tail_m real
         # rows (an expert's last block, mostly) then run on tail_m-row tiles instead of block_m.
         row_tiles = (block_m, cfg.tail_m) if cfg.tail_m else (block_m,)
+        # imported here: a Triton without Gluon (or another GPU's) never needs them
         if cfg.gluon1:
-            # imported here: a Triton without Gluon (or another GPU's) never needs it
             from moe_triton.kernels.gluon_stage1 import moe_gluon_stage1_kernel
+        if cfg.gluon2:
+            from moe_triton.kernels.gluon_stage2 import moe_gluon_stage2_kernel
         stage1_args = (a1, w1_bytes, w1_scale_bytes, a2, sorted_ids, sorted_expert_ids, num_valid_ids)
         stage1_args += (n_tokens, d_hidden, d_inter)
         for rows in row_tiles:
@@ -109,35 +125,45 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     **pdl,
                     **register_cap(fast, cfg.max_regs1),
                 )
+        stage2_args = (a2, w2_bytes, w2_scale_bytes, out, topk_weights, sorted_ids, sorted_expert_ids, num_valid_ids)
+        stage2_args += (n_tokens, d_hidden, d_inter)
         for rows in row_tiles:
-            _launch(
-                moe_stage2_kernel,
-                (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
-                a2,
-                w2_bytes,
-                w2_scale_bytes,
-                out,
-                topk_weights,
-                sorted_ids,
-                sorted_expert_ids,
-                num_valid_ids,
-                n_tokens,
-                d_hidden,
-                d_inter,
-                TOPK=topk,
-                BLOCK_M=block_m,
-                ROWS=rows,
-                TAIL_M=cfg.tail_m,
-                BLOCK_N=cfg.block_n2,
-                BLOCK_K=cfg.block_k2,
-                K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
-                N_TILES=cfg.n_tiles2,
-                FAST=fast,
-                INTERPRET=interpret,
-                num_warps=cfg.warps2,
-                num_stages=cfg.stages2,
-                **pdl,
-                **register_cap(fast, cfg.max_regs2),
-            )
+            if cfg.gluon2:
+                _launch(
+                    moe_gluon_stage2_kernel,
+                    (n_blocks, d_hidden // (cfg.block_n2 * cfg.n_tiles2)),
+                    *stage2_args,
+                    TOPK=topk,
+                    BLOCK_M=block_m,
+                    ROWS=rows,
+                    TAIL_M=cfg.tail_m,
+                    BLOCK_K=128,
+                    STAGES=cfg.stages2,
+                    SPLIT=cfg.gluon2,
+                    NUM_WG=cfg.block_n2 // 64,
+                    N_TILES=cfg.n_tiles2,
+                    num_warps=4,  # MMA warpgroup 0; the kernel starts its other partitions
+                    **pdl,
+                )
+            else:
+                _launch(
+                    moe_stage2_kernel,
+                    (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
+                    *stage2_args,
+                    TOPK=topk,
+                    BLOCK_M=block_m,
+                    ROWS=rows,
+                    TAIL_M=cfg.tail_m,
+                    BLOCK_N=cfg.block_n2,
+                    BLOCK_K=cfg.block_k2,
+                    K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
+                    N_TILES=cfg.n_tiles2,
+                    FAST=fast,
+                    INTERPRET=interpret,
+                    num_warps=cfg.warps2,
+                    num_stages=cfg.stages2,
+                    **pdl,
+                    **register_cap(fast, cfg.max_regs2),
+                )
 
     return record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)

@@ -23,7 +23,7 @@ from moe_triton.decode import _decode_plan
 from moe_triton.fp8 import _fp8_plan
 from moe_triton.native import _fused_moe_native
 from moe_triton.plan import _DecodePlan, planned_call
-from moe_triton.target import fast_decode, gluon_stage1, interpreting, native_default, pdl_enabled
+from moe_triton.target import fast_decode, gluon_kernels, interpreting, native_default, pdl_enabled
 from moe_triton.tiles import Fp8TileConfig, NativeTileConfig, TileConfig
 from moe_triton.tiles_nvidia import static_tiles
 
@@ -59,7 +59,7 @@ def fused_moe_triton(
         n_experts, two_inter, _ = w1.shape
         device = hidden_states.device
         shape = (n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1])
-        cfg = tiles or static_tiles(*shape, fast_decode(device), gluon_stage1(device))
+        cfg = tiles or static_tiles(*shape, fast_decode(device), gluon_kernels(device))
         return (_fp8_plan if isinstance(cfg, Fp8TileConfig) else _decode_plan)(*inputs, cfg)
 
     return planned_call(key, build, inputs, interpret)

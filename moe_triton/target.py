@@ -29,9 +29,9 @@ def _is_sm90(index: int) -> bool:
     return torch.cuda.get_device_capability(index) == (9, 0)
 
 
-def gluon_stage1(device: torch.device) -> bool:
-    """Whether the Gluon stage 1 (kernels/gluon_stage1.py: wgmma, setmaxnreg) runs here: the fast
-    NVIDIA path on an sm_90 GPU (H100, H200)."""
+def gluon_kernels(device: torch.device) -> bool:
+    """Whether the Gluon kernels (kernels/gluon_stage1.py, gluon_stage2.py: wgmma, setmaxnreg) run
+    here: the fast NVIDIA path on an sm_90 GPU (H100, H200)."""
     if not (fast_decode(device) and torch.cuda.is_available()):
         return False
     return _is_sm90(device.index if device.index is not None else torch.cuda.current_device())

@@ -15,7 +15,9 @@ filled block) on tiles of tail_m rows, so that the MMA skips their padding. gluo
 1 on the warp-specialized Gluon kernel (kernels/gluon_stage1.py, NVIDIA sm_90 only), each K step
 decoded and issued to the tensor cores in gluon1 parts along k (1, 2 or 4); block_n1 must be 64
 or 128 (2 or 4 MMA warpgroups of 32 h columns each), block_k1 128 and warps1 8; stages1 is its
-ring's slots and max_regs1 is unused.
+ring's slots and max_regs1 is unused. gluon2 > 0 does the same for stage 2 (kernels/gluon_stage2.py):
+block_n2 128 or 256 output columns per tile (2 or 4 MMA warpgroups of 64), block_k2 128, warps2 8,
+stages2 its ring's slots, n_tiles2 tiles per program as in the decode kernel; max_regs2 unused.
 
 NativeTileConfig (native gfx950 path, kernels/native.py): the same tile fields without the
 NVIDIA-only ones, plus the AMD backend's options and the kernel variants.
@@ -45,6 +47,7 @@ class TileConfig(NamedTuple):
     tail_m: int = 0
     max_regs2: int = 0
     gluon1: int = 0
+    gluon2: int = 0
 
 
 def default_block_m(n_tokens: int, n_experts: int, topk: int) -> int:

@@ -39,11 +39,14 @@ def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk
     return tuned or default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
 
 
-# The Gluon stage 1 (kernels/gluon_stage1.py; sm_90 GPUs only, static_tiles' gluon) where it beat
-# the decode table tile on the H200: bench/h200/gluon_check.py time, 2026-12-04 (torch 2.11, triton
-# 3.6), the leaderboard's timing, layer median us: E-33 I-512 bs-512 388.4 against 458.5 (four MMA
-# warpgroups, 128 h columns a program), I-2048 bs-512 1129.7 against 1471.2 (two warpgroups). Its
-# other variants lost or tied elsewhere (bench/results/nvidia-speed.md); stage 2 stays the decode one.
+# The Gluon stages (kernels/gluon_stage1.py, gluon_stage2.py; sm_90 GPUs only, static_tiles' gluon)
+# where they beat the decode table tile on the H200: bench/h200/gluon_check.py time, 2026-12-04
+# (torch 2.11, triton 3.6), the leaderboard's timing, layer median us against the decode table's:
+# stage 1 at E-33 I-512 bs-512 (four MMA warpgroups, 128 h columns a program) and I-2048 bs-512 (two);
+# stage 2 at the E-33 shapes (four warpgroups, 256 columns a tile) and I-2048 (two, 128): E-33 bs-16
+# 95.5 against 97.6, bs-128 196.6 against 201.7, bs-512 360.8 against 459.8, I-2048 980.6-991.2
+# against 1477.6. Both lose at E-257, whose 16-32-row blocks decode every weight row for few rows
+# (bench/results/nvidia-speed.md).
 def gluon_variant(tiles: TileConfig, block_n: int, stages: int, parts: int) -> TileConfig:
     """tiles with stage 1 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps, no
     register cap), block_n h columns a program (64 or 128: 2 or 4 MMA warpgroups), `stages` ring
@@ -51,9 +54,24 @@ def gluon_variant(tiles: TileConfig, block_n: int, stages: int, parts: int) -> T
     return tiles._replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=0, gluon1=parts)
 
 
+def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_tiles: int) -> TileConfig:
+    """tiles with stage 2 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps, no
+    register cap), block_n output columns a tile (128 or 256: 2 or 4 MMA warpgroups), `stages` ring
+    slots, each K step in `parts` parts (gluon2) and n_tiles tiles a program; the rest as it is."""
+    return tiles._replace(
+        block_n2=block_n, block_k2=128, warps2=8, stages2=stages, n_tiles2=n_tiles, max_regs2=0, gluon2=parts
+    )
+
+
 GLUON_TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
-    (7168, 512, 33, 9, 512): gluon_variant(TUNED[(7168, 512, 33, 9, 512)], 128, stages=4, parts=2),
-    (7168, 2048, 33, 9, 512): gluon_variant(TUNED[(7168, 2048, 33, 9, 512)], 64, stages=4, parts=2),
+    (7168, 512, 33, 9, 16): gluon2_variant(TUNED[(7168, 512, 33, 9, 16)], 256, stages=4, parts=2, n_tiles=7),
+    (7168, 512, 33, 9, 128): gluon2_variant(TUNED[(7168, 512, 33, 9, 128)], 256, stages=4, parts=2, n_tiles=4),
+    (7168, 512, 33, 9, 512): gluon2_variant(
+        gluon_variant(TUNED[(7168, 512, 33, 9, 512)], 128, stages=4, parts=2), 256, stages=4, parts=2, n_tiles=4
+    ),
+    (7168, 2048, 33, 9, 512): gluon2_variant(
+        gluon_variant(TUNED[(7168, 2048, 33, 9, 512)], 64, stages=4, parts=2), 128, stages=4, parts=2, n_tiles=8
+    ),
 }
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
-from moe_triton.target import gluon_stage1
+from moe_triton.target import gluon_kernels
 from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
 from moe_triton.tiles_nvidia import (
@@ -113,16 +113,16 @@ def _cpu_candidates(config: dict) -> list[Candidate]:
 
 
 def _gpu_candidates(key: tuple, nvidia: bool, every: bool) -> list[Candidate]:
-    """The static choice, the decode table tile when the static choice is the Gluon stage 1's (the
+    """The static choice, the decode table tile when the static choice runs a Gluon stage (the
     choice before it), and the ALTERNATES that won their shape (SELECTION_WINNERS); every: the
     static choice, the decode table tile (when the static choice is another) and ALTERNATES, then
     on NVIDIA the fp8 table tile (when it is not the static choice) and FP8_ALTERNATES."""
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-    static, decode = static_tiles(*shape, fp8=nvidia, gluon=gluon_stage1(torch.device("cuda"))), tile_config(*shape)
+    static, decode = static_tiles(*shape, fp8=nvidia, gluon=gluon_kernels(torch.device("cuda"))), tile_config(*shape)
     out = [Candidate("triton", run_triton, repr(static))]
     alternates = ALTERNATES.get(key, {})
-    if static != decode and (every or getattr(static, "gluon1", 0)):
+    if static != decode and (every or getattr(static, "gluon1", 0) or getattr(static, "gluon2", 0)):
         out.append(_triton("triton:decode", decode, False))
     if not every:
         return out + [_triton(f"triton:{n}", alternates[n], False) for n in SELECTION_WINNERS.get(key, ())]

@@ -6,14 +6,9 @@ path's a2 bit for bit, and bad tiles are refused in one line. On an sm_90 GPU th
 runs against the decode path's a2 (bit for bit) and reference.ref_kernel, with poisoned scratch and
 output, on small odd shapes; bench/h200/gluon_check.py checks the official ones."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from gluon_compile import compiled_launches
 from layer_checks import ODD_SHAPES, assert_matches_reference, small_case
 
 from bench.h200.gluon_check import routed_a2
@@ -28,7 +23,6 @@ from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED, gluon_variant, static_ti
 from problem.cases import SMOKE, TESTS, table_key
 from reference import generate_input, quant_dequant_activation
 
-ROOT = Path(__file__).resolve().parents[1]
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
 FAST = FAST_EXP.value
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
@@ -119,61 +113,12 @@ def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit
 # ---------------------------------------------------------------------------------- compiled, sm_90
 
 
-# Run in a fresh process with TRITON_INTERPRET unset: the kernels of this one were made for the
-# interpreter when moe_triton was imported.
-COMPILE_DRIVER = """
-import json, re, sys
-from bench.h200.compile import loops
-from bench.h200.sass import disassemble, instructions
-from bench.h200.twin import decode_launches
-from moe_triton.tiles import TileConfig
-
-out = []
-for case, fields in json.loads(sys.argv[1]):
-    for launch in decode_launches(case, TileConfig(*fields)):  # compiled for sm_90, the H200's way
-        if launch.function != "moe_gluon_stage1_kernel":
-            continue
-        kernel = launch.kernel
-        text = disassemble(kernel.asm["cubin"])
-        lines = instructions(text)
-        # the K loops: loops of a few hundred instructions that issue wgmmas or cp.async (the loop
-        # that dispatches the partitions, around them all, is thousands long)
-        hot = [body for body in loops(lines) if len(body) <= 1000 and re.search(r"HGMMA|LDGSTS", str(body))]
-        loop = [line for body in hot for line in body]
-        out.append({
-            "mma": len(re.findall(r"\\bHGMMA\\b", text)),
-            "waits": len(re.findall(r"WARPGROUP\\.DEPBAR", text)),
-            "cp_async_16": "LDGSTS.E.BYPASS.128" in text,
-            "register_split": "USETMAXREG" in text,
-            "loop": len(loop),
-            "loop_spills": sum(bool(re.search(r"\\b(STL|LDL)\\b", line)) for line in loop),
-            "shared": kernel.metadata.shared,
-        })
-print(json.dumps(out))
-"""
-
-
-def compiled_launches(pairs: list[tuple[dict, TileConfig]]) -> list[dict]:
-    """What the SASS of each Gluon stage-1 launch holds, for (case, tiles) pairs compiled for sm_90."""
-    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION")}
-    done = subprocess.run(
-        [sys.executable, "-c", COMPILE_DRIVER, json.dumps([(c, list(t)) for c, t in pairs])],
-        cwd=ROOT,
-        env={**env, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.mark.cpu_only
 def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the_k_loop():
     from problem.cases import BENCHMARKS
 
-    pairs = [(c, GLUON_TUNED[table_key(c)]) for c in BENCHMARKS if table_key(c) in GLUON_TUNED]
-    launches = compiled_launches(pairs)
+    pairs = [(c, GLUON_TUNED[table_key(c)]) for c in BENCHMARKS if getattr(GLUON_TUNED.get(table_key(c)), "gluon1", 0)]
+    launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert len(launches) == sum(2 if t.tail_m else 1 for _, t in pairs)  # full blocks' launch and the tails'
     widths = [t.block_n1 for _, t in pairs for _ in range(2 if t.tail_m else 1)]
     for got, block_n in zip(launches, widths, strict=True):
@@ -191,7 +136,7 @@ def test_two_test_shapes_compile_with_both_widths():
         for case in TESTS[:2]
         for block_n in (64, 128)
     ]
-    assert len(compiled_launches(pairs)) >= len(pairs)
+    assert len(compiled_launches(pairs, "moe_gluon_stage1_kernel")) >= len(pairs)
 
 
 # ------------------------------------------------------------------------------------- refusals
@@ -203,21 +148,25 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
     if not ON_SM90:
         with pytest.raises(ValueError, match=r"^tiles: gluon1 needs an NVIDIA sm_90 GPU"):
             run(data, tiles)
-        monkeypatch.setattr(decode_launcher, "gluon_stage1", lambda device: True)
+        monkeypatch.setattr(decode_launcher, "gluon_kernels", lambda device: True)
     for bad, field in ((tiles._replace(gluon1=3), "gluon1 must be"), (tiles._replace(block_n1=96), "block_n1")):
         with pytest.raises(ValueError, match=r"^tiles: gluon1") as err:
             run(data, bad)
         assert field in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_static_table_runs_the_gluon_stage_1_only_on_sm90():
+def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
     for key, tiles in GLUON_TUNED.items():
         d_hidden, d_inter, n_experts, topk, n_tokens = key
         shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-        assert static_tiles(*shape, fp8=True, gluon=True) == tiles and tiles.gluon1
+        assert static_tiles(*shape, fp8=True, gluon=True) == tiles and (tiles.gluon1 or tiles.gluon2)
         assert static_tiles(*shape, fp8=True, gluon=False) == TUNED[key]
-        same = ("block_m", "block_n2", "block_k2", "warps2", "stages2", "n_tiles2", "tail_m", "max_regs2")
-        assert all(getattr(tiles, f) == getattr(TUNED[key], f) for f in same)  # stage 2 and routing as measured
+        # the routing as measured; each stage the decode table's or a Gluon one
+        assert (tiles.block_m, tiles.tail_m) == (TUNED[key].block_m, TUNED[key].tail_m)
+        stage1 = ("block_n1", "block_k1", "warps1", "stages1", "max_regs1")
+        stage2 = ("block_n2", "block_k2", "warps2", "stages2", "n_tiles2", "max_regs2")
+        for gluon, fields in ((tiles.gluon1, stage1), (tiles.gluon2, stage2)):
+            assert gluon or all(getattr(tiles, f) == getattr(TUNED[key], f) for f in fields)
 
 
 # ------------------------------------------------------------------------------------------- GPU

@@ -407,7 +407,7 @@ def test_the_alternates_are_runners_up_of_tuned_shapes_and_differ_from_the_table
 def test_the_default_candidates_on_a_gpu_are_the_static_choice_and_the_selections_winners():
     assert set(SELECTION_WINNERS) <= set(ALTERNATES)
     # on an sm_90 GPU the Gluon stage 1's shapes also keep the decode table's tile
-    sm90 = cands.gluon_stage1(torch.device("cuda"))
+    sm90 = cands.gluon_kernels(torch.device("cuda"))
     for case in TESTS + BENCHMARKS:
         config = make_config(**{k: v for k, v in case.items() if k != "seed"})
         key = shape_key(config)
@@ -438,11 +438,11 @@ def test_a_shape_whose_static_choice_is_the_fp8_path_keeps_the_decode_table_as_a
 def test_a_shape_whose_static_choice_is_the_gluon_stage_1_keeps_the_decode_table_as_a_candidate(monkeypatch):
     config = make_config(7168, 2048, 32, 8, 1, 512)
     key = shape_key(config)
-    monkeypatch.setattr(cands, "gluon_stage1", lambda device: True)
+    monkeypatch.setattr(cands, "gluon_kernels", lambda device: True)
     found = {c.name: c.detail for c in cands.candidates_for(config, "triton", "gpu")}
     assert list(found)[:2] == ["triton", "triton:decode"]
     assert found["triton"] == repr(GLUON_TUNED[key]) and found["triton:decode"] == repr(TUNED[key])
-    monkeypatch.setattr(cands, "gluon_stage1", lambda device: False)  # another GPU: the decode table alone
+    monkeypatch.setattr(cands, "gluon_kernels", lambda device: False)  # another GPU: the decode table alone
     assert [c.name for c in cands.candidates_for(config, "triton", "gpu")] == ["triton"]
 
 

@@ -96,7 +96,7 @@ def _compile_only_driver():
 @contextlib.contextmanager
 def fast_decode_on():
     """The launchers' NVIDIA fast path on for CPU tensors (they stand for CUDA ones), on an sm_90
-    GPU: fast_decode and gluon_stage1 True in every moe_triton module holding
+    GPU: fast_decode and gluon_kernels True in every moe_triton module holding
     moe_triton.target's, target included (the bundle's rules make each launcher import the name,
     so each holds its own reference)."""
     import sys
@@ -105,7 +105,7 @@ def fast_decode_on():
     import moe_triton.fused_moe  # noqa: F401  (imports every launcher module)
     from moe_triton import target
 
-    probes = {name: getattr(target, name) for name in ("fast_decode", "gluon_stage1")}
+    probes = {name: getattr(target, name) for name in ("fast_decode", "gluon_kernels")}
     holders = [
         (module, name)
         for module_name, module in list(sys.modules.items())

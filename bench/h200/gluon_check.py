@@ -1,8 +1,11 @@
-"""`python -m bench.h200.gluon_check MODE`: the Gluon stage 1 (moe_triton/kernels/gluon_stage1.py,
-tiles with gluon1) against the decode path's on an H100 / H200 (issue 33). The gluon1 variants are
-every combination of --block-ns (h columns per program), --stages (ring slots) and --splits (parts
-per K step). Every mode writes MODE.json and MODE.md under --out ($OUT by default) and prints its
-table last.
+"""`python -m bench.h200.gluon_check MODE`: the Gluon stages (moe_triton/kernels/gluon_stage1.py and
+gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H100 / H200 (issue 33).
+The stage-1 variants are every combination of --block-ns (h columns per program), --stages (ring
+slots) and --splits (parts per K step), stage 2 the decode one; each --stage2 N-S-P-T adds a
+variant with stage 2 on the Gluon kernel (N output columns a tile, S ring slots, P parts per K
+step, T tiles a program) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one where
+GLUON_TUNED names the shape); --stage1-variants 0 leaves the stage-1 ones out. Every mode writes
+MODE.json and MODE.md under --out ($OUT by default) and prints its table last.
 
   smoke  one small odd input (37 tokens, 9 experts, d_hidden 768, d_inter 256) and one official
          shape's first input: a2 of each variant bit for bit against the decode stage 1's on
@@ -50,27 +53,55 @@ def routed_a2(data, block_m: int):
     return real, a2[real].clone()
 
 
-def variants(args) -> dict[str, tuple[int, int, int]]:
-    """The gluon1 variants named on the command line: gluon_variant's (block_n1, ring slots, parts
-    per K step)."""
-    return {f"gluon-n{n}-s{s}-p{p}": (n, s, p) for n in args.block_ns for s in args.stages for p in args.splits}
+def base_tiles(case: dict):
+    """(the decode table's tile, the static sm_90 tile) of an official case."""
+    from bench.h200.fp8_check import table_tiles
+    from moe_triton.tiles_nvidia import GLUON_TUNED
+    from problem.cases import table_key
+
+    decode = table_tiles(case)[2]
+    return decode, GLUON_TUNED.get(table_key(case), decode)
+
+
+def variants(args, decode, static, d_hidden: int = 7168) -> dict:
+    """The variants named on the command line over a shape's decode and static tiles: name ->
+    tiles (a stage-2 variant's tiles a program cut to divide d_hidden's tiles, for odd shapes)."""
+    from math import gcd
+
+    from moe_triton.tiles_nvidia import gluon2_variant, gluon_variant
+
+    named = {}
+    if args.stage1_variants:
+        for n in args.block_ns:
+            for s in args.stages:
+                for p in args.splits:
+                    named[f"gluon-n{n}-s{s}-p{p}"] = gluon_variant(decode, n, s, p)
+    for spec in args.stage2:
+        n, stages, parts, n_tiles = stage2_fields(spec)
+        named[f"g2-{spec}"] = gluon2_variant(static, n, stages, parts, gcd(n_tiles, d_hidden // n))
+    return named
+
+
+def stage2_fields(spec: str) -> tuple[int, int, int, int]:
+    """N-S-P-T -> (block_n2, stages2, gluon2, n_tiles2) for gluon2_variant."""
+    n, s, p, t = (int(x) for x in spec.split("-"))
+    return n, s, p, t
 
 
 def compare(data, tiles, ref, named: dict) -> dict:
-    """The decode stage 1 and each named gluon1 variant on one input, pool and output poisoned
-    before each: the output's excess over the tolerance, and whether a2 matches the decode path's
-    bit for bit on every real row."""
+    """The decode path and each named variant on one input, pool and output poisoned before each:
+    the output's excess over the tolerance, and whether a2 matches the decode path's bit for bit
+    on every real row."""
     import torch
 
     from bench.h200.fp8_check import excess, poison, run_tiles
-    from moe_triton.tiles_nvidia import gluon_variant
 
     poison(ref.shape)
     results = {"decode": {"excess": excess(run_tiles(data, tiles), ref)}}
     want = routed_a2(data, tiles.block_m)[1].view(torch.int16)
     for name, variant in named.items():
         poison(ref.shape)
-        e = excess(run_tiles(data, gluon_variant(tiles, *variant)), ref)
+        e = excess(run_tiles(data, variant), ref)
         got = routed_a2(data, tiles.block_m)[1].view(torch.int16)
         off = int((got != want).sum()) if got.shape == want.shape else got.numel()
         results[name] = {"excess": e, "a2_identical": off == 0, "a2_elements_off": off}
@@ -83,11 +114,13 @@ def mode_smoke(args, torch) -> dict:
     from reference import generate_input, ref_kernel
 
     data = generate_input(**SMOKE_CASE)
-    results = {"odd": compare(data, case_tiles(data), ref_kernel(data), variants(args))}
+    tiles = case_tiles(data)
+    odd = variants(args, tiles, tiles, data[0].shape[1])
+    results = {"odd": compare(data, tiles, ref_kernel(data), odd)}
     print("odd", results["odd"], flush=True)
     for name, case in official_cases(args.shapes or ["I2048"]):
         data = leaderboard_input(case, 0)
-        results[name] = compare(data, table_tiles(case)[2], ref_kernel(data), variants(args))
+        results[name] = compare(data, table_tiles(case)[2], ref_kernel(data), variants(args, *base_tiles(case)))
         print(name, results[name], flush=True)
     return results
 
@@ -97,8 +130,8 @@ def mode_check(args, torch) -> dict:
     from reference import ref_kernel
 
     results, started = {}, time.perf_counter()
-    named = variants(args)
     for name, case in official_cases(args.shapes):
+        named = variants(args, *base_tiles(case))
         rec = {k: {"seeds": 0, "a2_differs": 0, "fails": 0, "worst": 0.0} for k in ("decode", *named)}
         for i in range(args.seeds):
             if time.perf_counter() - started > args.budget_s:
@@ -116,10 +149,9 @@ def mode_check(args, torch) -> dict:
 
 
 def mode_time(args, torch) -> dict:
-    from bench.h200.fp8_check import leaderboard_input, official_cases, run_tiles, table_tiles, time_candidates
+    from bench.h200.fp8_check import leaderboard_input, official_cases, run_tiles, time_candidates
     from bench.runner.timing import Device
     from bench.tune.tiles import kernel_times
-    from moe_triton.tiles_nvidia import gluon_variant
     from problem.cases import BENCHMARKS, case_name
 
     device = Device("cuda", "official")
@@ -129,8 +161,9 @@ def mode_time(args, torch) -> dict:
     for name, case in official_cases(args.shapes):
         if not args.shapes and name not in names:
             continue
-        decode = table_tiles(case)[2]
-        candidates = {"decode": decode, **{k: gluon_variant(decode, *v) for k, v in variants(args).items()}}
+        decode, static = base_tiles(case)
+        candidates = {"decode": decode, **({"static": static} if args.stage2 and static != decode else {})}
+        candidates.update(variants(args, decode, static))
         data = leaderboard_input(case, 0)
         kernels, errors = {}, {}
         for k, t in list(candidates.items()):
@@ -153,13 +186,12 @@ def mode_time(args, torch) -> dict:
 
 
 def mode_ncu(args, torch) -> dict:
-    from bench.h200.fp8_check import leaderboard_input, official_cases, profiled_call, table_tiles
-    from moe_triton.tiles_nvidia import gluon_variant
+    from bench.h200.fp8_check import leaderboard_input, official_cases, profiled_call
 
     done = []
     for name, case in official_cases(args.shapes or ["I2048-E32+1-k8+1-bs512"]):
         data = leaderboard_input(case, 0)
-        profiled_call(data, gluon_variant(table_tiles(case)[2], *next(iter(variants(args).values()))))
+        profiled_call(data, next(iter(variants(args, *base_tiles(case)).values())))
         done.append(name)
         del data
     return {"profiled": done}
@@ -199,6 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", type=int, nargs="*", default=[4], help="ring slots of the gluon1 variants")
     parser.add_argument("--splits", type=int, nargs="*", default=[4], help="parts per K step (gluon1)")
     parser.add_argument("--block-ns", type=int, nargs="*", default=[64], help="h columns per program (block_n1)")
+    parser.add_argument("--stage1-variants", type=int, choices=[0, 1], default=1, help="0: no stage-1 variants")
+    parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T", help="Gluon stage-2 variants")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reps < 1:
@@ -208,6 +242,15 @@ def main(argv: list[str] | None = None) -> int:
             return parser.fail(f"{option} {values}: each must be one of {sorted(allowed)}")
     if not args.stages or min(args.stages) < 2:
         return parser.fail(f"--stages {args.stages}: ring slots must be at least 2")
+    for spec in args.stage2:
+        try:
+            n, stages, parts, tiles = stage2_fields(spec)
+        except ValueError:
+            return parser.fail(f"--stage2 {spec}: expected N-S-P-T, four integers")
+        if n not in (128, 256) or parts not in (1, 2, 4) or stages < 2 or tiles < 1 or 7168 % (n * tiles):
+            return parser.fail(f"--stage2 {spec}: N must be 128 or 256, S at least 2, P 1, 2 or 4, T divide 7168 / N")
+    if not args.stage1_variants and not args.stage2:
+        return parser.fail("--stage1-variants 0 needs --stage2 variants")
     import torch
 
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):

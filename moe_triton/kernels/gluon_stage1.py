@@ -7,18 +7,18 @@ One program per (routing block, 32 NUM_WG columns of h); NUM_WG + 1 partitions o
                     their e8m0 scales (one int32 per row: four 32-blocks) and the ROWS activation
                     rows gathered by sorted_ids, with cp.async into a ring of STAGES slots behind
                     mbarriers (ready: every loader thread's copies landed; empty: every MMA
-                    warpgroup is done with the slot). TMA would take fewer loader instructions,
-                    but its descriptor holds w1's address, and a recorded plan replays its
-                    launches with each call's tensors (plan.py).
+                    warpgroup is done with the slot; gluon_mma.py, shared with stage 2). TMA
+                    would take fewer loader instructions, but its descriptor holds w1's address,
+                    and a recorded plan replays its launches with each call's tensors (plan.py).
   MMA warpgroup G   (NUM_WG of them, G = 0 being the default partition) owns one 32-column group:
                     its 32 gate and 32 up rows, interleaved by 8 (_ring_row). Per K step it decodes
-                    them into wgmma's register operand in SPLIT parts along k (decode.py's decode,
-                    shared through _code_pairs; loaded as a 32-bit operand so that each thread's
-                    word decodes into its own operand registers, no shuffles) and issues each
-                    part's wgmma asynchronously as soon as it is decoded; the step's wgmmas are
-                    waited for before the next step (a wgmma in flight across the loop's back edge
-                    makes ptxas serialize them all), so the warpgroups overlap one another's
-                    decode with their MMAs instead.
+                    them into wgmma's register operand in SPLIT parts along k
+                    (gluon_mma.mma_step: decode.py's decode, shared through _code_pairs; loaded
+                    as a 32-bit operand so that each thread's word decodes into its own operand
+                    registers, no shuffles) and issues each part's wgmma asynchronously as soon
+                    as it is decoded; the step's wgmmas are waited for before the next step (a
+                    wgmma in flight across the loop's back edge makes ptxas serialize them all),
+                    so the warpgroups overlap one another's decode with their MMAs instead.
   epilogue          (each MMA warpgroup, from its registers) a thread holds the gate and up sums
                     of one column for its tokens: silu(gate) * up as the judge computes it
                     (gated_h), the MXFP4 round trip over the group's 32 columns, a2 in _k_slot
@@ -31,33 +31,14 @@ CPU, and runs it against the decode path's a2 and the reference on an sm_90 GPU 
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from moe_triton.kernels.decode import (
-    FAST_EXP,
-    _code_pairs,
-    _fast_pair_scale,
-    _in_slot_order,
-    _k_slot,
-    _mx_block_scales,
-    _mx_values,
-    _scaled_pairs,
-)
+from moe_triton.kernels.decode import FAST_EXP, _k_slot, _mx_block_scales, _mx_values
+from moe_triton.kernels.gluon_mma import LOADER_WARPS, allocate_ring, fill_slot, mma_step
 from moe_triton.kernels.routing import _after_previous_launch, _skip_block
 from moe_triton.kernels.silu import gated_h
 
-# triton 3.6 names cp.async async_copy_global_to_shared; later ones async_load.
-_cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-
-
-GROUP = gl.constexpr(32)  # h columns per group: one MXFP4 block of a2; 64 weight rows (gate, up)
-LOADER_WARPS = gl.constexpr(4)
+GROUP = gl.constexpr(32)  # h columns per MMA warpgroup: one MXFP4 block of a2 (WG_ROWS gate and up rows)
 
 
 @gluon.jit
@@ -75,11 +56,7 @@ def _loader(
         w_scale_ptr,
         a1_ptr,
         sorted_ids_ptr,
-        w_ring,
-        s_ring,
-        a_ring,
-        ready,
-        empty,
+        ring,
         block,
         w_row0,
         d_inter,
@@ -107,14 +84,9 @@ def _loader(
     s_layout: gl.constexpr = gl.BlockedLayout([W_ROWS // 128], [32], [LOADER_WARPS], [0])
     s_rows = _ring_row(gl.arange(0, W_ROWS, layout=s_layout), d_inter)
     s_offs = (w_row0 + s_rows) * (d_hidden // 128)
+    sources = ((w_ptr, w_offs), (w_scale_ptr, s_offs), (a1_ptr, a_offs))
     for i in range(d_hidden // BLOCK_K):
-        slot = i % STAGES
-        # a fresh barrier has completed the phase before its first: the first round does not wait
-        mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
-        _cp_async(w_ring.index(slot), w_ptr + (w_offs + i * (BLOCK_K // 8)))
-        _cp_async(s_ring.index(slot), w_scale_ptr + (s_offs + i))
-        _cp_async(a_ring.index(slot), a1_ptr + (a_offs + i * BLOCK_K), mask=valid)
-        async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)
+        fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
 
 
 @gluon.jit
@@ -124,66 +96,6 @@ def _ring_row(r, d_inter):
     wgmma) are 8 gate rows then the up rows of the same 8 columns, so that a thread's two rows of
     the accumulator (lane // 4 and 8 more) are the gate and up sums of one column."""
     return (r // 64) * GROUP + ((r % 64) // 16) * 8 + r % 8 + ((r // 8) % 2) * d_inter
-
-
-@gluon.jit
-def _decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.constexpr):
-    """Columns [part K_PART, (part + 1) K_PART) of a warpgroup's 64 MXFP4 weight rows as
-    wgmma's bf16 register operand (decode.py's _fp4_to_bf16, fast path); sw holds each row's
-    four scale bytes of the step. Loaded as a 32-bit operand (k_width 1), each thread holds word t
-    of every 32-block of its rows: the 8 codes that decode into its 8 operand values of that
-    block."""
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
-    words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
-    word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
-    s = (gl.expand_dims(sw, 1) >> (8 * (part * (K_PART // 32) + gl.expand_dims(word, 0) // 4))) & 0xFF
-    scale = _fast_pair_scale(s)
-    p0, p1, p2, p3 = _code_pairs(words)
-    codes = gl.join(
-        gl.join(_scaled_pairs(p0, scale), _scaled_pairs(p1, scale)),
-        gl.join(_scaled_pairs(p2, scale), _scaled_pairs(p3, scale)),
-    )
-    return gl.convert_layout(
-        _in_slot_order(codes, 2 * GROUP, K_PART),
-        gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2),
-        assert_trivial=True,
-    )
-
-
-@gluon.jit
-def _mma_step(
-    acc,
-    i,
-    w_ring,
-    s_ring,
-    a_ring,
-    ready,
-    acc_layout: gl.constexpr,
-    G: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr,
-    SPLIT: gl.constexpr,
-):
-    """K step i of warpgroup G (its 64 ring rows): wait for its slot, then in SPLIT parts along k
-    decode the part's weights and issue its wgmma, so that each part's decode overlaps the wgmma
-    before it."""
-    slot = i % STAGES
-    mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-    fence_async_shared()  # cp.async wrote the slot through the generic proxy; wgmma reads the async one
-    w_slot = w_ring.index(slot).slice(G * 2 * GROUP, 2 * GROUP)
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
-    sw = s_ring.index(slot).slice(G * 2 * GROUP, 2 * GROUP).load(gl.SliceLayout(1, w_layout))
-    K_PART: gl.constexpr = BLOCK_K // SPLIT
-    for part in gl.static_range(SPLIT):
-        w = _decoded_weights(w_slot, sw, part, acc_layout, K_PART)
-        a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-        acc = warpgroup_mma(w, a_part, acc, is_async=True)
-        if part > 0:
-            # the part before is done with its registers: at most two parts' operands are live
-            acc, w = warpgroup_mma_wait(1, deps=[acc, w])
-    # Waited for at once: a wgmma still in flight across the loop's back edge makes ptxas
-    # serialize every k16 wgmma (C7515). The other warpgroups decode meanwhile.
-    return warpgroup_mma_wait(0, deps=[acc])
 
 
 @gluon.jit
@@ -199,13 +111,14 @@ def _mma_and_epilogue(
 ):
     """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers. shared: what
     every MMA warpgroup takes (the kernel's mma_args)."""
-    a2_ptr, w_ring, s_ring, a_ring, ready, empty, block, col0, d_inter, d_hidden = shared
+    a2_ptr, ring, block, col0, d_inter, d_hidden = shared
+    w_ring, s_ring, a_ring, ready, empty = ring
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
     )
     acc = gl.zeros([2 * GROUP, ROWS], gl.float32, acc_layout)
     for i in range(d_hidden // BLOCK_K):
-        acc = _mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
+        acc = mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
         mbarrier.arrive(empty.index(i % STAGES), count=1)
     # [warp, gate or up, row in 8, token] -> gate and up [warp, row, token] of columns 8 warp + row
     # (_ring_row), in the registers that hold them
@@ -263,25 +176,10 @@ def moe_gluon_stage1_kernel(
         W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
         col0 = gl.program_id(1) * NUM_WG * GROUP
         w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
-        w_ring = gl.allocate_shared_memory(
-            gl.int32,
-            [STAGES, W_ROWS, BLOCK_K // 8],
-            gl.NVMMASharedLayout.get_default_for([W_ROWS, BLOCK_K // 8], gl.int32),
-        )
-        s_ring = gl.allocate_shared_memory(gl.int32, [STAGES, W_ROWS], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-        a_ring = gl.allocate_shared_memory(
-            gl.bfloat16, [STAGES, ROWS, BLOCK_K], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_K], gl.bfloat16)
-        )
-        ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-        for slot in gl.static_range(STAGES):
-            mbarrier.init(ready.index(slot), count=LOADER_WARPS * 32)  # one cp.async arrival per loader thread
-            mbarrier.init(empty.index(slot), count=NUM_WG)  # one arrival per MMA warpgroup
-        fence_async_shared()
+        ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
         # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
-        mma_args = (a2_ptr, w_ring, s_ring, a_ring, ready, empty, block, col0, d_inter, d_hidden)
-        loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, w_ring, s_ring, a_ring, ready, empty)
-        loader_args += (block, w_row0, d_inter, n_tokens, d_hidden)
+        mma_args = (a2_ptr, ring, block, col0, d_inter, d_hidden)
+        loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, ring, block, w_row0, d_inter, n_tokens, d_hidden)
         if NUM_WG == 2:
             gl.warp_specialize(
                 [

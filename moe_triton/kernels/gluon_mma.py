@@ -1,0 +1,132 @@
+"""What the Gluon kernels for sm_90 (gluon_stage1.py, gluon_stage2.py) share: the ring's cp.async,
+the decode of a K step's MXFP4 weight rows into wgmma's register operand, and one K step of an MMA
+warpgroup. Both kernels keep a ring of STAGES slots, each one K step (BLOCK_K = 128) of the
+program's weight words ([W_ROWS, 16] int32), their scales (one int32 per row: four e8m0 bytes)
+and the activation rows ([ROWS, 128] bf16, _k_slot order), filled by a loader partition behind
+mbarriers; MMA warpgroup G takes ring rows [64 G, 64 G + 64).
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+from moe_triton.kernels.decode import _code_pairs, _fast_pair_scale, _in_slot_order, _scaled_pairs
+
+# triton 3.6 names cp.async async_copy_global_to_shared; later ones async_load.
+cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
+
+WG_ROWS = gl.constexpr(64)  # weight rows per MMA warpgroup: wgmma's M
+LOADER_WARPS = gl.constexpr(4)
+
+
+@gluon.jit
+def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.constexpr):
+    """Columns [part K_PART, (part + 1) K_PART) of a warpgroup's 64 MXFP4 weight rows as
+    wgmma's bf16 register operand (decode.py's _fp4_to_bf16, fast path); sw holds each row's
+    four scale bytes of the step. Loaded as a 32-bit operand (k_width 1), each thread holds word t
+    of every 32-block of its rows: the 8 codes that decode into its 8 operand values of that
+    block."""
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
+    word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
+    s = (gl.expand_dims(sw, 1) >> (8 * (part * (K_PART // 32) + gl.expand_dims(word, 0) // 4))) & 0xFF
+    scale = _fast_pair_scale(s)
+    p0, p1, p2, p3 = _code_pairs(words)
+    codes = gl.join(
+        gl.join(_scaled_pairs(p0, scale), _scaled_pairs(p1, scale)),
+        gl.join(_scaled_pairs(p2, scale), _scaled_pairs(p3, scale)),
+    )
+    return gl.convert_layout(
+        _in_slot_order(codes, WG_ROWS, K_PART),
+        gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2),
+        assert_trivial=True,
+    )
+
+
+@gluon.jit
+def mma_step(
+    acc,
+    i,
+    w_ring,
+    s_ring,
+    a_ring,
+    ready,
+    acc_layout: gl.constexpr,
+    G: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    SPLIT: gl.constexpr,
+):
+    """K step i of warpgroup G (its 64 ring rows): wait for its slot, then in SPLIT parts along k
+    decode the part's weights and issue its wgmma, so that each part's decode overlaps the wgmma
+    before it."""
+    slot = i % STAGES
+    mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+    fence_async_shared()  # cp.async wrote the slot through the generic proxy; wgmma reads the async one
+    w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
+    K_PART: gl.constexpr = BLOCK_K // SPLIT
+    for part in gl.static_range(SPLIT):
+        w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
+        a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
+        acc = warpgroup_mma(w, a_part, acc, is_async=True)
+        if part > 0:
+            # the part before is done with its registers: at most two parts' operands are live
+            acc, w = warpgroup_mma_wait(1, deps=[acc, w])
+    # Waited for at once: a wgmma still in flight across the loop's back edge makes ptxas
+    # serialize every k16 wgmma (C7515). The other warpgroups decode meanwhile.
+    return warpgroup_mma_wait(0, deps=[acc])
+
+
+@gluon.jit
+def allocate_ring(
+    STAGES: gl.constexpr, W_ROWS: gl.constexpr, ROWS: gl.constexpr, BLOCK_K: gl.constexpr, NUM_WG: gl.constexpr
+):
+    """The ring and its barriers: ready completes when every loader thread's copies of a slot
+    landed, empty when every MMA warpgroup is done with it."""
+    w_ring = gl.allocate_shared_memory(
+        gl.int32,
+        [STAGES, W_ROWS, BLOCK_K // 8],
+        gl.NVMMASharedLayout.get_default_for([W_ROWS, BLOCK_K // 8], gl.int32),
+    )
+    s_ring = gl.allocate_shared_memory(gl.int32, [STAGES, W_ROWS], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    a_ring = gl.allocate_shared_memory(
+        gl.bfloat16, [STAGES, ROWS, BLOCK_K], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_K], gl.bfloat16)
+    )
+    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for slot in gl.static_range(STAGES):
+        mbarrier.init(ready.index(slot), count=LOADER_WARPS * 32)  # one cp.async arrival per loader thread
+        mbarrier.init(empty.index(slot), count=NUM_WG)  # one arrival per MMA warpgroup
+    fence_async_shared()
+    return w_ring, s_ring, a_ring, ready, empty
+
+
+@gluon.jit
+def fill_slot(i, ring, sources, steps, a_mask, STAGES: gl.constexpr):
+    """The loader's K step i: wait until the MMA warpgroups are done with its slot, copy the
+    weight words, scales and activation rows into it, and have the slot's ready barrier complete
+    when they land. ring: allocate_ring's; sources: (base pointer, 32-bit offset tensor in the
+    loader's layout) of each; steps: this step's scalar offset of each, added after the wait (an
+    offset or pointer tensor of the step held across it spills the loader's registers)."""
+    w_ring, s_ring, a_ring, ready, empty = ring
+    # one level of unpacking at a time: triton 3.6's JIT cannot hash nested tuple targets
+    w_source, s_source, a_source = sources
+    w_ptr, w_offs = w_source
+    s_ptr, s_offs = s_source
+    a_ptr, a_offs = a_source
+    w_step, s_step, a_step = steps
+    slot = i % STAGES
+    # a fresh barrier has completed the phase before its first: the first round does not wait
+    mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
+    cp_async(w_ring.index(slot), w_ptr + (w_offs + w_step))
+    cp_async(s_ring.index(slot), s_ptr + (s_offs + s_step))
+    cp_async(a_ring.index(slot), a_ptr + (a_offs + a_step), mask=a_mask)
+    async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)

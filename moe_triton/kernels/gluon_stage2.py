@@ -1,0 +1,206 @@
+"""The decode path's stage 2 written in Gluon for sm_90 (issue 33): the same down GEMM as
+kernels/decode.py's moe_stage2_kernel (the same fp32 sums of exact products of a2 and the decoded
+w2), times the routing weight, rounded to bf16 and added atomically into the output rows of the
+block's tokens, with each warp doing one job in its own instruction stream (gluon_mma.py).
+
+One program per (routing block, N_TILES output tiles of 64 NUM_WG columns); NUM_WG + 1 partitions
+of 4 warps:
+  loader            per output tile and K step of 128: the tile's 64 NUM_WG rows of w2 (fp4 words,
+                    e8m0 scales) and the block's ROWS rows of a2 (contiguous: a2 is in sorted
+                    order) into the ring; it runs ahead into the next tile's steps while the MMA
+                    warpgroups finish this one's.
+  MMA warpgroup G   64 output columns of every tile: the K steps as stage 1's (gluon_mma.mma_step),
+                    then from its registers the sums times the rows' routing weights, bf16 pairs
+                    of adjacent columns added with one atomic each (_ring_col pairs a thread's two
+                    accumulator rows).
+a2 holds its values times 2^FAST_EXP and the decoded weights are worth theirs times 2^-FAST_EXP
+(decode.py), so the sums are the products'. Gluon does not run under the CPU interpreter:
+tests/test_gluon_stage2.py compiles it for sm_90 and checks a torch model of its tiling on the
+CPU, and runs it against the decode path and the reference on an sm_90 GPU (docs/triton.md).
+"""
+
+import triton
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+from moe_triton.kernels.gluon_mma import LOADER_WARPS, WG_ROWS, allocate_ring, fill_slot, mma_step
+from moe_triton.kernels.routing import _after_previous_launch, _skip_block
+
+
+@gluon.jit
+def _ring_col(r):
+    """Output column (from the tile's first) held in ring row r. Within each warp's 16 rows
+    (its share of a wgmma), rows q and q + 8, which one thread's accumulator holds, are columns 2q
+    and 2q + 1: the thread adds them as one bf16 pair."""
+    return (r // 16) * 16 + (r % 8) * 2 + (r // 8) % 2
+
+
+@triton.constexpr_function
+def _pair_layout(rows):
+    """The epilogue's [warp, q, token, half] layout: the accumulator's own placement (wgmma's
+    [64, rows] with rows q and q + 8 of each warp split into half 0 and 1), each thread's two
+    halves (columns 2q and 2q + 1: _ring_col) in adjacent registers, so that an atomic adds the
+    pair at once."""
+    tokens = [[0, 0, 8 << j, 0] for j in range(rows.bit_length() - 4)]
+    return gl.DistributedLinearLayout(
+        reg_bases=[[0, 0, 0, 1], [0, 0, 1, 0]] + tokens,
+        lane_bases=[[0, 0, 2, 0], [0, 0, 4, 0], [0, 1, 0, 0], [0, 2, 0, 0], [0, 4, 0, 0]],
+        warp_bases=[[1, 0, 0, 0], [2, 0, 0, 0]],
+        block_bases=[],
+        shape=[4, 8, rows, 2],
+    )
+
+
+@gluon.jit
+def _down_loader(
+    inputs,
+    BLOCK_M: gl.constexpr,
+    ROWS: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    NUM_WG: gl.constexpr,
+    N_TILES: gl.constexpr,
+):
+    """The loader partition; inputs: the kernel's loader_args."""
+    w_ptr, w_scale_ptr, a2_ptr, ring, block, w_row0, d_inter = inputs
+    W_ROWS: gl.constexpr = NUM_WG * WG_ROWS
+    w_ptr = w_ptr.to(gl.pointer_type(gl.int32))
+    w_scale_ptr = w_scale_ptr.to(gl.pointer_type(gl.int32))
+    # d_inter is a multiple of 128: rows of words start 16 bytes apart (one cp.async per 4 words)
+    w_stride = gl.multiple_of(d_inter // 8, 16)
+    a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
+    rows = block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, a_layout))
+    # 32-bit offsets (the launcher checks that they fit) hold half the registers of pointers
+    a_offs = gl.expand_dims(rows * d_inter, 1) + gl.expand_dims(cols, 0)
+    # ring row r of tile t holds weight row w_row0 + t W_ROWS + _ring_col(r)
+    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0])
+    w_rows = _ring_col(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout)))
+    words = gl.arange(0, BLOCK_K // 8, layout=gl.SliceLayout(0, w_layout))
+    w_offs = gl.expand_dims((w_row0 + w_rows) * w_stride, 1) + gl.expand_dims(words, 0)
+    s_layout: gl.constexpr = gl.BlockedLayout([W_ROWS // 128], [32], [LOADER_WARPS], [0])
+    s_offs = (w_row0 + _ring_col(gl.arange(0, W_ROWS, layout=s_layout))) * (d_inter // 128)
+    sources = ((w_ptr, w_offs), (w_scale_ptr, s_offs), (a2_ptr, a_offs))
+    k_steps = d_inter // BLOCK_K
+    for i in range(N_TILES * k_steps):
+        tile, k = i // k_steps, i % k_steps
+        steps = (tile * W_ROWS * w_stride + k * (BLOCK_K // 8), tile * W_ROWS * (d_inter // 128) + k, k * BLOCK_K)
+        fill_slot(i, ring, sources, steps, None, STAGES)
+
+
+@gluon.jit
+def _mma_and_scatter(
+    shared,
+    BLOCK_M: gl.constexpr,
+    ROWS: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    G: gl.constexpr,
+    SPLIT: gl.constexpr,
+    NUM_WG: gl.constexpr,
+    N_TILES: gl.constexpr,
+    TOPK: gl.constexpr,
+):
+    """MMA warpgroup G: its 64 columns of each output tile, added into out from its registers.
+    shared: what every MMA warpgroup takes (the kernel's mma_args)."""
+    out_ptr, topk_weights_ptr, sorted_ids_ptr, ring, block, col0, n_tokens, d_hidden, d_inter = shared
+    w_ring, s_ring, a_ring, ready, empty = ring
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
+    )
+    zeros = gl.zeros([WG_ROWS, ROWS], gl.float32, acc_layout)
+    pair: gl.constexpr = _pair_layout(ROWS)
+    rows: gl.constexpr = gl.SliceLayout(3, pair)
+    warp = gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, rows)))
+    q = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, rows)))
+    parity = gl.arange(0, 2, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(2, pair))))
+    cols = gl.expand_dims(gl.expand_dims(gl.expand_dims(warp, 1) * 16 + gl.expand_dims(q, 0) * 2, 2), 3)
+    cols = cols + gl.expand_dims(gl.expand_dims(gl.expand_dims(parity, 0), 1), 2)
+    k_steps = d_inter // BLOCK_K
+    for tile in range(N_TILES):
+        acc = zeros
+        for k in range(k_steps):
+            i = tile * k_steps + k
+            acc = mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
+            mbarrier.arrive(empty.index(i % STAGES), count=1)
+        # the block's tokens and weights, read again per tile: held across the K loop they spill
+        packed = gl.load(
+            sorted_ids_ptr + block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(1, rows)))
+        )
+        tokens = packed & 0xFFFFFF
+        valid = tokens < n_tokens
+        weight = gl.load(topk_weights_ptr + (tokens * TOPK + (packed >> 24)), mask=valid, other=0.0)
+        weight = gl.expand_dims(gl.expand_dims(weight, 0), 1)
+        # [warp, half, q, token] -> [warp, q, token, half]: columns 16 warp + 2q + half (_ring_col)
+        y = gl.convert_layout(gl.permute(gl.reshape(acc, [4, 2, 8, ROWS]), [0, 2, 3, 1]), pair, assert_trivial=True)
+        y = (y * gl.expand_dims(weight, 3)).to(gl.bfloat16)
+        first = col0 + (tile * NUM_WG + G) * WG_ROWS
+        offs = gl.expand_dims(gl.expand_dims(gl.expand_dims(tokens * d_hidden + first, 0), 1), 3) + cols
+        mask = gl.expand_dims(gl.expand_dims(gl.expand_dims(valid, 0), 1), 3) & (cols >= 0)
+        gl.atomic_add(out_ptr + offs, y, mask=mask, sem="relaxed")
+
+
+@gluon.jit
+def moe_gluon_stage2_kernel(
+    a2_ptr,
+    w_ptr,
+    w_scale_ptr,
+    out_ptr,
+    topk_weights_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    d_hidden,
+    d_inter,
+    TOPK: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    ROWS: gl.constexpr,
+    TAIL_M: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    PDL: gl.constexpr,
+    SPLIT: gl.constexpr,
+    NUM_WG: gl.constexpr,
+    N_TILES: gl.constexpr,
+):
+    """a2 (stage 1's: bf16, _k_slot order, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (read
+    as int32: [E * d_hidden, d_inter / 8] and [E * d_hidden, d_inter / 128]) -> out += the rows'
+    routing weight times their down GEMM, N_TILES tiles of 64 NUM_WG columns per program. d_inter is
+    a multiple of BLOCK_K (128), d_hidden of 64 NUM_WG N_TILES. Launched with num_warps 4 (MMA
+    warpgroup 0)."""
+    gl.static_assert(BLOCK_K == 128, "gluon stage 2: BLOCK_K is 128 (one int32 of scales per row and step)")
+    gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 2: NUM_WG is 2 or 4")
+    _after_previous_launch(PDL)
+    block = gl.program_id(0)
+    if not _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+        W_ROWS: gl.constexpr = NUM_WG * WG_ROWS
+        col0 = gl.program_id(1) * N_TILES * W_ROWS
+        w_row0 = gl.load(sorted_expert_ids_ptr + block) * d_hidden + col0
+        ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
+        # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
+        mma_args = (out_ptr, topk_weights_ptr, sorted_ids_ptr, ring, block, col0, n_tokens, d_hidden, d_inter)
+        loader_args = (w_ptr, w_scale_ptr, a2_ptr, ring, block, w_row0, d_inter)
+        if NUM_WG == 2:
+            gl.warp_specialize(
+                [
+                    (_mma_and_scatter, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 0, SPLIT, NUM_WG, N_TILES, TOPK)),
+                    (_mma_and_scatter, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 1, SPLIT, NUM_WG, N_TILES, TOPK)),
+                    (_down_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, N_TILES)),
+                ],
+                [4, LOADER_WARPS.value],
+                [224, 56],
+            )
+        else:
+            gl.warp_specialize(
+                [
+                    (_mma_and_scatter, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 0, SPLIT, NUM_WG, N_TILES, TOPK)),
+                    (_mma_and_scatter, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 1, SPLIT, NUM_WG, N_TILES, TOPK)),
+                    (_mma_and_scatter, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 2, SPLIT, NUM_WG, N_TILES, TOPK)),
+                    (_mma_and_scatter, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 3, SPLIT, NUM_WG, N_TILES, TOPK)),
+                    (_down_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, N_TILES)),
+                ],
+                [4, 4, 4, LOADER_WARPS.value],
+                [104, 104, 104, 56],
+            )

@@ -1,0 +1,63 @@
+"""The Gluon kernels compiled for sm_90 on the CPU (tests/test_gluon_stage1.py, test_gluon_stage2.py):
+what the SASS and PTX of each launch of one kernel hold, for (case, tiles) pairs, compiled the
+H200's way by bench.h200.twin.decode_launches in a fresh process with TRITON_INTERPRET unset (the
+kernels of the test process were made for the interpreter when moe_triton was imported)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from moe_triton.tiles import TileConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+COMPILE_DRIVER = """
+import json, re, sys
+from bench.h200.compile import loops
+from bench.h200.sass import disassemble, instructions
+from bench.h200.twin import decode_launches
+from moe_triton.tiles import TileConfig
+
+function, pairs = json.loads(sys.argv[1])
+out = []
+for case, fields in pairs:
+    for launch in decode_launches(case, TileConfig(*fields)):  # compiled for sm_90, the H200's way
+        if launch.function != function:
+            continue
+        kernel = launch.kernel
+        text = disassemble(kernel.asm["cubin"])
+        lines = instructions(text)
+        # the K loops: loops of a few hundred instructions that issue wgmmas or cp.async (the loop
+        # that dispatches the partitions, around them all, is thousands long)
+        hot = [body for body in loops(lines) if len(body) <= 1000 and re.search(r"HGMMA|LDGSTS", str(body))]
+        loop = [line for body in hot for line in body]
+        out.append({
+            "mma": len(re.findall(r"\\bHGMMA\\b", text)),
+            "waits": len(re.findall(r"WARPGROUP\\.DEPBAR", text)),
+            "cp_async_16": "LDGSTS.E.BYPASS.128" in text,
+            "register_split": "USETMAXREG" in text,
+            "loop": len(loop),
+            "loop_spills": sum(bool(re.search(r"\\b(STL|LDL)\\b", line)) for line in loop),
+            "spills": len(re.findall(r"\\b(STL|LDL)\\b", text)),
+            "paired_atomics": bool(re.search(r"add\\.noftz\\.v2\\.bf16", kernel.asm["ptx"])),
+            "shared": kernel.metadata.shared,
+        })
+print(json.dumps(out))
+"""
+
+
+def compiled_launches(pairs: list[tuple[dict, TileConfig]], function: str) -> list[dict]:
+    """What the SASS of each launch of `function` holds, for (case, tiles) pairs compiled for sm_90."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION")}
+    done = subprocess.run(
+        [sys.executable, "-c", COMPILE_DRIVER, json.dumps([function, [(c, list(t)) for c, t in pairs]])],
+        cwd=ROOT,
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])

@@ -1,0 +1,174 @@
+"""The Gluon stage 2 (moe_triton/kernels/gluon_stage2.py, tiles with gluon2). Gluon has no CPU
+interpreter, so on the CPU: the kernel compiles for sm_90 for every table tile that names it and its
+tail launch (wgmma not serialized, 16-byte cp.async, no spills, bf16 pairs per atomic), a torch model
+of its tiling (ring rows, each step's scale bytes, the epilogue's columns and weights) gives the
+products of the plain down GEMM bit for bit and sums to the decode path's output, and bad tiles are
+refused in one line. On an sm_90 GPU the kernel itself runs against reference.ref_kernel and the
+decode path's output, with poisoned scratch and output, on small odd shapes; bench/h200/gluon_check.py
+checks the official ones."""
+
+from math import gcd
+
+import pytest
+import torch
+from gluon_compile import compiled_launches
+from layer_checks import ODD_SHAPES, assert_matches_reference, small_case
+from test_gluon_stage1 import FAST, ON_SM90, decoded_slot, k_slot, run
+
+from bench.h200.gluon_check import routed_a2
+from bench.tune.tiles import case_tiles
+from moe_triton import decode as decode_launcher
+from moe_triton.routing import routing_buffers
+from moe_triton.tiles import TileConfig
+from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant
+from mxfp4.codec import dequantize
+from problem.cases import SMOKE, table_key
+from reference import generate_input
+
+
+def stage2_variant(tiles: TileConfig, d_hidden: int, block_n: int, stages: int, parts: int, n_tiles: int):
+    """gluon2_variant with n_tiles cut to divide d_hidden's tiles (the small shapes have few)."""
+    return gluon2_variant(tiles, block_n, stages, parts, gcd(n_tiles, d_hidden // block_n))
+
+
+# ------------------------------------------------------------------------------- the tiling, in torch
+
+
+def ring_col(r: torch.Tensor) -> torch.Tensor:
+    """The kernel's _ring_col: within each warp's 16 rows, rows q and q + 8 are columns 2q, 2q + 1."""
+    return (r // 16) * 16 + (r % 8) * 2 + (r // 8) % 2
+
+
+def model_products(data, tiles: TileConfig, a2: torch.Tensor) -> torch.Tensor:
+    """[sorted rows, d_hidden]: each sorted row's bf16 product (its routing weight times its down
+    GEMM) as the Gluon stage 2 tiles it: per (routing block, tile of 64 NUM_WG columns) the ring
+    rows of each K step decoded, exact sums (float64, as exact as the kernel's fp32 of exact
+    products), each warpgroup's epilogue reading [warp, q or q + 8, q, token] as columns
+    16 warp + 2q (+ 1). a2 holds the kernel's input (times 2^FAST_EXP)."""
+    hidden, w2, w2s, topk_weights, ids = data[0], data[2], data[4], data[9], data[10]
+    n_tokens, d_hidden = hidden.shape
+    n_experts, d_inter = w2.shape[0], w2.shape[2] * 2
+    block_m, num_wg = tiles.block_m, tiles.block_n2 // 64
+    words = w2.view(torch.uint8).reshape(n_experts * d_hidden, d_inter // 2).view(torch.int32)
+    scale_words = w2s.view(torch.uint8).reshape(n_experts * d_hidden, d_inter // 32).view(torch.int32)
+    sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(ids.numel(), n_experts, block_m, hidden.device)
+    out = torch.zeros(int(num_valid_ids[0]), d_hidden, dtype=torch.bfloat16)
+    for block in range(int(num_valid_ids[0]) // block_m):
+        packed = sorted_ids[block * block_m : (block + 1) * block_m]
+        tokens, slots = packed & 0xFFFFFF, packed >> 24
+        real = tokens < n_tokens
+        # padding rows hold token n_tokens and no slot: weight 0, as the kernel's masked load
+        picked = topk_weights[tokens.clamp(max=n_tokens - 1), slots.clamp(max=topk_weights.shape[1] - 1)]
+        weight = torch.where(real, picked, 0.0)
+        acts = a2[block * block_m : (block + 1) * block_m].double()
+        for col0 in range(0, d_hidden, 64 * num_wg):
+            rows = int(sorted_expert_ids[block]) * d_hidden + col0 + ring_col(torch.arange(64 * num_wg))
+            acc = sum(
+                decoded_slot(words[rows], scale_words[rows], i) @ acts[:, i * 128 : (i + 1) * 128].T
+                for i in range(d_inter // 128)
+            ).float()
+            for g in range(num_wg):
+                # [warp, q or q + 8, q, token] -> [token, warp, q, half]: columns 16 warp + 2q + half
+                pairs = acc[64 * g : 64 * (g + 1)].reshape(4, 2, 8, block_m).permute(3, 0, 2, 1)
+                y = (pairs * weight[:, None, None, None]).bfloat16().reshape(block_m, 64)
+                out[block * block_m : (block + 1) * block_m, col0 + 64 * g : col0 + 64 * (g + 1)] = y
+    return out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the model reads the interpreter's a2")
+@pytest.mark.parametrize("block_n", [128, 256])
+def test_a_torch_model_of_the_gluon_stage_2_tiling_gives_the_plain_products_and_the_decode_output(block_n):
+    data = generate_input(**SMOKE[0])
+    tiles = case_tiles(data)
+    out = run(data, tiles)
+    hidden, w2, w2s, topk_weights, ids = data[0], data[2], data[4], data[9], data[10]
+    n_tokens, d_hidden = hidden.shape
+    # the interpreter's a2 is the portable path's (no 2^FAST_EXP): scale it as the GPU's is
+    real, a2_real = routed_a2(data, tiles.block_m)
+    routing = routing_buffers(ids.numel(), w2.shape[0], tiles.block_m, hidden.device)
+    sorted_ids, sorted_expert_ids, num_valid_ids = routing
+    a2 = torch.zeros(int(num_valid_ids[0]), a2_real.shape[1])
+    a2[real] = a2_real.float()
+    got = model_products(data, stage2_variant(tiles, d_hidden, block_n, 3, 2, 4), a2.double() * 2.0**FAST)
+    # the plain down GEMM of each real sorted row: a2's columns back in natural order, w2 dequantized
+    tokens, slots = sorted_ids[real] & 0xFFFFFF, sorted_ids[real] >> 24
+    experts = sorted_expert_ids[real // tiles.block_m].long()
+    natural = a2[real][:, k_slot(torch.arange(a2.shape[1]))].double()
+    weights = dequantize(w2.reshape(-1, w2.shape[2]), w2s).reshape(*w2.shape[:2], -1).double()
+    plain = torch.einsum("rk,rnk->rn", natural, weights[experts]).float() * topk_weights[tokens, slots][:, None]
+    assert torch.equal(got[real].view(torch.int16), plain.bfloat16().view(torch.int16))
+    # the products summed per token are the decode path's output, up to the order of its bf16 adds
+    summed = torch.zeros(n_tokens, d_hidden, dtype=torch.float64).index_add_(0, tokens, got[real].double())
+    assert torch.allclose(out.double(), summed, rtol=2**-6, atol=1e-3 * float(summed.abs().max()))
+
+
+# ---------------------------------------------------------------------------------- compiled, sm_90
+
+
+@pytest.mark.cpu_only
+def test_the_table_tiles_compile_for_sm90_unserialized_without_spills_and_with_paired_atomics():
+    from problem.cases import BENCHMARKS
+
+    pairs = [(c, GLUON_TUNED[table_key(c)]) for c in BENCHMARKS if getattr(GLUON_TUNED.get(table_key(c)), "gluon2", 0)]
+    assert pairs, "no table tile runs the Gluon stage 2"
+    launches = compiled_launches(pairs, "moe_gluon_stage2_kernel")
+    assert len(launches) == sum(2 if t.tail_m else 1 for _, t in pairs)  # full blocks' launch and the tails'
+    widths = [t.block_n2 for _, t in pairs for _ in range(2 if t.tail_m else 1)]
+    for got, block_n in zip(launches, widths, strict=True):
+        # each MMA warpgroup's K step: two parts of four k16 wgmmas, waited for twice a step
+        assert got["mma"] == (block_n // 64) * 8 and got["waits"] * 4 <= got["mma"], got
+        assert got["cp_async_16"] and got["register_split"] and got["paired_atomics"], got
+        assert got["loop"] and got["spills"] == 0 and got["shared"] <= 232448, got
+
+
+# ------------------------------------------------------------------------------------- refusals
+
+
+def test_bad_gluon_stage_2_tiles_are_refused_in_one_line(monkeypatch):
+    data = generate_input(**small_case())
+    tiles = stage2_variant(case_tiles(data), data[0].shape[1], 128, 3, 2, 2)
+    if not ON_SM90:
+        with pytest.raises(ValueError, match=r"^tiles: gluon2 needs an NVIDIA sm_90 GPU"):
+            run(data, tiles)
+        monkeypatch.setattr(decode_launcher, "gluon_kernels", lambda device: True)
+    bad_tiles = (
+        (tiles._replace(gluon2=3), "gluon2 must be"),
+        (tiles._replace(block_n2=64), "block_n2 128 or 256"),
+        (tiles._replace(n_tiles2=3), "N (256) of 384"),
+    )
+    for bad, says in bad_tiles:
+        with pytest.raises(ValueError, match=r"^tiles: gluon2") as err:
+            run(data, bad)
+        assert says in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------- GPU
+
+
+@pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 2 runs on sm_90 GPUs")
+@pytest.mark.parametrize("block_n", [128, 256])
+@pytest.mark.parametrize(
+    "case",
+    [*SMOKE, *(small_case(**o) for o in ODD_SHAPES.values())],
+    ids=["smoke0", "smoke1", "smoke2", *ODD_SHAPES],
+)
+def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_references(case, block_n):
+    from bench.h200.fp8_check import poison
+
+    data = generate_input(**case)
+    before = [t.clone() for t in data[:-1]]
+    tiles = case_tiles(data)
+    want = run(data, tiles)
+    one_slot = data[10].shape[1] == 1  # one product per output element: no order of adds to differ
+    for stages, split, n_tiles in ((3, 2, 2), (2, 4, 1), (4, 1, 4)):
+        poison(data[0].shape)
+        out = run(data, stage2_variant(tiles, data[0].shape[1], block_n, stages, split, n_tiles))
+        assert_matches_reference(data, out)
+        if one_slot:
+            assert torch.equal(out.view(torch.int16), want.view(torch.int16))
+        else:
+            # the same products; the order of the bf16 adds into each element differs, and with it
+            # the rounding of partial sums up to the largest of them (about the output's largest)
+            assert torch.allclose(out.float(), want.float(), rtol=2**-5, atol=2**-5 * float(want.abs().max()))
+    for t, b in zip(data[:-1], before, strict=True):
+        assert torch.equal(t.view(torch.uint8), b.view(torch.uint8))
