@@ -33,6 +33,8 @@ for case, fields in pairs:
         # that dispatches the partitions, around them all, is thousands long)
         hot = [body for body in loops(lines) if len(body) <= 1000 and re.search(r"HGMMA|LDGSTS", str(body))]
         loop = [line for body in hot for line in body]
+        # the K loops themselves: hot loops that hold no other (stage 2's tile loop holds its K loop)
+        inner = [b for b in hot if not any(o is not b and set(o) < set(b) for o in hot)]
         out.append({
             "mma": len(re.findall(r"\\bHGMMA\\b", text)),
             "waits": len(re.findall(r"WARPGROUP\\.DEPBAR", text)),
@@ -40,6 +42,7 @@ for case, fields in pairs:
             "register_split": "USETMAXREG" in text,
             "loop": len(loop),
             "loop_spills": sum(bool(re.search(r"\\b(STL|LDL)\\b", line)) for line in loop),
+            "k_loop_spills": sum(bool(re.search(r"\\b(STL|LDL)\\b", line)) for body in inner for line in body),
             "spills": len(re.findall(r"\\b(STL|LDL)\\b", text)),
             "paired_atomics": bool(re.search(r"add\\.noftz\\.v2\\.bf16", kernel.asm["ptx"])),
             "shared": kernel.metadata.shared,

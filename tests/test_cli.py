@@ -211,7 +211,7 @@ def test_the_gpu_tools_refuse_a_machine_without_one_in_one_line():
         (
             "bench.h200.gluon_check",
             ["smoke"],
-            "python -m bench.h200.gluon_check: error: no sm_90 GPU here; gluon_check runs the Gluon stage 1",
+            "python -m bench.h200.gluon_check: error: no sm_90 GPU here; gluon_check runs the Gluon stages",
         ),
     ):
         proc = subprocess.run(

@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
-        return parser.fail("no sm_90 GPU here; gluon_check runs the Gluon stage 1 on an H100 / H200")
+        return parser.fail("no sm_90 GPU here; gluon_check runs the Gluon stages on an H100 / H200")
     from bench.h200.fp8_check import write_results
 
     started = time.perf_counter()
