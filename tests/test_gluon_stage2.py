@@ -190,6 +190,12 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
             "--stage2 256-4-2-3: N must be 128 or 256, S at least 2, P 1, 2 or 4, T divide 7168 / N",
         ),
         (["check", "--stage1-variants", "0"], "--stage1-variants 0 needs --stage2 variants"),
+        (["time", "--combine"], "--combine needs --stage2 variants"),
+        (["time", "--tail-m", "32"], "--tail-m 32: needs --block-m and a power of two from 16 to below it"),
+        (
+            ["time", "--block-m", "64", "--tail-m", "64"],
+            "--tail-m 64: needs --block-m and a power of two from 16 to below it",
+        ),
     ],
 )
 def test_gluon_check_refuses_a_stage_2_variant_it_cannot_run_in_one_line(argv, says, capsys):
@@ -197,3 +203,22 @@ def test_gluon_check_refuses_a_stage_2_variant_it_cannot_run_in_one_line(argv, s
 
     assert gluon_check.main(argv) == 2
     assert capsys.readouterr().err.strip() == f"python -m bench.h200.gluon_check: error: {says}"
+
+
+def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_variant_and_other_routing():
+    from argparse import Namespace
+
+    from bench.h200.gluon_check import base_tiles, variants
+    from problem.cases import BENCHMARKS
+
+    case = next(c for c in BENCHMARKS if (c["dexpert"], c["bs"]) == (512, 512))
+    decode, static = base_tiles(case)
+    given = dict(block_ns=[64], stages=[4], splits=[2], stage2=["256-4-2-4"], block_m=None, tail_m=0)
+    over_static = variants(Namespace(**given, stage1_variants=0, combine=False), decode, static)
+    assert list(over_static) == ["g2-256-4-2-4"] and over_static["g2-256-4-2-4"] == static  # the table's own
+    given.update(block_m=128, tail_m=32)
+    combined = variants(Namespace(**given, stage1_variants=1, combine=True), decode, static)
+    assert list(combined) == ["gluon-n64-s4-p2", "gluon-n64-s4-p2+g2-256-4-2-4"]
+    t = combined["gluon-n64-s4-p2+g2-256-4-2-4"]
+    fields = (t.block_m, t.tail_m, t.gluon1, t.block_n1, t.stages1, t.gluon2, t.block_n2, t.stages2, t.n_tiles2)
+    assert fields == (128, 32, 2, 64, 4, 2, 256, 4, 4)

@@ -4,7 +4,9 @@ The stage-1 variants are every combination of --block-ns (h columns per program)
 slots) and --splits (parts per K step), stage 2 the decode one; each --stage2 N-S-P-T adds a
 variant with stage 2 on the Gluon kernel (N output columns a tile, S ring slots, P parts per K
 step, T tiles a program) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one where
-GLUON_TUNED names the shape); --stage1-variants 0 leaves the stage-1 ones out. Every mode writes
+GLUON_TUNED names the shape), or with --combine after each stage-1 variant instead; --stage1-variants
+0 leaves the stage-1 ones out. --block-m M --tail-m T give every variant routing blocks of M rows
+and tail tiles of T (0: none), the decode and static tiles keeping the table's. Every mode writes
 MODE.json and MODE.md under --out ($OUT by default) and prints its table last.
 
   smoke  one small odd input (37 tokens, 9 experts, d_hidden 768, d_inter 256) and one official
@@ -70,15 +72,18 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
 
     from moe_triton.tiles_nvidia import gluon2_variant, gluon_variant
 
-    named = {}
-    if args.stage1_variants:
-        for n in args.block_ns:
-            for s in args.stages:
-                for p in args.splits:
-                    named[f"gluon-n{n}-s{s}-p{p}"] = gluon_variant(decode, n, s, p)
+    routing = {} if args.block_m is None else {"block_m": args.block_m, "tail_m": args.tail_m}
+    stage1 = {}
+    for n in args.block_ns:
+        for s in args.stages:
+            for p in args.splits:
+                stage1[f"gluon-n{n}-s{s}-p{p}"] = gluon_variant(decode, n, s, p)._replace(**routing)
+    named = dict(stage1) if args.stage1_variants else {}
+    bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static._replace(**routing)}
     for spec in args.stage2:
         n, stages, parts, n_tiles = stage2_fields(spec)
-        named[f"g2-{spec}"] = gluon2_variant(static, n, stages, parts, gcd(n_tiles, d_hidden // n))
+        for prefix, base in bases.items():
+            named[f"{prefix}g2-{spec}"] = gluon2_variant(base, n, stages, parts, gcd(n_tiles, d_hidden // n))
     return named
 
 
@@ -102,7 +107,8 @@ def compare(data, tiles, ref, named: dict) -> dict:
     for name, variant in named.items():
         poison(ref.shape)
         e = excess(run_tiles(data, variant), ref)
-        got = routed_a2(data, tiles.block_m)[1].view(torch.int16)
+        # the real rows' a2 in sorted order, the same for every routing block size
+        got = routed_a2(data, variant.block_m)[1].view(torch.int16)
         off = int((got != want).sum()) if got.shape == want.shape else got.numel()
         results[name] = {"excess": e, "a2_identical": off == 0, "a2_elements_off": off}
     return results
@@ -233,6 +239,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block-ns", type=int, nargs="*", default=[64], help="h columns per program (block_n1)")
     parser.add_argument("--stage1-variants", type=int, choices=[0, 1], default=1, help="0: no stage-1 variants")
     parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T", help="Gluon stage-2 variants")
+    parser.add_argument("--combine", action="store_true", help="stage-2 variants after each stage-1 variant")
+    parser.add_argument("--block-m", type=int, choices=[16, 32, 64, 128], help="every variant's routing blocks")
+    parser.add_argument("--tail-m", type=int, default=0, help="with --block-m: tail tiles of this many rows (0: none)")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reps < 1:
@@ -251,6 +260,11 @@ def main(argv: list[str] | None = None) -> int:
             return parser.fail(f"--stage2 {spec}: N must be 128 or 256, S at least 2, P 1, 2 or 4, T divide 7168 / N")
     if not args.stage1_variants and not args.stage2:
         return parser.fail("--stage1-variants 0 needs --stage2 variants")
+    if args.combine and not args.stage2:
+        return parser.fail("--combine needs --stage2 variants")
+    tail = args.tail_m
+    if tail and (args.block_m is None or not 16 <= tail < args.block_m or tail & (tail - 1)):
+        return parser.fail(f"--tail-m {args.tail_m}: needs --block-m and a power of two from 16 to below it")
     import torch
 
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
