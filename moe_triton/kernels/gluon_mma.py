@@ -6,6 +6,7 @@ and the activation rows ([ROWS, 128] bf16, _k_slot order), filled by a loader pa
 mbarriers; MMA warpgroup G takes ring rows [64 G, 64 G + 64).
 """
 
+import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
@@ -23,6 +24,15 @@ cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_glob
 
 WG_ROWS = gl.constexpr(64)  # weight rows per MMA warpgroup: wgmma's M
 LOADER_WARPS = gl.constexpr(4)
+# The loader's layout of a slot's weight words ([W_ROWS, 16] int32): 4 words a thread, one 16-byte
+# cp.async; it covers 128 rows (W_ROWS 256 repeats it).
+WORDS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0]))
+
+
+@triton.constexpr_function
+def scales_layout(w_rows):
+    """The loader's layout of a slot's scales ([W_ROWS] int32, one a row)."""
+    return gl.BlockedLayout([w_rows // 128], [32], [LOADER_WARPS], [0])
 
 
 @gluon.jit
@@ -83,6 +93,19 @@ def mma_step(
     # Waited for at once: a wgmma still in flight across the loop's back edge makes ptxas
     # serialize every k16 wgmma (C7515). The other warpgroups decode meanwhile.
     return warpgroup_mma_wait(0, deps=[acc])
+
+
+@gluon.jit
+def weight_sources(w_ptr, w_scale_ptr, w_rows, s_rows, k_dim, BLOCK_K: gl.constexpr):
+    """fill_slot's sources of a slot's weights at K step 0: (int32 pointer, 32-bit offsets) of
+    the words and of the scales of weight rows w_rows (in SliceLayout(1, WORDS_LAYOUT)) and s_rows
+    (the same rows in scales_layout) of a [rows, k_dim / 2]-byte tensor, k_dim a multiple of 128."""
+    # rows of words start 16 bytes apart (one cp.async per 4 words)
+    w_stride = gl.multiple_of(k_dim // 8, 16)
+    words = gl.arange(0, BLOCK_K // 8, layout=gl.SliceLayout(0, WORDS_LAYOUT))
+    w_offs = gl.expand_dims(w_rows * w_stride, 1) + gl.expand_dims(words, 0)
+    int32 = gl.pointer_type(gl.int32)
+    return (w_ptr.to(int32), w_offs), (w_scale_ptr.to(int32), s_rows * (k_dim // 128))
 
 
 @gluon.jit

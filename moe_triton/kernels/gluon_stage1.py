@@ -34,7 +34,15 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from moe_triton.kernels.decode import FAST_EXP, _k_slot, _mx_block_scales, _mx_values
-from moe_triton.kernels.gluon_mma import LOADER_WARPS, allocate_ring, fill_slot, mma_step
+from moe_triton.kernels.gluon_mma import (
+    LOADER_WARPS,
+    WORDS_LAYOUT,
+    allocate_ring,
+    fill_slot,
+    mma_step,
+    scales_layout,
+    weight_sources,
+)
 from moe_triton.kernels.routing import _after_previous_launch, _skip_block
 from moe_triton.kernels.silu import gated_h
 
@@ -64,10 +72,6 @@ def _loader(
         d_hidden,
     ) = inputs
     W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
-    w_ptr = w_ptr.to(gl.pointer_type(gl.int32))
-    w_scale_ptr = w_scale_ptr.to(gl.pointer_type(gl.int32))
-    # d_hidden is a multiple of 128: rows of words start 16 bytes apart (one cp.async per 4 words)
-    w_stride = gl.multiple_of(d_hidden // 8, 16)
     a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
     rows = block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
     tokens = gl.load(sorted_ids_ptr + rows) & 0xFFFFFF
@@ -75,16 +79,11 @@ def _loader(
     cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, a_layout))
     # 32-bit offsets (the launcher checks that they fit) hold half the registers of pointers
     a_offs = gl.expand_dims(tokens * d_hidden, 1) + gl.expand_dims(cols, 0)
-    # Ring row r holds weight row w_row0 + _ring_row(r) (the loader's layouts cover 128 rows:
-    # W_ROWS 256 repeats them).
-    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0])
-    w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout)), d_inter)
-    words = gl.arange(0, BLOCK_K // 8, layout=gl.SliceLayout(0, w_layout))
-    w_offs = gl.expand_dims((w_row0 + w_rows) * w_stride, 1) + gl.expand_dims(words, 0)
-    s_layout: gl.constexpr = gl.BlockedLayout([W_ROWS // 128], [32], [LOADER_WARPS], [0])
-    s_rows = _ring_row(gl.arange(0, W_ROWS, layout=s_layout), d_inter)
-    s_offs = (w_row0 + s_rows) * (d_hidden // 128)
-    sources = ((w_ptr, w_offs), (w_scale_ptr, s_offs), (a1_ptr, a_offs))
+    # ring row r holds weight row w_row0 + _ring_row(r)
+    w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)), d_inter)
+    s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
+    words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_hidden, BLOCK_K)
+    sources = (words, scales, (a1_ptr, a_offs))
     for i in range(d_hidden // BLOCK_K):
         fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
 

@@ -24,7 +24,16 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from moe_triton.kernels.gluon_mma import LOADER_WARPS, WG_ROWS, allocate_ring, fill_slot, mma_step
+from moe_triton.kernels.gluon_mma import (
+    LOADER_WARPS,
+    WG_ROWS,
+    WORDS_LAYOUT,
+    allocate_ring,
+    fill_slot,
+    mma_step,
+    scales_layout,
+    weight_sources,
+)
 from moe_triton.kernels.routing import _after_previous_launch, _skip_block
 
 
@@ -65,9 +74,7 @@ def _down_loader(
     """The loader partition; inputs: the kernel's loader_args."""
     w_ptr, w_scale_ptr, a2_ptr, ring, block, w_row0, d_inter = inputs
     W_ROWS: gl.constexpr = NUM_WG * WG_ROWS
-    w_ptr = w_ptr.to(gl.pointer_type(gl.int32))
-    w_scale_ptr = w_scale_ptr.to(gl.pointer_type(gl.int32))
-    # d_inter is a multiple of 128: rows of words start 16 bytes apart (one cp.async per 4 words)
+    # d_inter is a multiple of 128: rows of words start a multiple of 16 words apart
     w_stride = gl.multiple_of(d_inter // 8, 16)
     a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
     rows = block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
@@ -75,13 +82,10 @@ def _down_loader(
     # 32-bit offsets (the launcher checks that they fit) hold half the registers of pointers
     a_offs = gl.expand_dims(rows * d_inter, 1) + gl.expand_dims(cols, 0)
     # ring row r of tile t holds weight row w_row0 + t W_ROWS + _ring_col(r)
-    w_layout: gl.constexpr = gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0])
-    w_rows = _ring_col(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, w_layout)))
-    words = gl.arange(0, BLOCK_K // 8, layout=gl.SliceLayout(0, w_layout))
-    w_offs = gl.expand_dims((w_row0 + w_rows) * w_stride, 1) + gl.expand_dims(words, 0)
-    s_layout: gl.constexpr = gl.BlockedLayout([W_ROWS // 128], [32], [LOADER_WARPS], [0])
-    s_offs = (w_row0 + _ring_col(gl.arange(0, W_ROWS, layout=s_layout))) * (d_inter // 128)
-    sources = ((w_ptr, w_offs), (w_scale_ptr, s_offs), (a2_ptr, a_offs))
+    w_rows = _ring_col(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)))
+    s_rows = _ring_col(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)))
+    words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_inter, BLOCK_K)
+    sources = (words, scales, (a2_ptr, a_offs))
     k_steps = d_inter // BLOCK_K
     for i in range(N_TILES * k_steps):
         tile, k = i // k_steps, i % k_steps
