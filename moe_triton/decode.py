@@ -51,6 +51,8 @@ def check_gluon(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int,
                 f"tiles: {name} needs its K ({k_dim}) a multiple of 128 and its N ({n_dim}) of {span} "
                 f"(block_n{stage}" + (" times n_tiles2)" if stage == 2 else ")")
             )
+    if getattr(cfg, "fold1", 0) and not (cfg.gluon1 and cfg.tail_m):
+        raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
     if not (cfg.gluon1 or cfg.gluon2):
         return
     a2_rows = routing_capacity(n_tokens * topk, n_experts, cfg.block_m) * cfg.block_m
@@ -103,6 +105,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     STAGES=cfg.stages1,
                     SPLIT=cfg.gluon1,
                     NUM_WG=cfg.block_n1 // 32,
+                    FOLD=cfg.tail_m if cfg.fold1 else 0,
                     **silu_options(),
                     num_warps=4,  # group 0's MMA warpgroup; the kernel starts its other partitions
                     **pdl,

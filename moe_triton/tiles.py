@@ -18,6 +18,9 @@ or 128 (2 or 4 MMA warpgroups of 32 h columns each), block_k1 128 and warps1 8; 
 ring's slots and max_regs1 is unused. gluon2 > 0 does the same for stage 2 (kernels/gluon_stage2.py):
 block_n2 128 or 256 output columns per tile (2 or 4 MMA warpgroups of 64), block_k2 128, warps2 8,
 stages2 its ring's slots, n_tiles2 tiles per program as in the decode kernel; max_regs2 unused.
+fold1 = 1 (gluon1 with tail_m only) has the Gluon stage 1's program of an expert's last full block
+also compute the expert's tail block (its first tail_m rows) from the same decoded weights, instead
+of the tail launch decoding them again (docs/triton.md, "The fold").
 
 NativeTileConfig (native gfx950 path, kernels/native.py): the same tile fields without the
 NVIDIA-only ones, plus the AMD backend's options and the kernel variants.
@@ -48,6 +51,7 @@ class TileConfig(NamedTuple):
     max_regs2: int = 0
     gluon1: int = 0
     gluon2: int = 0
+    fold1: int = 0
 
 
 def default_block_m(n_tokens: int, n_experts: int, topk: int) -> int:

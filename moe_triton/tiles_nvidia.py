@@ -70,7 +70,11 @@ GLUON_TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
         gluon_variant(TUNED[(7168, 512, 33, 9, 512)], 128, stages=4, parts=2), 256, stages=4, parts=2, n_tiles=4
     ),
     (7168, 2048, 33, 9, 512): gluon2_variant(
-        gluon_variant(TUNED[(7168, 2048, 33, 9, 512)], 64, stages=4, parts=2), 128, stages=4, parts=2, n_tiles=8
+        gluon_variant(TUNED[(7168, 2048, 33, 9, 512)], 64, stages=4, parts=2)._replace(fold1=1),
+        128,
+        stages=4,
+        parts=2,
+        n_tiles=8,
     ),
 }
 

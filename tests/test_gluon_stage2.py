@@ -213,7 +213,7 @@ def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_varia
 
     case = next(c for c in BENCHMARKS if (c["dexpert"], c["bs"]) == (512, 512))
     decode, static = base_tiles(case)
-    given = dict(block_ns=[64], stages=[4], splits=[2], stage2=["256-4-2-4"], block_m=None, tail_m=0)
+    given = dict(block_ns=[64], stages=[4], splits=[2], stage2=["256-4-2-4"], block_m=None, tail_m=0, fold=False)
     over_static = variants(Namespace(**given, stage1_variants=0, combine=False), decode, static)
     assert list(over_static) == ["g2-256-4-2-4"] and over_static["g2-256-4-2-4"] == static  # the table's own
     given.update(block_m=128, tail_m=32)
@@ -222,3 +222,21 @@ def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_varia
     t = combined["gluon-n64-s4-p2+g2-256-4-2-4"]
     fields = (t.block_m, t.tail_m, t.gluon1, t.block_n1, t.stages1, t.gluon2, t.block_n2, t.stages2, t.n_tiles2)
     assert fields == (128, 32, 2, 64, 4, 2, 256, 4, 4)
+
+
+def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
+    from argparse import Namespace
+
+    from bench.h200.gluon_check import base_tiles, variants
+    from problem.cases import BENCHMARKS
+
+    given = dict(block_ns=[64], stages=[4], splits=[2], stage2=[], block_m=None, tail_m=0, fold=True)
+    args = Namespace(**given, stage1_variants=1, combine=False)
+    i2048 = next(c for c in BENCHMARKS if c["dexpert"] == 2048)
+    decode = base_tiles(i2048)[0]
+    assert decode.tail_m  # the table's own tails are kept
+    folded = variants(args, decode, decode)["gluon-n64-s4-p2-fold"]
+    assert (folded.fold1, folded.block_m, folded.tail_m) == (1, decode.block_m, decode.tail_m)
+    untailed = decode._replace(block_m=16, tail_m=0)
+    folded = variants(args, untailed, untailed)["gluon-n64-s4-p2-fold"]
+    assert (folded.fold1, folded.block_m, folded.tail_m) == (1, 32, 16)

@@ -5,9 +5,11 @@ slots) and --splits (parts per K step), stage 2 the decode one; each --stage2 N-
 variant with stage 2 on the Gluon kernel (N output columns a tile, S ring slots, P parts per K
 step, T tiles a program) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one where
 GLUON_TUNED names the shape), or with --combine after each stage-1 variant instead; --stage1-variants
-0 leaves the stage-1 ones out. --block-m M --tail-m T give every variant routing blocks of M rows
-and tail tiles of T (0: none), the decode and static tiles keeping the table's. Every mode writes
-MODE.json and MODE.md under --out ($OUT by default) and prints its table last.
+0 leaves the stage-1 ones out, --fold has them fold each expert's tail block into its last full
+block's program (fold1; 32-row blocks with 16-row tails where the tile has no tails). --block-m M
+--tail-m T give every variant routing blocks of M rows and tail tiles of T (0: none), the decode
+and static tiles keeping the table's. Every mode writes MODE.json and MODE.md under --out ($OUT by
+default) and prints its table last.
 
   smoke  one small odd input (37 tokens, 9 experts, d_hidden 768, d_inter 256) and one official
          shape's first input: a2 of each variant bit for bit against the decode stage 1's on
@@ -73,11 +75,16 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     from moe_triton.tiles_nvidia import gluon2_variant, gluon_variant
 
     routing = {} if args.block_m is None else {"block_m": args.block_m, "tail_m": args.tail_m}
+    fold = {}
+    if args.fold:
+        # a fold needs tail tiles: 32-row blocks with 16-row tails where the tile has none (odd shapes)
+        fold = {"fold1": 1} if routing.get("tail_m", decode.tail_m) else {"fold1": 1, "block_m": 32, "tail_m": 16}
     stage1 = {}
     for n in args.block_ns:
         for s in args.stages:
             for p in args.splits:
-                stage1[f"gluon-n{n}-s{s}-p{p}"] = gluon_variant(decode, n, s, p)._replace(**routing)
+                name = f"gluon-n{n}-s{s}-p{p}{'-fold' if args.fold else ''}"
+                stage1[name] = gluon_variant(decode, n, s, p)._replace(**{**routing, **fold})
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static._replace(**routing)}
     for spec in args.stage2:
@@ -240,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage1-variants", type=int, choices=[0, 1], default=1, help="0: no stage-1 variants")
     parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T", help="Gluon stage-2 variants")
     parser.add_argument("--combine", action="store_true", help="stage-2 variants after each stage-1 variant")
+    parser.add_argument("--fold", action="store_true", help="stage-1 variants fold tails (fold1; needs tail tiles)")
     parser.add_argument("--block-m", type=int, choices=[16, 32, 64, 128], help="every variant's routing blocks")
     parser.add_argument("--tail-m", type=int, default=0, help="with --block-m: tail tiles of this many rows (0: none)")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))

@@ -133,12 +133,13 @@ def allocate_ring(
 
 
 @gluon.jit
-def fill_slot(i, ring, sources, steps, a_mask, STAGES: gl.constexpr):
+def fill_slot(i, ring, sources, steps, a_mask, STAGES: gl.constexpr, extra=None, EXTRA: gl.constexpr = False):
     """The loader's K step i: wait until the MMA warpgroups are done with its slot, copy the
     weight words, scales and activation rows into it, and have the slot's ready barrier complete
     when they land. ring: allocate_ring's; sources: (base pointer, 32-bit offset tensor in the
     loader's layout) of each; steps: this step's scalar offset of each, added after the wait (an
-    offset or pointer tensor of the step held across it spills the loader's registers)."""
+    offset or pointer tensor of the step held across it spills the loader's registers). EXTRA:
+    one more activation ring filled in the same slot, extra = (ring, pointer, offsets, step, mask)."""
     w_ring, s_ring, a_ring, ready, empty = ring
     # one level of unpacking at a time: triton 3.6's JIT cannot hash nested tuple targets
     w_source, s_source, a_source = sources
@@ -152,4 +153,7 @@ def fill_slot(i, ring, sources, steps, a_mask, STAGES: gl.constexpr):
     cp_async(w_ring.index(slot), w_ptr + (w_offs + w_step))
     cp_async(s_ring.index(slot), s_ptr + (s_offs + s_step))
     cp_async(a_ring.index(slot), a_ptr + (a_offs + a_step), mask=a_mask)
+    if EXTRA:
+        x_ring, x_ptr, x_offs, x_step, x_mask = extra
+        cp_async(x_ring.index(slot), x_ptr + (x_offs + x_step), mask=x_mask)
     async_copy.mbarrier_arrive(ready.index(slot), increment_count=False)

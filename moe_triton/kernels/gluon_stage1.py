@@ -31,13 +31,20 @@ CPU, and runs it against the decode path's a2 and the reference on an sm_90 GPU 
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
 
 from moe_triton.kernels.decode import FAST_EXP, _k_slot, _mx_block_scales, _mx_values
 from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
+    WG_ROWS,
     WORDS_LAYOUT,
     allocate_ring,
+    decoded_weights,
     fill_slot,
     mma_step,
     scales_layout,
@@ -57,6 +64,7 @@ def _loader(
     BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr,
     NUM_WG: gl.constexpr,
+    FOLD: gl.constexpr,
 ):
     """The loader partition; inputs: the kernel's loader_args."""
     (
@@ -70,7 +78,9 @@ def _loader(
         d_inter,
         n_tokens,
         d_hidden,
+        folded,
     ) = inputs
+    fold, t_ring = folded
     W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
     a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
     rows = block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
@@ -84,8 +94,20 @@ def _loader(
     s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
     words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_hidden, BLOCK_K)
     sources = (words, scales, (a1_ptr, a_offs))
-    for i in range(d_hidden // BLOCK_K):
-        fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
+    if FOLD:
+        # the next block's first FOLD rows (its real ones, when this program folds it)
+        t_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
+        t_rows = (block + 1) * BLOCK_M + gl.arange(0, FOLD, layout=gl.SliceLayout(1, t_layout))
+        t_tokens = gl.load(sorted_ids_ptr + t_rows, mask=fold, other=n_tokens) & 0xFFFFFF
+        t_valid = gl.expand_dims((t_tokens < n_tokens) & fold, 1)
+        t_cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, t_layout))
+        t_offs = gl.expand_dims(t_tokens * d_hidden, 1) + gl.expand_dims(t_cols, 0)
+        for i in range(d_hidden // BLOCK_K):
+            extra = (t_ring, a1_ptr, t_offs, i * BLOCK_K, t_valid)
+            fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES, extra, True)
+    else:
+        for i in range(d_hidden // BLOCK_K):
+            fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
 
 
 @gluon.jit
@@ -107,18 +129,78 @@ def _mma_and_epilogue(
     CK: gl.constexpr,
     G: gl.constexpr,
     SPLIT: gl.constexpr,
+    FOLD: gl.constexpr,
 ):
-    """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers. shared: what
-    every MMA warpgroup takes (the kernel's mma_args)."""
-    a2_ptr, ring, block, col0, d_inter, d_hidden = shared
+    """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers (and the
+    folded block's, FOLD > 0). shared: what every MMA warpgroup takes (the kernel's mma_args)."""
+    a2_ptr, ring, block, col0, d_inter, d_hidden, folded = shared
     w_ring, s_ring, a_ring, ready, empty = ring
+    fold, t_ring = folded
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
     )
     acc = gl.zeros([2 * GROUP, ROWS], gl.float32, acc_layout)
-    for i in range(d_hidden // BLOCK_K):
-        acc = mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
-        mbarrier.arrive(empty.index(i % STAGES), count=1)
+    if FOLD:
+        t_layout: gl.constexpr = gl.NVMMADistributedLayout(
+            version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, FOLD, 16]
+        )
+        acc_t = gl.zeros([2 * GROUP, FOLD], gl.float32, t_layout)
+        for i in range(d_hidden // BLOCK_K):
+            acc, acc_t = _folded_step(acc, acc_t, i, ring, t_ring, acc_layout, t_layout, G, BLOCK_K, STAGES, SPLIT)
+            mbarrier.arrive(empty.index(i % STAGES), count=1)
+        _store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
+    else:
+        for i in range(d_hidden // BLOCK_K):
+            acc = mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
+            mbarrier.arrive(empty.index(i % STAGES), count=1)
+    _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
+
+
+@gluon.jit
+def _folded_step(
+    acc,
+    acc_t,
+    i,
+    ring,
+    t_ring,
+    acc_layout: gl.constexpr,
+    t_layout: gl.constexpr,
+    G: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    SPLIT: gl.constexpr,
+):
+    """gluon_mma.mma_step with the folded block's rows (t_ring) as a second wgmma on the same
+    decoded weights."""
+    w_ring, s_ring, a_ring, ready, empty = ring
+    slot = i % STAGES
+    mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
+    fence_async_shared()
+    w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
+    K_PART: gl.constexpr = BLOCK_K // SPLIT
+    for part in gl.static_range(SPLIT):
+        w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
+        a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
+        t_part = t_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
+        acc = warpgroup_mma(w, a_part, acc, is_async=True)
+        w_t = gl.convert_layout(
+            w, gl.DotOperandLayout(operand_index=0, parent=t_layout, k_width=2), assert_trivial=True
+        )
+        acc_t = warpgroup_mma(w_t, t_part, acc_t, is_async=True)
+        if part > 0:
+            acc, acc_t, w, w_t = warpgroup_mma_wait(2, deps=[acc, acc_t, w, w_t])
+    acc, acc_t = warpgroup_mma_wait(0, deps=[acc, acc_t])
+    return acc, acc_t
+
+
+@gluon.jit
+def _store_a2(
+    acc, a2_ptr, row0, col0, d_inter, G: gl.constexpr, ROWS: gl.constexpr, CK: gl.constexpr, store, MASKED: gl.constexpr
+):
+    """The epilogue of one accumulator of ROWS sorted rows from row0: a2 of group G's columns;
+    with MASKED, written only where store holds (a folded block's, when this program folds it)."""
     # [warp, gate or up, row in 8, token] -> gate and up [warp, row, token] of columns 8 warp + row
     # (_ring_row), in the registers that hold them
     gate, up = gl.split(gl.permute(gl.reshape(acc, [4, 2, 8, ROWS]), [0, 2, 3, 1]))
@@ -136,8 +218,26 @@ def _mma_and_epilogue(
     row = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))
     token = gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))
     cols = _k_slot(col0 + G * GROUP + gl.expand_dims(warp, 1) * 8 + gl.expand_dims(row, 0))
-    rows = (block * BLOCK_M + token).to(gl.int64) * d_inter
-    gl.store(a2_ptr + gl.expand_dims(cols, 2) + gl.expand_dims(gl.expand_dims(rows, 0), 1), a2)
+    rows = (row0 + token).to(gl.int64) * d_inter
+    offs = gl.expand_dims(cols, 2) + gl.expand_dims(gl.expand_dims(rows, 0), 1)
+    if MASKED:
+        gl.store(a2_ptr + offs, a2, mask=(offs >= 0) & store)
+    else:
+        gl.store(a2_ptr + offs, a2)
+
+
+@gluon.jit
+def _folding(
+    block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: gl.constexpr, FOLD: gl.constexpr
+):
+    """Whether block + 1 is a tail (at most FOLD real rows) of block's expert: the block that a
+    full block's program folds. An expert's blocks are consecutive and only its last is partly
+    filled, so a tail whose block before has its expert is always folded."""
+    start = (block + 1) * BLOCK_M
+    inside = start < gl.load(num_valid_ids_ptr)
+    same = gl.load(sorted_expert_ids_ptr + block + 1, mask=inside, other=-2) == gl.load(sorted_expert_ids_ptr + block)
+    tail = (gl.load(sorted_ids_ptr + start + FOLD, mask=inside, other=0) & 0xFFFFFF) >= n_tokens
+    return inside & same & tail
 
 
 @gluon.jit
@@ -161,30 +261,52 @@ def moe_gluon_stage1_kernel(
     PDL: gl.constexpr,
     SPLIT: gl.constexpr,
     NUM_WG: gl.constexpr,
+    FOLD: gl.constexpr,
 ):
     """a1 (bf16, _k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (read as int32:
     [E * 2 * d_inter, d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2 (decode.py's
     moe_stage1_kernel's), 32 NUM_WG columns of h per program. d_hidden is a multiple of BLOCK_K
-    (128), d_inter of 32 NUM_WG. Launched with num_warps 4 (MMA warpgroup 0)."""
+    (128), d_inter of 32 NUM_WG. Launched with num_warps 4 (MMA warpgroup 0). FOLD (TAIL_M or 0):
+    a full block's program also computes the next block when that is its expert's tail, and the
+    tail launch skips the blocks so folded (_folding)."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
     _after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
     block = gl.program_id(0)
-    if not _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+    skip = _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M)
+    expert = gl.load(sorted_expert_ids_ptr + block)
+    # the main launch folds the next block (MAIN_FOLD); the tail launch skips the folded ones
+    MAIN_FOLD: gl.constexpr = FOLD if ROWS == BLOCK_M else 0
+    fold = block < 0  # a runtime false: the partitions take it as a value either way
+    if MAIN_FOLD:
+        fold = _folding(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
+    elif FOLD:
+        skip = skip | (gl.load(sorted_expert_ids_ptr + block - 1, mask=block > 0, other=-1) == expert)
+    if not skip:
         W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
         col0 = gl.program_id(1) * NUM_WG * GROUP
-        w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
+        w_row0 = expert * 2 * d_inter + col0
         ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
+        if MAIN_FOLD:
+            t_ring = gl.allocate_shared_memory(
+                gl.bfloat16,
+                [STAGES, MAIN_FOLD, BLOCK_K],
+                gl.NVMMASharedLayout.get_default_for([MAIN_FOLD, BLOCK_K], gl.bfloat16),
+            )
+        else:
+            t_ring = ring[2]
+        folded = (fold, t_ring)
         # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
-        mma_args = (a2_ptr, ring, block, col0, d_inter, d_hidden)
+        mma_args = (a2_ptr, ring, block, col0, d_inter, d_hidden, folded)
         loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, ring, block, w_row0, d_inter, n_tokens, d_hidden)
+        loader_args += (folded,)
         if NUM_WG == 2:
             gl.warp_specialize(
                 [
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT)),
-                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
+                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                 ],
                 [4, LOADER_WARPS.value],
                 [224, 56],
@@ -192,11 +314,11 @@ def moe_gluon_stage1_kernel(
         else:
             gl.warp_specialize(
                 [
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT)),
-                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD)),
+                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                 ],
                 [4, 4, 4, LOADER_WARPS.value],
                 [104, 104, 104, 56],
