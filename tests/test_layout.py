@@ -5,7 +5,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SKIP = {".venv", ".git", "dist", "build", "job_task"}
+# not the package's: environments, build output, the task's carried files, the peers' unpacked code
+SKIP = {".venv", ".git", "dist", "build", "job_task", ".peers"}
 
 
 def _modules() -> dict[str, Path]:
