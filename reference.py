@@ -138,10 +138,15 @@ def silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 
 @torch.no_grad()
-def slot_outputs(data: "input_t", h_of=silu_and_mul):
+def slot_outputs(data: "input_t", h_of=silu_and_mul, quantize=None, round_gemm=None):
     """SPEC 1 a4w4 in torch from the raw weights, one pass per expert that is hit: yields (slots,
     y * w) per expert, the fp32 contributions of its slots (flat indices into topk_ids) to their
-    tokens' output rows. h_of(gate, up) computes h (bench/numerics/budget.py varies it)."""
+    tokens' output rows. h_of(gate, up) computes h (bench/numerics/budget.py varies it);
+    quantize(rows) -> fp32 each GEMM's activations (None: SPEC 3.3's MXFP4, quant_dequant_activation)
+    and round_gemm(fp32) -> fp32 each GEMM's output as stored (None: kept in fp32), which the peers'
+    torch models vary (bench/h200/peers/)."""
+    quantize = quantize or quant_dequant_activation
+    round_gemm = round_gemm or (lambda t: t)
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
     require_unpadded(config)
     n_tokens, d_hidden = hidden.shape
@@ -151,25 +156,25 @@ def slot_outputs(data: "input_t", h_of=silu_and_mul):
     w1_scale = w1_scale.reshape(n_experts, two_inter, d_hidden // MX_BLOCK)
     w2_scale = w2_scale.reshape(n_experts, d_hidden, inter // MX_BLOCK)
 
-    a1 = quant_dequant_activation(hidden)
+    a1 = quantize(hidden)
     slot_ids = topk_ids.reshape(-1)
     slot_weights = topk_weights.reshape(-1)
     with _exact_fp32_matmul():
         for e in torch.unique(slot_ids).tolist():
             slots = torch.nonzero(slot_ids == e).squeeze(1)
-            gate_up = a1[slots // topk] @ dequantize(w1[e], w1_scale[e]).T
+            gate_up = round_gemm(a1[slots // topk] @ dequantize(w1[e], w1_scale[e]).T)
             h = h_of(gate_up[:, :inter], gate_up[:, inter:])
-            y = quant_dequant_activation(h) @ dequantize(w2[e], w2_scale[e]).T
+            y = round_gemm(quantize(h) @ dequantize(w2[e], w2_scale[e]).T)
             yield slots, y * slot_weights[slots, None]
 
 
 @torch.no_grad()
-def ref_kernel(data: "input_t", h_of=silu_and_mul) -> "output_t":
-    """SPEC 1 a4w4: the slots' contributions (slot_outputs, h from h_of) added per token in fp32,
-    rounded once."""
+def ref_kernel(data: "input_t", h_of=silu_and_mul, quantize=None, round_gemm=None) -> "output_t":
+    """SPEC 1 a4w4: the slots' contributions (slot_outputs, h from h_of; quantize and round_gemm
+    as there) added per token in fp32, rounded once."""
     hidden, *_, topk_ids, _config = data
     out = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
-    for slots, y in slot_outputs(data, h_of):
+    for slots, y in slot_outputs(data, h_of, quantize, round_gemm):
         out.index_add_(0, slots // topk_ids.shape[1], y)
     return out.to(torch.bfloat16)
 

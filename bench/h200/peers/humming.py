@@ -57,7 +57,7 @@ from pathlib import Path
 import torch
 
 from bench.h200.peers.glue import swiglu, topk_sum
-from bench.h200.peers.inputs import as_uint8, check_input, expert_bytes
+from bench.h200.peers.inputs import as_uint8, check_input, expert_bytes, routed_slots
 
 PEERS_DIR = Path(__file__).resolve().parents[3] / ".peers"
 HUMMING_VERSION = "0.1.20"
@@ -111,20 +111,13 @@ def build_indexed_routing(
     order, each expert's group padded with the id M k to a multiple of block_m; expert_ids int32
     [P / block_m], the expert of each block; num_tokens_padded int32 [1] = P. Experts without a slot
     get no block. Host syncs (P and the blocks per expert): for prepare only."""
-    if topk_ids.dim() != 2 or topk_ids.numel() == 0:
-        raise ValueError(f"topk_ids: expected a non-empty [M, k], got {tuple(topk_ids.shape)}")
-    if topk_ids.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"topk_ids: expected int32 or int64, got {topk_ids.dtype}")
     if block_m <= 0 or block_m % 4:
         raise ValueError(
             f"block_m: expected a positive multiple of 4 (sorted_ids is read in int4 words), got {block_m}"
         )
     device = topk_ids.device
-    slots = topk_ids.reshape(-1).to(torch.int64)
+    slots = routed_slots(topk_ids, n_experts)
     n_slots = slots.numel()
-    lo, hi = int(slots.min()), int(slots.max())
-    if lo < 0 or hi >= n_experts:
-        raise ValueError(f"topk_ids: values in [{lo}, {hi}], outside the {n_experts} experts")
     counts = torch.bincount(slots, minlength=n_experts)
     blocks = (counts + block_m - 1) // block_m
     padded = blocks * block_m
@@ -196,36 +189,19 @@ def fp8_rows(group: int):
     return quantize
 
 
-@torch.no_grad()
-def layer_reference(data, quantize=None) -> torch.Tensor:
-    """What an entry computes, in torch from the decoded weights (mxfp4.codec.dequantize; the
-    repository root on sys.path): gate_up per slot in fp32 rounded to bf16 (humming's c_dtype),
-    h = bf16(silu(gate) * up), the down GEMM per slot rounded to bf16, the slots' weighted sum in
-    fp32 rounded once; quantize(rows) -> fp32 models the activation quantization of both GEMMs'
-    inputs (None: bf16 activations, humming-w4a16). reference.ref_kernel differs from it by its two
-    MXFP4 activation roundings."""
-    from mxfp4.codec import dequantize
+def _bf16(t: torch.Tensor) -> torch.Tensor:
+    """A GEMM's fp32 output as humming stores it (c_dtype bf16), kept in fp32."""
+    return t.to(torch.bfloat16).float()
 
-    quantize = quantize or (lambda x: x.float())
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
-    n_experts, two_inter, _ = w1.shape
-    inter, d_hidden, topk = two_inter // 2, hidden.shape[1], topk_ids.shape[1]
-    w1_scale = w1_scale.reshape(n_experts, two_inter, -1)
-    w2_scale = w2_scale.reshape(n_experts, d_hidden, -1)
-    slot_ids = topk_ids.reshape(-1)
-    x = quantize(hidden)
-    y = torch.zeros((slot_ids.numel(), d_hidden), dtype=torch.bfloat16, device=hidden.device)
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        for e in torch.unique(slot_ids).tolist():
-            slots = torch.nonzero(slot_ids == e).squeeze(1)
-            gate_up = (x[slots // topk] @ dequantize(w1[e], w1_scale[e]).T).to(torch.bfloat16)
-            h = quantize(swiglu(gate_up, inter))
-            y[slots] = (h @ dequantize(w2[e], w2_scale[e]).T).to(torch.bfloat16)
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
-    return topk_sum(y, topk_weights)
+
+def layer_reference(data, quantize=None) -> torch.Tensor:
+    """What an entry computes, in torch: reference.ref_kernel (the repository root on sys.path) with
+    each GEMM's output rounded to bf16 (humming's c_dtype; the silu then on those values, as
+    glue.swiglu computes it) and quantize(rows) -> fp32 for both GEMMs' activations (None: bf16
+    activations, humming-w4a16) in place of its two MXFP4 roundings."""
+    from reference import ref_kernel
+
+    return ref_kernel(data, quantize=quantize or torch.Tensor.float, round_gemm=_bf16)
 
 
 def w4a16_reference(data) -> torch.Tensor:

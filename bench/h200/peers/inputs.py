@@ -55,3 +55,17 @@ def check_input(data) -> None:
             f"topk_ids {tuple(topk_ids.shape)} / topk_weights {tuple(topk_weights.shape)}: expected [M, k], "
             f"M = {hidden.shape[0]}"
         )
+
+
+def routed_slots(topk_ids: torch.Tensor, n_experts: int) -> torch.Tensor:
+    """The expert of each slot (slot t k + j of a non-empty int32 / int64 topk_ids [M, k]) as int64
+    [M k], every value checked to name one of n_experts. Syncs the host (the range): prepare only."""
+    if topk_ids.dim() != 2 or topk_ids.numel() == 0:
+        raise ValueError(f"topk_ids: expected a non-empty [M, k], got {tuple(topk_ids.shape)}")
+    if topk_ids.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"topk_ids: expected int32 or int64, got {topk_ids.dtype}")
+    slots = topk_ids.reshape(-1).to(torch.int64)
+    lo, hi = int(slots.min()), int(slots.max())
+    if lo < 0 or hi >= n_experts:
+        raise ValueError(f"topk_ids: values in [{lo}, {hi}], outside the {n_experts} experts")
+    return slots

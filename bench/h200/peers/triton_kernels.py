@@ -38,10 +38,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from bench.h200.peers.glue import swiglu
-from bench.h200.peers.inputs import check_input, expert_bytes
+from bench.h200.peers.inputs import check_input, expert_bytes, routed_slots
 
 PEERS_DIR = Path(__file__).resolve().parents[3] / ".peers"
 
@@ -124,16 +123,9 @@ def build_routing(topk_ids: torch.Tensor, topk_weights: torch.Tensor, n_experts:
         raise ValueError(
             f"topk_ids {tuple(topk_ids.shape)} and topk_weights {tuple(topk_weights.shape)}: expected the same [M, k]"
         )
-    if topk_ids.dtype not in (torch.int32, torch.int64):
-        raise ValueError(f"topk_ids: expected int32 or int64, got {topk_ids.dtype}")
+    slots = routed_slots(topk_ids, n_experts)  # prepare is untimed: its syncs cost nothing measured
     n_tokens, topk = topk_ids.shape
-    n_slots = n_tokens * topk
-    if n_slots == 0:
-        raise ValueError("topk_ids is empty")
-    slots = topk_ids.reshape(-1).to(torch.int64)
-    lo, hi = int(slots.min()), int(slots.max())  # prepare is untimed: the syncs cost nothing measured
-    if lo < 0 or hi >= n_experts:
-        raise ValueError(f"topk_ids: values in [{lo}, {hi}], outside the {n_experts} experts")
+    n_slots = slots.numel()
     slot_of_row = torch.argsort(slots, stable=True).to(torch.int32)
     row_of_slot = torch.empty_like(slot_of_row)
     row_of_slot[slot_of_row.long()] = torch.arange(n_slots, dtype=torch.int32, device=slots.device)
@@ -224,33 +216,14 @@ def run(state: State) -> torch.Tensor:
     return forward(state, _tk().matmul_ogs.matmul_ogs)
 
 
-@torch.no_grad()
 def w4a16_reference(data) -> torch.Tensor:
-    """What run computes, in torch fp32 from the package's decode (mxfp4.codec.dequantize; the
-    repository root on sys.path): reference.ref_kernel without its two activation quantizations.
-    ref_kernel's a4w4 output differs from it well beyond the leaderboard's tolerance (docs/spec.md,
-    the W4A16 rows of aiter's cktile stages), so a peer's check belongs against this."""
-    from mxfp4.codec import dequantize
+    """What run computes, in torch: reference.ref_kernel (the repository root on sys.path) without
+    its two activation quantizations. ref_kernel's a4w4 output differs from it well beyond the
+    leaderboard's tolerance (docs/spec.md, the W4A16 rows of aiter's cktile stages), so a peer's
+    check belongs against this."""
+    from reference import ref_kernel
 
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
-    n_experts, two_inter, _ = w1.shape
-    inter, d_hidden, topk = two_inter // 2, hidden.shape[1], topk_ids.shape[1]
-    w1_scale = w1_scale.reshape(n_experts, two_inter, -1)
-    w2_scale = w2_scale.reshape(n_experts, d_hidden, -1)
-    slot_ids, slot_weights = topk_ids.reshape(-1), topk_weights.reshape(-1).float()
-    out = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
-    saved = torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = False
-    try:
-        for e in torch.unique(slot_ids).tolist():
-            slots = torch.nonzero(slot_ids == e).squeeze(1)
-            gate_up = hidden[slots // topk].float() @ dequantize(w1[e], w1_scale[e]).T
-            h = (F.silu(gate_up[:, :inter]) * gate_up[:, inter:]).to(torch.bfloat16)
-            y = h.float() @ dequantize(w2[e], w2_scale[e]).T
-            out.index_add_(0, slots // topk, y * slot_weights[slots, None])
-    finally:
-        torch.backends.cuda.matmul.allow_tf32 = saved
-    return out.to(torch.bfloat16)
+    return ref_kernel(data, quantize=torch.Tensor.float)
 
 
 def prepare(data) -> State:
