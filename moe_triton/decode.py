@@ -45,6 +45,12 @@ def check_gluon(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int,
                 f"tiles: {name} needs block_n{stage} {2 * group} or {4 * group}, block_k{stage} 128 and "
                 f"warps{stage} 8, not {block_n}, {block_k}, {warps}"
             )
+        regs = cfg.max_regs1 if stage == 1 else cfg.max_regs2
+        most = gluon_launch_registers(block_n // group)
+        if regs and not (56 <= regs <= most and regs % 8 == 0):
+            raise ValueError(
+                f"tiles: max_regs{stage} with {name} must be 0 or a multiple of 8 from 56 to {most}, not {regs}"
+            )
         span = block_n * (cfg.n_tiles2 if stage == 2 else 1)
         if k_dim % 128 or n_dim % span:
             raise ValueError(
@@ -60,6 +66,26 @@ def check_gluon(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int,
         raise ValueError("tiles: gluon stages address with 32-bit offsets; this shape is too large for them")
     if cfg.block_m < 16:
         raise ValueError(f"tiles: gluon stages need block_m at least 16, not {cfg.block_m}")
+
+
+def gluon_launch_registers(num_wg: int) -> int:
+    """The most registers a thread of a Gluon program of num_wg MMA warpgroups and the loader's can
+    have at launch: one program an SM (65536 registers), in multiples of 8 (168 or 96)."""
+    return 65536 // (128 * (num_wg + 1)) // 8 * 8
+
+
+def gluon_registers(max_regs: int, num_wg: int) -> dict:
+    """A Gluon stage's register split (max_regs1 or max_regs2 of its tiles, num_wg MMA warpgroups):
+    with 0 the whole register file for one program an SM (the compiler's 168 a thread at two
+    warpgroups; MMA warpgroups 224 or 104, the loader 56); with R, R a thread at launch (ptxas
+    .maxnreg), so that 65536 / (R x 32 x the program's warps) programs share an SM, split by
+    setmaxnreg between the loader (56, or 40 below R 72) and equal MMA warpgroups, the default
+    partition (MMA warpgroup 0) taking what is left."""
+    if not max_regs:
+        return {"MMA_REGS": 224 if num_wg == 2 else 104, "LOADER_REGS": 56}
+    loader = 56 if max_regs >= 72 else 40
+    mma = ((num_wg + 1) * max_regs - loader) // num_wg // 8 * 8
+    return {"maxnreg": max_regs, "MMA_REGS": mma, "LOADER_REGS": loader}
 
 
 def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "_DecodePlan":
@@ -109,6 +135,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     **silu_options(),
                     num_warps=4,  # group 0's MMA warpgroup; the kernel starts its other partitions
                     **pdl,
+                    **gluon_registers(cfg.max_regs1, cfg.block_n1 // 32),
                 )
             else:
                 _launch(
@@ -147,6 +174,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     N_TILES=cfg.n_tiles2,
                     num_warps=4,  # MMA warpgroup 0; the kernel starts its other partitions
                     **pdl,
+                    **gluon_registers(cfg.max_regs2, cfg.block_n2 // 64),
                 )
             else:
                 _launch(

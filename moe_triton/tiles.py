@@ -15,9 +15,12 @@ filled block) on tiles of tail_m rows, so that the MMA skips their padding. gluo
 1 on the warp-specialized Gluon kernel (kernels/gluon_stage1.py, NVIDIA sm_90 only), each K step
 decoded and issued to the tensor cores in gluon1 parts along k (1, 2 or 4); block_n1 must be 64
 or 128 (2 or 4 MMA warpgroups of 32 h columns each), block_k1 128 and warps1 8; stages1 is its
-ring's slots and max_regs1 is unused. gluon2 > 0 does the same for stage 2 (kernels/gluon_stage2.py):
+ring's slots and max_regs1 its registers a thread at launch, which the loader and MMA warpgroups share
+(decode.gluon_registers): 0 for one program an SM, else a multiple of 8 from 56 (80 for two programs
+an SM) to 168 with two MMA warpgroups, 96 with four. gluon2 > 0 does the same for stage 2 (kernels/gluon_stage2.py):
 block_n2 128 or 256 output columns per tile (2 or 4 MMA warpgroups of 64), block_k2 128, warps2 8,
-stages2 its ring's slots, n_tiles2 tiles per program as in the decode kernel; max_regs2 unused.
+stages2 its ring's slots, n_tiles2 tiles per program as in the decode kernel, max_regs2 as max_regs1
+(two MMA warpgroups: block_n2 128).
 fold1 = 1 (gluon1 with tail_m only) has the Gluon stage 1's program of an expert's last full block
 also compute the expert's tail block (its first tail_m rows) from the same decoded weights, instead
 of the tail launch decoding them again (docs/triton.md, "The fold").

@@ -45,27 +45,37 @@ def tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk
 # stage 1 at E-33 I-512 bs-512 (four MMA warpgroups, 128 h columns a program) and I-2048 bs-512 (two);
 # stage 2 at the E-33 shapes (four warpgroups, 256 columns a tile) and I-2048 (two, 128): E-33 bs-16
 # 95.5 against 97.6, bs-128 196.6 against 201.7, bs-512 360.8 against 459.8, I-2048 980.6-991.2
-# against 1477.6. Both lose at E-257, whose 16-32-row blocks decode every weight row for few rows
-# (bench/results/nvidia-speed.md).
-def gluon_variant(tiles: TileConfig, block_n: int, stages: int, parts: int) -> TileConfig:
-    """tiles with stage 1 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps, no
-    register cap), block_n h columns a program (64 or 128: 2 or 4 MMA warpgroups), `stages` ring
-    slots and each K step in `parts` parts (gluon1); the routing and stage 2 as they are."""
-    return tiles._replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=0, gluon1=parts)
+# against 1477.6. With one program an SM both lose at E-257, whose 16-32-row blocks decode every
+# weight row for few rows; with two (max_regs1 80, below GLUON_TUNED) stage 1 wins at E-257 bs-512
+# and E-33 bs-128 (bench/results/nvidia-speed.md).
+def gluon_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, regs: int = 0) -> TileConfig:
+    """tiles with stage 1 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps),
+    block_n h columns a program (64 or 128: 2 or 4 MMA warpgroups), `stages` ring slots, each K
+    step in `parts` parts (gluon1) and `regs` registers a thread at launch (max_regs1; 0: one
+    program an SM); the routing and stage 2 as they are."""
+    return tiles._replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=regs, gluon1=parts)
 
 
-def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_tiles: int) -> TileConfig:
-    """tiles with stage 2 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps, no
-    register cap), block_n output columns a tile (128 or 256: 2 or 4 MMA warpgroups), `stages` ring
-    slots, each K step in `parts` parts (gluon2) and n_tiles tiles a program; the rest as it is."""
+def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_tiles: int, regs: int = 0) -> TileConfig:
+    """tiles with stage 2 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps),
+    block_n output columns a tile (128 or 256: 2 or 4 MMA warpgroups), `stages` ring slots, each K
+    step in `parts` parts (gluon2), n_tiles tiles a program and `regs` registers a thread at launch
+    (max_regs2; 0: one program an SM); the rest as it is."""
     return tiles._replace(
-        block_n2=block_n, block_k2=128, warps2=8, stages2=stages, n_tiles2=n_tiles, max_regs2=0, gluon2=parts
+        block_n2=block_n, block_k2=128, warps2=8, stages2=stages, n_tiles2=n_tiles, max_regs2=regs, gluon2=parts
     )
 
 
+# Two programs an SM (max_regs1 80; measured on the H200 2026-12-04): stage 1 at E-257 bs-512
+# (stage 1 300.8 against the decode table's 318.6 us, layer 455.2 against 470.9) and E-33 bs-128
+# (123.7 against 139.9, layer 188.6 against 194.9); it loses at E-257 bs-16 and bs-128 and E-33
+# bs-16, and stage 2 with it wins nowhere on the benchmark (bench/results/nvidia-speed.md).
 GLUON_TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
+    (7168, 256, 257, 9, 512): gluon_variant(TUNED[(7168, 256, 257, 9, 512)], 64, stages=4, parts=2, regs=80),
     (7168, 512, 33, 9, 16): gluon2_variant(TUNED[(7168, 512, 33, 9, 16)], 256, stages=4, parts=2, n_tiles=7),
-    (7168, 512, 33, 9, 128): gluon2_variant(TUNED[(7168, 512, 33, 9, 128)], 256, stages=4, parts=2, n_tiles=4),
+    (7168, 512, 33, 9, 128): gluon2_variant(
+        gluon_variant(TUNED[(7168, 512, 33, 9, 128)], 64, stages=4, parts=2, regs=80), 256, stages=4, parts=2, n_tiles=4
+    ),
     (7168, 512, 33, 9, 512): gluon2_variant(
         gluon_variant(TUNED[(7168, 512, 33, 9, 512)], 128, stages=4, parts=2), 256, stages=4, parts=2, n_tiles=4
     ),

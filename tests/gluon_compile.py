@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPILE_DRIVER = """
 import json, re, sys
 from bench.h200.compile import loops
-from bench.h200.sass import disassemble, instructions
+from bench.h200.sass import disassemble, instructions, resources
 from bench.h200.twin import decode_launches
 from moe_triton.tiles import TileConfig
 
@@ -46,6 +46,7 @@ for case, fields in pairs:
             "spills": len(re.findall(r"\\b(STL|LDL)\\b", text)),
             "paired_atomics": bool(re.search(r"add\\.noftz\\.v2\\.bf16", kernel.asm["ptx"])),
             "shared": kernel.metadata.shared,
+            "registers": resources(kernel.asm["cubin"]).registers,
         })
 print(json.dumps(out))
 """

@@ -130,6 +130,11 @@ def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the
         # triton 3.6 spills a few values of the fold's second ring outside the K loop
         assert got["loop"] and got["k_loop_spills" if folded else "loop_spills"] == 0, got
         assert got["shared"] <= 232448, got
+    # a register budget is the launch's (two programs of 384 threads an SM at 80)
+    budgets = [(t.max_regs1, t.block_n1 // 32) for _, t in pairs for _ in ((0, 1) if t.tail_m else (0,))]
+    assert any(budget for budget, _ in budgets)
+    for got, (budget, num_wg) in zip(launches, budgets, strict=True):
+        assert got["registers"] == (budget or decode_launcher.gluon_launch_registers(num_wg)), got
 
 
 @pytest.mark.cpu_only
@@ -156,6 +161,28 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
         with pytest.raises(ValueError, match=r"^tiles: gluon1") as err:
             run(data, bad)
         assert field in str(err.value) and "\n" not in str(err.value)
+    for block_n, regs, most in ((64, 60, 168), (64, 48, 168), (64, 176, 168), (128, 104, 96)):
+        says = f"^tiles: max_regs1 with gluon1 must be 0 or a multiple of 8 from 56 to {most}, not {regs}$"
+        with pytest.raises(ValueError, match=says):
+            run(data, tiles._replace(block_n1=block_n, max_regs1=regs))
+
+
+@pytest.mark.parametrize(
+    "num_wg, budget", [(2, r) for r in (0, 56, 64, 72, 80, 96, 168)] + [(4, r) for r in (0, 56, 96)]
+)
+def test_a_register_budget_is_split_within_the_launchs_registers(budget, num_wg):
+    split = decode_launcher.gluon_registers(budget, num_wg)
+    mma, loader = split["MMA_REGS"], split["LOADER_REGS"]
+    launch = split.get("maxnreg", decode_launcher.gluon_launch_registers(num_wg))
+    assert launch * 128 * (num_wg + 1) <= 65536
+    assert (budget == 0) == ("maxnreg" not in split)
+    # setmaxnreg takes multiples of 8 from 24 to 256; the default partition (MMA warpgroup 0) gets
+    # what the workers leave of the launch's registers, at least as many as each of them
+    default = (num_wg + 1) * launch - (num_wg - 1) * mma - loader
+    assert all(24 <= r <= 256 and r % 8 == 0 for r in (mma, loader)), split
+    assert mma <= default <= 256, split
+    if budget:
+        assert loader == (56 if budget >= 72 else 40) and default - mma < 8 * num_wg, split
 
 
 def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
@@ -190,9 +217,11 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
     tiles = case_tiles(data)
     run(data, tiles)
     real, want = routed_a2(data, tiles.block_m)
-    for stages, split in ((3, 2), (2, 4)):
+    # two programs an SM (80 registers a thread) only where the accumulator is small
+    budgets = ((3, 2, 0), (2, 4, 0)) + (((3, 2, 80),) if block_n == 64 and tiles.block_m <= 32 else ())
+    for stages, split, regs in budgets:
         poison(data[0].shape)
-        out = run(data, gluon_variant(tiles, block_n, stages, split))
+        out = run(data, gluon_variant(tiles, block_n, stages, split, regs))
         assert torch.equal(routed_a2(data, tiles.block_m)[1].view(torch.int16), want.view(torch.int16))
         assert_matches_reference(data, out)
     for t, b in zip(data[:-1], before, strict=True):
@@ -205,6 +234,11 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
         (["time", "--splits", "3"], "--splits [3]: each must be one of [1, 2, 4]"),
         (["time", "--block-ns", "96"], "--block-ns [96]: each must be one of [64, 128]"),
         (["check", "--stages", "1"], "--stages [1]: ring slots must be at least 2"),
+        (["time", "--regs", "60"], "--regs [60]: each must be 0 or a multiple of 8 from 56 to 168"),
+        (
+            ["time", "--regs", "104", "--block-ns", "128"],
+            "--regs 104: --block-ns 128 (four MMA warpgroups) takes at most 96",
+        ),
     ],
 )
 def test_gluon_check_refuses_a_variant_the_kernel_does_not_take_in_one_line(argv, says, capsys):

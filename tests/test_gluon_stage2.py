@@ -26,9 +26,11 @@ from problem.cases import SMOKE, table_key
 from reference import generate_input
 
 
-def stage2_variant(tiles: TileConfig, d_hidden: int, block_n: int, stages: int, parts: int, n_tiles: int):
+def stage2_variant(
+    tiles: TileConfig, d_hidden: int, block_n: int, stages: int, parts: int, n_tiles: int, regs: int = 0
+):
     """gluon2_variant with n_tiles cut to divide d_hidden's tiles (the small shapes have few)."""
-    return gluon2_variant(tiles, block_n, stages, parts, gcd(n_tiles, d_hidden // block_n))
+    return gluon2_variant(tiles, block_n, stages, parts, gcd(n_tiles, d_hidden // block_n), regs)
 
 
 # ------------------------------------------------------------------------------- the tiling, in torch
@@ -163,9 +165,11 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
     tiles = case_tiles(data)
     want = run(data, tiles)
     one_slot = data[10].shape[1] == 1  # one product per output element: no order of adds to differ
-    for stages, split, n_tiles in ((3, 2, 2), (2, 4, 1), (4, 1, 4)):
+    # two programs an SM (80 registers a thread) with two MMA warpgroups
+    variants = ((3, 2, 2, 0), (2, 4, 1, 0), (4, 1, 4, 0)) + (((3, 2, 2, 80),) if block_n == 128 else ())
+    for stages, split, n_tiles, regs in variants:
         poison(data[0].shape)
-        out = run(data, stage2_variant(tiles, data[0].shape[1], block_n, stages, split, n_tiles))
+        out = run(data, stage2_variant(tiles, data[0].shape[1], block_n, stages, split, n_tiles, regs))
         assert_matches_reference(data, out)
         if one_slot:
             assert torch.equal(out.view(torch.int16), want.view(torch.int16))
@@ -180,7 +184,11 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
 @pytest.mark.parametrize(
     "argv, says",
     [
-        (["time", "--stage2", "128-4-2"], "--stage2 128-4-2: expected N-S-P-T, four integers"),
+        (["time", "--stage2", "128-4-2"], "--stage2 128-4-2: expected N-S-P-T or N-S-P-T-R, four or five integers"),
+        (
+            ["time", "--stage2", "128-4-2-4-60"],
+            "--stage2 128-4-2-4-60: R must be 0 or a multiple of 8 from 56 to 168 (N 128) or 96 (N 256)",
+        ),
         (
             ["time", "--stage2", "64-4-2-4"],
             "--stage2 64-4-2-4: N must be 128 or 256, S at least 2, P 1, 2 or 4, T divide 7168 / N",
@@ -213,7 +221,9 @@ def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_varia
 
     case = next(c for c in BENCHMARKS if (c["dexpert"], c["bs"]) == (512, 512))
     decode, static = base_tiles(case)
-    given = dict(block_ns=[64], stages=[4], splits=[2], stage2=["256-4-2-4"], block_m=None, tail_m=0, fold=False)
+    given = dict(
+        block_ns=[64], stages=[4], splits=[2], regs=[0], stage2=["256-4-2-4"], block_m=None, tail_m=0, fold=False
+    )
     over_static = variants(Namespace(**given, stage1_variants=0, combine=False), decode, static)
     assert list(over_static) == ["g2-256-4-2-4"] and over_static["g2-256-4-2-4"] == static  # the table's own
     given.update(block_m=128, tail_m=32)
@@ -230,7 +240,7 @@ def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
     from bench.h200.gluon_check import base_tiles, variants
     from problem.cases import BENCHMARKS
 
-    given = dict(block_ns=[64], stages=[4], splits=[2], stage2=[], block_m=None, tail_m=0, fold=True)
+    given = dict(block_ns=[64], stages=[4], splits=[2], regs=[0], stage2=[], block_m=None, tail_m=0, fold=True)
     args = Namespace(**given, stage1_variants=1, combine=False)
     i2048 = next(c for c in BENCHMARKS if c["dexpert"] == 2048)
     decode = base_tiles(i2048)[0]

@@ -1,15 +1,16 @@
 """`python -m bench.h200.gluon_check MODE`: the Gluon stages (moe_triton/kernels/gluon_stage1.py and
 gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H100 / H200 (issue 33).
 The stage-1 variants are every combination of --block-ns (h columns per program), --stages (ring
-slots) and --splits (parts per K step), stage 2 the decode one; each --stage2 N-S-P-T adds a
-variant with stage 2 on the Gluon kernel (N output columns a tile, S ring slots, P parts per K
-step, T tiles a program) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one where
-GLUON_TUNED names the shape), or with --combine after each stage-1 variant instead; --stage1-variants
-0 leaves the stage-1 ones out, --fold has them fold each expert's tail block into its last full
-block's program (fold1; 32-row blocks with 16-row tails where the tile has no tails). --block-m M
---tail-m T give every variant routing blocks of M rows and tail tiles of T (0: none), the decode
-and static tiles keeping the table's. Every mode writes MODE.json and MODE.md under --out ($OUT by
-default) and prints its table last.
+slots), --splits (parts per K step) and --regs (registers a thread at launch: 0 for one program an
+SM, 80 for two), stage 2 the decode one; each --stage2 N-S-P-T[-R] adds a variant with stage 2 on
+the Gluon kernel (N output columns a tile, S ring slots, P parts per K step, T tiles a program, R
+registers a thread at launch) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one
+where GLUON_TUNED names the shape), or with --combine after each stage-1 variant instead;
+--stage1-variants 0 leaves the stage-1 ones out, --fold has them fold each expert's tail block into
+its last full block's program (fold1; 32-row blocks with 16-row tails where the tile has no tails).
+--block-m M --tail-m T give every variant routing blocks of M rows and tail tiles of T (0: none),
+the decode and static tiles keeping the table's. Every mode writes MODE.json and MODE.md under
+--out ($OUT by default) and prints its table last.
 
   smoke  one small odd input (37 tokens, 9 experts, d_hidden 768, d_inter 256) and one official
          shape's first input: a2 of each variant bit for bit against the decode stage 1's on
@@ -83,21 +84,25 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     for n in args.block_ns:
         for s in args.stages:
             for p in args.splits:
-                name = f"gluon-n{n}-s{s}-p{p}{'-fold' if args.fold else ''}"
-                stage1[name] = gluon_variant(decode, n, s, p)._replace(**{**routing, **fold})
+                for r in args.regs:
+                    name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{'-fold' if args.fold else ''}"
+                    stage1[name] = gluon_variant(decode, n, s, p, r)._replace(**{**routing, **fold})
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static._replace(**routing)}
     for spec in args.stage2:
-        n, stages, parts, n_tiles = stage2_fields(spec)
+        n, stages, parts, n_tiles, regs = stage2_fields(spec)
         for prefix, base in bases.items():
-            named[f"{prefix}g2-{spec}"] = gluon2_variant(base, n, stages, parts, gcd(n_tiles, d_hidden // n))
+            named[f"{prefix}g2-{spec}"] = gluon2_variant(base, n, stages, parts, gcd(n_tiles, d_hidden // n), regs)
     return named
 
 
-def stage2_fields(spec: str) -> tuple[int, int, int, int]:
-    """N-S-P-T -> (block_n2, stages2, gluon2, n_tiles2) for gluon2_variant."""
-    n, s, p, t = (int(x) for x in spec.split("-"))
-    return n, s, p, t
+def stage2_fields(spec: str) -> tuple[int, int, int, int, int]:
+    """N-S-P-T[-R] -> (block_n2, stages2, gluon2, n_tiles2, max_regs2) for gluon2_variant."""
+    fields = [int(x) for x in spec.split("-")]
+    if len(fields) not in (4, 5):
+        raise ValueError(spec)
+    n, s, p, t, r = fields + [0] * (5 - len(fields))
+    return n, s, p, t, r
 
 
 def compare(data, tiles, ref, named: dict) -> dict:
@@ -244,8 +249,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stages", type=int, nargs="*", default=[4], help="ring slots of the gluon1 variants")
     parser.add_argument("--splits", type=int, nargs="*", default=[4], help="parts per K step (gluon1)")
     parser.add_argument("--block-ns", type=int, nargs="*", default=[64], help="h columns per program (block_n1)")
+    parser.add_argument(
+        "--regs",
+        type=int,
+        nargs="*",
+        default=[0],
+        help="registers a thread at launch (max_regs1; 0: one program an SM)",
+    )
     parser.add_argument("--stage1-variants", type=int, choices=[0, 1], default=1, help="0: no stage-1 variants")
-    parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T", help="Gluon stage-2 variants")
+    parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T[-R]", help="Gluon stage-2 variants")
     parser.add_argument("--combine", action="store_true", help="stage-2 variants after each stage-1 variant")
     parser.add_argument("--fold", action="store_true", help="stage-1 variants fold tails (fold1; needs tail tiles)")
     parser.add_argument("--block-m", type=int, choices=[16, 32, 64, 128], help="every variant's routing blocks")
@@ -257,15 +269,21 @@ def main(argv: list[str] | None = None) -> int:
     for option, values, allowed in (("--block-ns", args.block_ns, {64, 128}), ("--splits", args.splits, {1, 2, 4})):
         if not values or not set(values) <= allowed:
             return parser.fail(f"{option} {values}: each must be one of {sorted(allowed)}")
+    if not args.regs or any(r and not (56 <= r <= 168 and r % 8 == 0) for r in args.regs):
+        return parser.fail(f"--regs {args.regs}: each must be 0 or a multiple of 8 from 56 to 168")
+    if max(args.regs) > 96 and 128 in args.block_ns:
+        return parser.fail(f"--regs {max(args.regs)}: --block-ns 128 (four MMA warpgroups) takes at most 96")
     if not args.stages or min(args.stages) < 2:
         return parser.fail(f"--stages {args.stages}: ring slots must be at least 2")
     for spec in args.stage2:
         try:
-            n, stages, parts, tiles = stage2_fields(spec)
+            n, stages, parts, tiles, regs = stage2_fields(spec)
         except ValueError:
-            return parser.fail(f"--stage2 {spec}: expected N-S-P-T, four integers")
+            return parser.fail(f"--stage2 {spec}: expected N-S-P-T or N-S-P-T-R, four or five integers")
         if n not in (128, 256) or parts not in (1, 2, 4) or stages < 2 or tiles < 1 or 7168 % (n * tiles):
             return parser.fail(f"--stage2 {spec}: N must be 128 or 256, S at least 2, P 1, 2 or 4, T divide 7168 / N")
+        if regs and not (56 <= regs <= (168 if n == 128 else 96) and regs % 8 == 0):
+            return parser.fail(f"--stage2 {spec}: R must be 0 or a multiple of 8 from 56 to 168 (N 128) or 96 (N 256)")
     if not args.stage1_variants and not args.stage2:
         return parser.fail("--stage1-variants 0 needs --stage2 variants")
     if args.combine and not args.stage2:

@@ -262,13 +262,16 @@ def moe_gluon_stage1_kernel(
     SPLIT: gl.constexpr,
     NUM_WG: gl.constexpr,
     FOLD: gl.constexpr,
+    MMA_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
 ):
     """a1 (bf16, _k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (read as int32:
     [E * 2 * d_inter, d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2 (decode.py's
     moe_stage1_kernel's), 32 NUM_WG columns of h per program. d_hidden is a multiple of BLOCK_K
     (128), d_inter of 32 NUM_WG. Launched with num_warps 4 (MMA warpgroup 0). FOLD (TAIL_M or 0):
     a full block's program also computes the next block when that is its expert's tail, and the
-    tail launch skips the blocks so folded (_folding)."""
+    tail launch skips the blocks so folded (_folding). MMA_REGS, LOADER_REGS: the worker partitions'
+    registers per thread (setmaxnreg; the default partition gets the rest of the launch's)."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
     _after_previous_launch(PDL)
@@ -309,7 +312,7 @@ def moe_gluon_stage1_kernel(
                     (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                 ],
                 [4, LOADER_WARPS.value],
-                [224, 56],
+                [MMA_REGS, LOADER_REGS],
             )
         else:
             gl.warp_specialize(
@@ -321,5 +324,5 @@ def moe_gluon_stage1_kernel(
                     (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                 ],
                 [4, 4, 4, LOADER_WARPS.value],
-                [104, 104, 104, 56],
+                [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
             )

@@ -168,12 +168,15 @@ def moe_gluon_stage2_kernel(
     SPLIT: gl.constexpr,
     NUM_WG: gl.constexpr,
     N_TILES: gl.constexpr,
+    MMA_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
 ):
     """a2 (stage 1's: bf16, _k_slot order, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (read
     as int32: [E * d_hidden, d_inter / 8] and [E * d_hidden, d_inter / 128]) -> out += the rows'
     routing weight times their down GEMM, N_TILES tiles of 64 NUM_WG columns per program. d_inter is
     a multiple of BLOCK_K (128), d_hidden of 64 NUM_WG N_TILES. Launched with num_warps 4 (MMA
-    warpgroup 0)."""
+    warpgroup 0). MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg;
+    the default partition gets the rest of the launch's)."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 2: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 2: NUM_WG is 2 or 4")
     _after_previous_launch(PDL)
@@ -194,7 +197,7 @@ def moe_gluon_stage2_kernel(
                     (_down_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, N_TILES)),
                 ],
                 [4, LOADER_WARPS.value],
-                [224, 56],
+                [MMA_REGS, LOADER_REGS],
             )
         else:
             gl.warp_specialize(
@@ -206,5 +209,5 @@ def moe_gluon_stage2_kernel(
                     (_down_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, N_TILES)),
                 ],
                 [4, 4, 4, LOADER_WARPS.value],
-                [104, 104, 104, 56],
+                [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
             )
