@@ -1,5 +1,6 @@
 """Shared test setup: Triton's interpreter on GPU-less machines, import paths, the hypothesis
-profile, the `device` and `triton_device` fixtures, and the cpu_only marker."""
+profile, the `device` and `triton_device` fixtures, triton.language put back after each test, and
+the cpu_only marker."""
 
 import os
 import sys
@@ -20,6 +21,7 @@ else:
     assert torch.cuda.device_count() > 0
 
 import pytest  # noqa: E402
+import triton.language as tl  # noqa: E402
 from hypothesis import HealthCheck, settings  # noqa: E402
 
 # The modules and packages sit at the repository root (mxfp4, reference, problem, task), the oracle beside the
@@ -40,6 +42,28 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile("moe-mxfp4")
+
+# Triton's interpreter swaps triton.language's builtins for its own while a kernel runs, and does not
+# put them back after a call of one @triton.jit function from another (triton 3.6 to 3.9,
+# InterpretedFunction.__call__). A kernel compiled later in the same process then meets the
+# interpreter's builtins in its code generator and fails ("'block_argument' object has no attribute
+# 'dtype'"), but only on a cold Triton cache: a cached kernel skips the code generator. So the
+# language's namespaces are recorded here, before any test runs a kernel, and restored after each.
+_LANGUAGE_NAMESPACES = (tl, tl.core, tl.math, tl.tensor, tl.core.tensor_descriptor_base)
+_LANGUAGE = [dict(vars(namespace)) for namespace in _LANGUAGE_NAMESPACES]
+
+
+@pytest.fixture(autouse=True)
+def _triton_language_restored():
+    """Each test starts with triton.language as imported, whatever an earlier one interpreted."""
+    yield
+    for namespace, recorded in zip(_LANGUAGE_NAMESPACES, _LANGUAGE, strict=True):
+        for name in set(vars(namespace)) - set(recorded):
+            delattr(namespace, name)
+        for name, value in recorded.items():
+            if vars(namespace).get(name) is not value:
+                setattr(namespace, name, value)
+
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 TRITON_DEVICES = (["cpu"] if interpreting() else []) + (["cuda"] if torch.cuda.is_available() else [])
