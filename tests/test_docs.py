@@ -1,7 +1,8 @@
 """The documents the code and the user rely on: every "SPEC n" citation names a section of
 docs/spec.md, the README's test command is the one CI runs, the README stays a user's page
 (under 8 KB, GPU-only commands marked, the bundle made before it is used), the docs index lists
-every document, and no document cites a file outside the repository."""
+every document, no document cites a file outside the repository or links one that is not there
+(bench's notes and results included), and every module a document names exists."""
 
 import re
 from pathlib import Path
@@ -14,6 +15,10 @@ def _sources():
     for path in ROOT.rglob("*"):
         if path.suffix in (".py", ".md") and not skip & set(path.relative_to(ROOT).parts):
             yield path
+
+
+def _user_documents():
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def test_every_spec_citation_names_a_section_of_docs_spec():
@@ -56,6 +61,7 @@ def test_docs_link_each_other():
         "docs/bundle.md",
         "docs/status.md",
         "docs/numerics.md",
+        "docs/glossary.md",
     ):
         assert doc in readme and (ROOT / doc).is_file()
     assert "docs/gfx950.md" in (ROOT / "docs" / "triton.md").read_text()
@@ -81,7 +87,9 @@ def test_no_document_cites_a_file_outside_the_repository():
         for m in outside.finditer(p.read_text())
     ]
     assert not cited
-    for path in (ROOT / "README.md", *(ROOT / "docs").glob("*.md")):
+    bench_records = [*(ROOT / "bench").glob("*.md"), *(ROOT / "bench" / "notes").rglob("*.md")]
+    bench_records += (ROOT / "bench" / "results").rglob("*.md")
+    for path in (*_user_documents(), *bench_records):
         for target in re.findall(r"\]\(([^)#]+)[^)]*\)", path.read_text()):
             if "://" not in target:
                 assert (path.parent / target).exists(), (
@@ -120,3 +128,60 @@ def test_the_notes_and_results_indexes_link_to_existing_entries():
             if anchor:
                 headings = {_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", target.read_text(), flags=re.M)}
                 assert anchor in headings, f"{index}: {path}#{anchor}"
+
+
+# Files the documents name that are not the repository's: the task's (gpu-mode/reference-kernels),
+# aiter's and its generators', bundle.py's outputs under dist/, and a placeholder for the reader's own.
+NOT_OURS = re.compile(
+    r"^(aiter|problems|dist)/|^(eval|utils|semantic|gen_instances|gemm_moe_ck2stages_common|gemm_moe_tune|PEER)\.py$"
+)
+# Module names retired by renames (bench/RESULTS.md lists them) that a path check would not catch.
+RETIRED = (
+    "tile_configs",
+    "moe_triton_kernels",
+    "moe_native_kernels",
+    "mxfp4_kernels",
+    "aiter_backend",
+    "aiter_kernels",
+)
+
+
+def _module_file(dotted: str) -> tuple[Path, list[str]] | None:
+    """The repository's module that a dotted name (`moe_triton.tiles_amd.NATIVE_ALTERNATES`) starts
+    with, and the names after it; None when its first part is not one of the repository's."""
+    parts = dotted.split(".")
+    path = ROOT / parts[0]
+    if not (path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()):
+        return None
+    rest = parts[1:]
+    while rest and path.is_dir() and ((path / rest[0]).is_dir() or (path / f"{rest[0]}.py").is_file()):
+        path = path / rest[0] if (path / rest[0]).is_dir() else path / f"{rest[0]}.py"
+        rest = rest[1:]
+    return (path / "__init__.py" if path.is_dir() else path.with_suffix(".py")), rest
+
+
+def test_every_module_a_document_names_exists():
+    """A file (`moe_triton/tiles.py`, `tiles_amd.py` beside it) or module (`bench.h200.rivals`,
+    `moe_triton.tiles_amd.NATIVE_ALTERNATES`) that the README or a document names exists, with the
+    name after the module in its source; no retired module name is left."""
+    ours = [str(p.relative_to(ROOT)) for p in _sources() if p.suffix == ".py"]
+    stale = []
+    for doc in _user_documents():
+        text = doc.read_text()
+        for name in re.findall(r"(?<![\w./<>-])((?:[\w.-]+/)*\w+\.py)\b", text):
+            if not NOT_OURS.search(name) and not any(f == name or f.endswith("/" + name) for f in ours):
+                stale.append(f"{doc.name}: {name}")
+        for folder in re.findall(
+            r"(?<![\w./<>-])((?:moe_triton|moe_aiter|mxfp4|selection|problem|bench|tests)/[\w/-]*)(?![\w.<-])", text
+        ):
+            if not (ROOT / folder).exists() and not folder.startswith("bench/out"):
+                stale.append(f"{doc.name}: {folder}")
+        for dotted in re.findall(r"(?<![\w./-])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+)", text):
+            found = _module_file(dotted)
+            if found is None or dotted.endswith((".py", ".md", ".json", ".yml")):
+                continue
+            module, rest = found
+            if not module.is_file() or (rest and not re.search(rf"\b{rest[0]}\b", module.read_text())):
+                stale.append(f"{doc.name}: {dotted}")
+        stale += [f"{doc.name}: {name}" for name in RETIRED if re.search(rf"\b{name}\b", text)]
+    assert not stale, stale
