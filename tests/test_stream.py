@@ -5,6 +5,7 @@ stream.json, an ncu raw page and the profiled process's launch counts, written h
 import inspect
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -299,6 +300,7 @@ def test_read_raw_wants_the_raw_pages_header(tmp_path):
         (["--shapes", "I2048", "--ceilings", "fast"], "--ceilings expects 'TBPS,TFLOPS'"),
         (["--from", "nowhere"], "--from nowhere: no stream.json there"),
         (["--from", "nowhere", "--ncu"], "--from: reports a finished run; it takes neither --ncu"),
+        (["--profile-call", "--ncu"], "--profile-call: is what runs under ncu"),
     ],
 )
 def test_bad_options_are_one_line_errors_naming_the_option(argv, needle, capsys):
@@ -311,12 +313,22 @@ def test_bad_options_are_one_line_errors_naming_the_option(argv, needle, capsys)
     assert len(err.splitlines()) == 1 and err.startswith("python -m bench.h200.stream: error: ") and needle in err
 
 
-def test_a_broken_run_folder_is_one_line(tmp_path, capsys):
+def test_ncu_files_that_disagree_leave_the_timeline_and_say_why(tmp_path, capsys):
     _run_folder(tmp_path)
     (tmp_path / "ncu_calls.json").write_text(json.dumps([{"shape": SHAPE, "launches": 3}]))
-    assert stream.main(["--from", str(tmp_path)]) == 2
-    err = capsys.readouterr().err
-    assert len(err.splitlines()) == 1 and "ncu_raw.csv holds 4 launches, ncu_calls.json counts 3" in err
+    assert stream.main(["--from", str(tmp_path), "--out", str(tmp_path)]) == 0
+    assert [r[-1] for r in _table(capsys.readouterr().out).values()] == ["gap", "?", "?", "?"]
+    report = (tmp_path / "stream.md").read_text()
+    assert "ncu: collected, not used: ncu_raw.csv holds 4 launches, ncu_calls.json counts 3" in report
+
+
+def test_the_static_choice_is_put_back(monkeypatch):
+    from moe_triton import target
+
+    monkeypatch.delenv("MOE_SELECT", raising=False)
+    with stream.static_choice("off"):
+        assert os.environ["MOE_SELECT"] == "0" and target.PDL is False
+    assert "MOE_SELECT" not in os.environ and target.PDL is True
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")

@@ -45,6 +45,7 @@ short table last. --from DIR reports a finished run's folder again, on any machi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -351,11 +352,13 @@ def read_ncu(folder: Path) -> dict:
     raw, calls = folder / "ncu_raw.csv", folder / "ncu_calls.json"
     if not (raw.is_file() and calls.is_file()):
         return {"status": status}
-    frame = ncu_summary.read_raw(raw)
-    rows = [ncu_summary.launch_row(frame.iloc[i]) | {"kernel": frame["Kernel Name"].iloc[i]} for i in range(len(frame))]
-    got = split_ncu(rows, json.loads(calls.read_text()))
-    got["status"] = status
-    return got
+    try:
+        frame = ncu_summary.read_raw(raw)
+        rows = [ncu_summary.launch_row(row) | {"kernel": row["Kernel Name"]} for _, row in frame.iterrows()]
+        got = split_ncu(rows, json.loads(calls.read_text()))
+    except (ValueError, KeyError) as error:  # the timeline is still worth its report
+        return {"status": f"{status}, not used: {error}"}
+    return got | {"status": status}
 
 
 def peak_from(ncu: dict, default: float) -> float:
@@ -527,6 +530,24 @@ def run_ncu(command: list[str], out: Path, timeout_s: float) -> str:
     return "collected"
 
 
+@contextlib.contextmanager
+def static_choice(pdl: str):
+    """The static tables (MOE_SELECT=0) and programmatic dependent launch as asked while the tool
+    measures, both as they were afterwards."""
+    from moe_triton import target
+
+    select, saved_pdl = os.environ.get("MOE_SELECT"), target.PDL
+    os.environ["MOE_SELECT"], target.PDL = "0", pdl == "on"
+    try:
+        yield
+    finally:
+        target.PDL = saved_pdl
+        if select is None:
+            del os.environ["MOE_SELECT"]
+        else:
+            os.environ["MOE_SELECT"] = select
+
+
 def measure(cases: list, args, out: Path, ncu: str | None) -> None:
     """Every shape's timeline into out/stream.json (rewritten after each), then ncu's run."""
     import torch
@@ -595,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile-call", action="store_true", help="one call per shape for ncu (what --ncu runs)")
     args = parser.parse_args(argv)
 
+    if args.profile_call and args.ncu:
+        return parser.fail("--profile-call: is what runs under ncu; it takes no --ncu")
     if args.source is not None:
         if args.ncu or args.profile_call:
             return parser.fail("--from: reports a finished run; it takes neither --ncu nor --profile-call")
@@ -638,15 +661,11 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(str(out))
     except UsageError as error:
         return parser.fail(str(error))
-    os.environ["MOE_SELECT"] = "0"
-    if args.pdl == "off":
-        from moe_triton import target
-
-        target.PDL = False
-    if args.profile_call:
-        profile_calls(cases, out)
-        return 0
-    measure(cases, args, out, ncu)
+    with static_choice(args.pdl):
+        if args.profile_call:
+            profile_calls(cases, out)
+            return 0
+        measure(cases, args, out, ncu)
     brief = report(out, out, args.latency_ns, args.peak_tbs)
     print(f"wrote {shown(out / 'stream.json')} and stream.md")
     print("\n".join(brief))
