@@ -255,7 +255,8 @@ CALL_HEAD = (
     "DRAM read MB (ncu) | ncu |"
 )
 LAUNCH_HEAD = (
-    "| shape | launch | grid | /SM | own us | us | gap us | ncu us | DRAM % | read % | read MB | read TB/s | "
+    "| shape | launch | grid | /SM | start us | end us | own us | us | gap us | ncu us | DRAM % | read % | read MB | "
+    "read TB/s | "
     "L2 hit % | occupancy % | warps/sched (eligible) | in flight kB/SM: tiles / achieved / needed | tensor % | "
     "issue % | largest stalls | verdict | why |"
 )
@@ -289,7 +290,8 @@ def launch_lines(name: str, launch: dict) -> tuple[str, str]:
     stalls = ", ".join(n["stalls"].split(", ")[:3]) if n else ""
     kernel, flight = short(launch["kernel"]), _flight(launch)
     full = (
-        f"| {name} | {kernel} | {grid} | {n.get('per_sm', plan.get('per_sm', ''))} | {_num(launch['own'])} | "
+        f"| {name} | {kernel} | {grid} | {n.get('per_sm', plan.get('per_sm', ''))} | {_num(launch['start'])} | "
+        f"{_num(launch['end'])} | {_num(launch['own'])} | "
         f"{_num(launch['us'])} | {_num(launch['gap'])} | {_num(n.get('us'))} | {_num(n.get('dram'))} | "
         f"{_num(n.get('dram_read_pct'))} | {_num(n.get('dram_read_mb'))} | {_num(n.get('dram_read_tbs'), 2)} | "
         f"{_num(n.get('l2_hit'))} | {_num(n.get('occupancy'))} | {warps} | {flight} | {_num(n.get('tensor_pipe'))} | "
