@@ -287,7 +287,7 @@ def launch_lines(name: str, launch: dict) -> tuple[str, str]:
     n, plan = launch.get("ncu") or {}, launch.get("plan") or {}
     grid = n.get("grid") or "x".join(str(g) for g in plan.get("grid", [])[:2])
     warps = f"{n['warps_sched']:.2f} ({n['eligible']:.2f})" if n else ""
-    stalls = ", ".join(n["stalls"].split(", ")[:3]) if n else ""
+    stalls = ", ".join([x for x in n["stalls"].split(", ") if not x.startswith("selected ")][:3]) if n else ""
     kernel, flight = short(launch["kernel"]), _flight(launch)
     full = (
         f"| {name} | {kernel} | {grid} | {n.get('per_sm', plan.get('per_sm', ''))} | {_num(launch['start'])} | "
