@@ -7,10 +7,12 @@ launch of that kernel, in launch order); each may be gzipped (NAME.csv.gz). --sh
 profiled shapes in the order they ran (fp8_check prints it last): each shape's launches begin at
 its moe_prep_kernel.
 
-Per launch: the duration, the tensor pipe's use (the wgmma flops against the SM's 4096 bf16 flops a
-cycle), issue-slot use, the warps each scheduler holds and how many of them can issue, the memory
-pipes, occupancy's limits, spills and the five largest stall reasons (cycles a warp waits per
-issued instruction, 1.0 of it the issue itself). Per stage-1 and stage-2 launch with source counters:
+Per launch (launch_row): the duration, the tensor pipe's use (the wgmma flops against the SM's 4096
+bf16 flops a cycle, and its busy cycles), issue-slot use, the warps each scheduler holds and how many
+of them can issue, achieved occupancy, DRAM (bytes read, their rate, % of peak), the memory pipes,
+occupancy's limits, spills and the five largest stall reasons (cycles a warp waits per issued
+instruction, 1.0 of it the issue itself). METRICS names what it reads, for a run that collects only
+those (bench.h200.stream). Per stage-1 and stage-2 launch with source counters:
 the sampled stalls grouped by opcode, the hot instructions. Writes markdown to --md or stdout.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import io
 import sys
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -47,15 +50,76 @@ STALLS = (
 )
 
 
+STALL_METRICS = tuple(STALL.format(s) for s in STALLS)
+# What launch_row reads, for a run that collects only these (ncu --metrics; every name is a column of
+# the H200's --set full report, Nsight Compute 2025.3.1); the device attributes come with any report.
+METRICS = (
+    "gpu__time_duration.sum",
+    "sm__cycles_elapsed.avg",
+    "sm__cycles_elapsed.avg.per_second",
+    "launch__grid_dim_x",
+    "launch__grid_dim_y",
+    "launch__grid_size",
+    "launch__block_size",
+    "launch__registers_per_thread",
+    "launch__shared_mem_per_block_dynamic",
+    "launch__shared_mem_per_block_static",
+    "launch__occupancy_limit_shared_mem",
+    "launch__occupancy_limit_registers",
+    "launch__occupancy_limit_warps",
+    "launch__occupancy_limit_blocks",
+    FLOPS,
+    "sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active",
+    "smsp__issue_active.avg.pct_of_peak_sustained_active",
+    "smsp__warps_active.avg.per_cycle_active",
+    "smsp__warps_eligible.avg.per_cycle_active",
+    "sm__warps_active.avg.pct_of_peak_sustained_active",
+    "smsp__average_warp_latency_per_inst_issued.ratio",
+    "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+    "dram__bytes_read.sum",
+    "dram__bytes_read.sum.per_second",
+    "dram__bytes_read.sum.pct_of_peak_sustained_elapsed",
+    "l1tex__throughput.avg.pct_of_peak_sustained_active",
+    "lts__t_sector_hit_rate.pct",
+    "l1tex__t_requests_pipe_lsu_mem_local_op_ld.sum",
+    "l1tex__t_requests_pipe_lsu_mem_local_op_st.sum",
+    *STALL_METRICS,
+)
+
+
 # ncu prints each metric in the unit it finds readable (decimal prefixes); these bring them to us,
-# MHz and kB.
-TO_REPORTED = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "Ghz": 1e3, "Mhz": 1.0, "byte/block": 1e-3, "Kbyte/block": 1.0}
+# MHz, kB (shared memory a block), MB and TB/s.
+TO_REPORTED = {
+    "ns": 1e-3,
+    "us": 1.0,
+    "ms": 1e3,
+    "Ghz": 1e3,
+    "Mhz": 1.0,
+    "byte/block": 1e-3,
+    "Kbyte/block": 1.0,
+    "byte": 1e-6,
+    "Kbyte": 1e-3,
+    "Mbyte": 1.0,
+    "Gbyte": 1e3,
+    "byte/s": 1e-12,
+    "Kbyte/s": 1e-9,
+    "Mbyte/s": 1e-6,
+    "Gbyte/s": 1e-3,
+    "Tbyte/s": 1.0,
+}
 
 
 def read_raw(path: Path) -> pd.DataFrame:
-    """ncu's raw page, one row per launch, with durations in us, clocks in MHz and shared memory in kB
-    whatever units the units row under the header names."""
-    frame = pd.read_csv(path, low_memory=False, dtype=str)
+    """ncu's raw page, one row per launch, with durations in us, clocks in MHz, shared memory in kB,
+    DRAM bytes in MB and their rate in TB/s whatever units the units row under the header names.
+    Lines before the header (ncu's own ==PROF== and ==WARNING== lines, where its CSV went to stdout
+    with them) are skipped."""
+    with gzip.open(path, "rt") if path.suffix == ".gz" else path.open() as handle:
+        lines = handle.read().splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith('"ID",')), None)
+    if start is None:
+        raise ValueError(f'{path.name}: no ncu raw-page header (a line beginning "ID",)')
+    frame = pd.read_csv(io.StringIO("".join(lines[start:])), low_memory=False, dtype=str)
     units, frame = frame.iloc[0], frame.iloc[1:].reset_index(drop=True)
     for name in frame.columns:
         numbers = pd.to_numeric(frame[name].str.replace(",", ""), errors="coerce")
@@ -75,38 +139,45 @@ def label_launches(frame: pd.DataFrame, shapes: list[str]) -> list[str]:
     return labels
 
 
+def launch_row(row: pd.Series) -> dict:
+    """One launch's figures (METRICS): its kernel, grid and resources, time, pipes, warps, memory and
+    the five largest stalls."""
+    elapsed = row["sm__cycles_elapsed.avg"]
+    sms = row["device__attribute_multiprocessor_count"]
+    stalls = sorted(((row[STALL.format(s)], s) for s in STALLS), reverse=True)
+    limits = ("shared_mem", "registers", "warps", "blocks")
+    return {
+        "kernel": row["Kernel Name"].removeprefix("moe_").removesuffix("_kernel"),
+        "grid": f"{row['launch__grid_dim_x']:.0f}x{row['launch__grid_dim_y']:.0f}",
+        "programs": int(row["launch__grid_size"]),
+        "sms": int(sms),
+        "warps": int(row["launch__block_size"]) // 32,
+        "regs": int(row["launch__registers_per_thread"]),
+        "smem_kb": row["launch__shared_mem_per_block_dynamic"] + row["launch__shared_mem_per_block_static"],
+        "per_sm": int(min(row[f"launch__occupancy_limit_{limit}"] for limit in limits)),
+        "us": row["gpu__time_duration.sum"],
+        "mhz": row["sm__cycles_elapsed.avg.per_second"],
+        "tensor": 100 * row[FLOPS] / (BF16_FLOPS_PER_CYCLE * sms * elapsed),
+        "tensor_pipe": row["sm__pipe_tensor_cycles_active.avg.pct_of_peak_sustained_active"],
+        "issue": row["smsp__issue_active.avg.pct_of_peak_sustained_active"],
+        "warps_sched": row["smsp__warps_active.avg.per_cycle_active"],
+        "eligible": row["smsp__warps_eligible.avg.per_cycle_active"],
+        "occupancy": row["sm__warps_active.avg.pct_of_peak_sustained_active"],
+        "cpi": row["smsp__average_warp_latency_per_inst_issued.ratio"],
+        "dram": row["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"],
+        "dram_read_mb": row["dram__bytes_read.sum"],
+        "dram_read_tbs": row["dram__bytes_read.sum.per_second"],
+        "dram_read_pct": row["dram__bytes_read.sum.pct_of_peak_sustained_elapsed"],
+        "l1": row["l1tex__throughput.avg.pct_of_peak_sustained_active"],
+        "l2_hit": row["lts__t_sector_hit_rate.pct"],
+        "spills": row["l1tex__t_requests_pipe_lsu_mem_local_op_ld.sum"]
+        + row["l1tex__t_requests_pipe_lsu_mem_local_op_st.sum"],
+        "stalls": ", ".join(f"{name.removesuffix('_stall')} {value:.2f}" for value, name in stalls[:5]),
+    }
+
+
 def launch_rows(frame: pd.DataFrame, shapes: list[str]) -> list[dict]:
-    rows = []
-    for i, shape in enumerate(label_launches(frame, shapes)):
-        row = frame.iloc[i]
-        elapsed = row["sm__cycles_elapsed.avg"]
-        sms = row["device__attribute_multiprocessor_count"]
-        stalls = sorted(((row[STALL.format(s)], s) for s in STALLS), reverse=True)
-        rows.append(
-            {
-                "shape": shape,
-                "kernel": row["Kernel Name"].removeprefix("moe_").removesuffix("_kernel"),
-                "grid": f"{row['launch__grid_dim_x']:.0f}x{row['launch__grid_dim_y']:.0f}",
-                "warps": int(row["launch__block_size"]) // 32,
-                "regs": int(row["launch__registers_per_thread"]),
-                "smem_kb": row["launch__shared_mem_per_block_dynamic"] + row["launch__shared_mem_per_block_static"],
-                "per_sm": int(min(row["launch__occupancy_limit_shared_mem"], row["launch__occupancy_limit_registers"])),
-                "us": row["gpu__time_duration.sum"],
-                "mhz": row["sm__cycles_elapsed.avg.per_second"],
-                "tensor": 100 * row[FLOPS] / (BF16_FLOPS_PER_CYCLE * sms * elapsed),
-                "issue": row["smsp__issue_active.avg.pct_of_peak_sustained_active"],
-                "warps_sched": row["smsp__warps_active.avg.per_cycle_active"],
-                "eligible": row["smsp__warps_eligible.avg.per_cycle_active"],
-                "cpi": row["smsp__average_warp_latency_per_inst_issued.ratio"],
-                "dram": row["gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"],
-                "l1": row["l1tex__throughput.avg.pct_of_peak_sustained_active"],
-                "l2_hit": row["lts__t_sector_hit_rate.pct"],
-                "spills": row["l1tex__t_requests_pipe_lsu_mem_local_op_ld.sum"]
-                + row["l1tex__t_requests_pipe_lsu_mem_local_op_st.sum"],
-                "stalls": ", ".join(f"{name.removesuffix('_stall')} {value:.2f}" for value, name in stalls[:5]),
-            }
-        )
-    return rows
+    return [{"shape": shape, **launch_row(frame.iloc[i])} for i, shape in enumerate(label_launches(frame, shapes))]
 
 
 def find(folder: Path, name: str) -> Path | None:
