@@ -99,7 +99,7 @@ def test_no_document_cites_a_file_outside_the_repository():
 
 def test_the_readme_is_a_users_page():
     """Under 8 KB (status and design live in docs/); every example that needs a GPU says so in its
-    comment; no example uses dist/ before `python bundle.py` has made it (issue 24)."""
+    comment; no example uses dist/ before `python bundle.py` has made it."""
     text = (ROOT / "README.md").read_text()
     assert len(text.encode()) < 8192, len(text.encode())
     commands = [line.strip() for line in text.splitlines() if line.startswith("    ")]
