@@ -203,7 +203,7 @@ _ORDINAL = (
 NARRATION = re.compile(
     r"(?<![A-Za-z])(?:issue|PR|pull request)s?[\s_]#?\d+(?![\d.%-]|\s?/)"
     r"|(?<![\w/&])#\d+\b"
-    rf"|\b(?:{_ORDINAL})[\s-](?:session|version)s?\b"
+    rf"|(?<![A-Za-z])(?:{_ORDINAL})[\s_-](?:session|version)s?(?![A-Za-z])"
     r"|\bsessions?\b"
     r"|\bversions? \d+(?![\d.])"
     r"|\b(?:the|this|that) issue's\b|\bthis issue\b"
@@ -229,6 +229,7 @@ def test_the_narration_pattern_finds_the_tracker_and_leaves_other_projects():
         "def test_every_piece_issue_33_needs",
         "see #33",
         "2026-12-04 (twentieth session): the fold",
+        "def test_the_ninth_session_tiles",
         "the fifth version's stage-2 tiles",
         "Version 5, per shape",
         "measured over the session",
