@@ -26,7 +26,7 @@ How aiter f3be04a uses a row (file:line at f3be04a12a0cfd6b5e2c7a94edc774f1bc244
   without activation quantization, 66221 and 65381 of 114688 elements fail |d| <= 5e-2 +
   5e-2 |ref| on the two bs=16 benchmark shapes (E=33/I=512 and E=257/I=256; max |d| 0.62 and 0.64
   on outputs of mean magnitude 0.5). So `validate` rejects ksplit > 1 rows unless
-  OVERRIDE_ALLOW_BF16_ACTIVATIONS is set (the issue's starting rows had ksplit 2 at 16 tokens;
+  OVERRIDE_ALLOW_BF16_ACTIVATIONS is set (the seed submission's rows had ksplit 2 at 16 tokens;
   they are replaced by quantized rows below).
 * Otherwise (`ck2stages` in kernelName1, :957) stage 1 is ck_moe_stage1 with kernelName1 and
   stage 2 is _flydsl_stage2_wrapper for a `flydsl_` kernelName2 when FlyDSL is available
@@ -66,7 +66,7 @@ Must block_m equal the CK kernel's MPerBlock and the FlyDSL tile_m? Yes.
   fp4 kernels with tile_m in {32, 64}, tile_n in {128, 256}, tile_k 256, modes atomic/reduce
   (:66-92); `flydsl_moe2_afp4_wfp4_bf16_t16x128x128_atomic` is not among them.
 
-Consequences for the starting rows of the issue: block_m 32/64 paired with the 128-row
+Consequences for the seed submission's rows: block_m 32/64 paired with the 128-row
 gemm1 (256x128x128x128) and with the 16-row FlyDSL t16x128x128 would compute wrong results;
 t16 cannot be used at all on the quantized path (it would need block_m 16, which the quantizer
 forbids); the two ksplit-2 rows fail the tolerance (above). The committed rows (shape_overrides.py) use a gemm1
@@ -175,10 +175,10 @@ def flydsl_moe_kernel_name(stage: int, tile_m: int, tile_n: int, tile_k: int, mo
 CK_S1_32 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[0])
 CK_S1_32_SMALL = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[3])  # 64x32x32x128 (dsv3 table, most tokens)
 CK_S1_64 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[1])
-CK_S1_128 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[2])  # the issue's starting choice; needs block_m 128
+CK_S1_128 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[2])  # the seed submission's choice; needs block_m 128
 CK_S2_32 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[3])  # aiter's own stage 2 for block_m 32 (dsv3 table)
 CK_S2_64 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[1])
-FLY_S2_16 = flydsl_moe_kernel_name(2, 16, 128, 128)  # the issue's starting choice; unusable (see docstring)
+FLY_S2_16 = flydsl_moe_kernel_name(2, 16, 128, 128)  # the seed submission's choice; unusable (see docstring)
 FLY_S2_32 = flydsl_moe_kernel_name(2, 32, 128, 256)
 FLY_S2_64 = flydsl_moe_kernel_name(2, 64, 128, 256)
 

@@ -14,8 +14,9 @@ from moe_triton.kernels.routing import moe_route_kernel
 from moe_triton.plan import _launch
 from moe_triton.target import fast_decode, gfx950_converts, pdl_options
 
-# Measured on the H200 (bench/NOTES.md, fourth version): 32-blocks per quantization program
-# (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of the route loop.
+# Measured on the H200 (2026-11-30, bench/notes/decode-path-1-4.md, "a separate route launch"): 32-blocks
+# per quantization program (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of
+# the route loop.
 QUANT_BLOCKS = 16
 ROUTE_CHUNK = 4096
 # Slots per step where one routing program counts all of topk_ids (route_launches 1): 4096

@@ -9,10 +9,10 @@ NVIDIA GPU: none until the H200 benchmark says so (bench/h200/fp8_check.py).
 
 from moe_triton.tiles import Fp8TileConfig, TileConfig, default_block_m
 
-# bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode of
-# bench/NOTES.md's fifth version; block_n1 counts h columns. tail_m from bench/NOTES.md (fifth
-# version): a win only where the MMA dominates (I-2048); elsewhere the second launches cost more.
-# max_regs2 from the sixth version's A/B: 4-7% off stage 2 at E-257 bs-512 and E-33 bs-16 only.
+# bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode with the
+# cheaper nibble placement (bench/notes/decode-path-5-7.md); block_n1 counts h columns. tail_m from
+# the same notes: a win only where the MMA dominates (I-2048); elsewhere the second launches cost more.
+# max_regs2 from the register caps' A/B there: 4-7% off stage 2 at E-257 bs-512 and E-33 bs-16 only.
 TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
     (7168, 256, 257, 9, 16): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, max_regs1=128),
     (7168, 256, 257, 9, 128): TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8),
@@ -93,11 +93,11 @@ GLUON_TUNED: dict[tuple[int, int, int, int, int], TileConfig] = {
 # against the table's tile, which is always the first candidate): named tiles per shape key.
 # ALTERNATES are the decode path's (runners-up of the H200 sweep), NATIVE_ALTERNATES the native
 # path's (tiles and kernel variants that pass python -m bench.gfx950).
-# The H200 runners-up, from bench/NOTES.md: "retune" the fifth version's stage-2 tiles before its
-# retune (item 5: stage 2 118.8 against 114.2 us, 38.1 against 36.2), "regs2-*" the sixth
-# version's register caps (item 2: stage 2 130.0 / 136.8 against 127.5 us at E-257 bs-512, 35.0 /
-# 36.2 against 34.8 at E-33 bs-16), "block-m-64" the fourth version's larger routing blocks
-# (kernel sums 2-3% lower, its timed check disagreed). Marked untimed: neighbours of the tuned
+# The H200 runners-up, from bench/notes/decode-path-*.md (2026-11-30): "retune" the stage-2 tiles
+# before the nibble placement's retune (stage 2 118.8 against 114.2 us, 38.1 against 36.2), "regs2-*"
+# the register caps that lost (stage 2 130.0 / 136.8 against 127.5 us at E-257 bs-512, 35.0 /
+# 36.2 against 34.8 at E-33 bs-16), "block-m-64" the larger routing blocks tried with one multiply
+# per code pair (kernel sums 2-3% lower, its timed check disagreed). Marked untimed: neighbours of the tuned
 # tile (another pipeline depth, no register cap) that no sweep measured.
 ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {
     (7168, 256, 257, 9, 16): {
@@ -131,7 +131,7 @@ ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {
     },
 }
 
-# The ALTERNATES that have won their shape in the first-call selection on the H200 (ninth session,
+# The ALTERNATES that have won their shape in the first-call selection on the H200 (2026-12-01,
 # bench/results/selection-host-job.md: E-257 bs-16 regs1-off and E-33 bs-128 block-m-64 in the cold
 # run; E-33 bs-16 regs2-96 in some runs, within 1% of the table tile). With the static choice they
 # are the selection's default candidates on NVIDIA (docs/selection.md); the other ALTERNATES and the
@@ -178,8 +178,8 @@ FP8_ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, Fp8TileConfig]] =
     for key, tiles in FP8_TUNED.items()
 }
 
-# Shapes whose static choice on an NVIDIA GPU is the fp8 path (FP8_TUNED's tile); the lead fills
-# this from the H200 benchmark. Empty: the decode path everywhere until then.
+# Shapes whose static choice on an NVIDIA GPU is the fp8 path (FP8_TUNED's tile); filled
+# from the H200 benchmark. Empty: the decode path everywhere until then.
 STATIC_FP8: frozenset[tuple[int, int, int, int, int]] = frozenset()
 
 

@@ -38,7 +38,7 @@ def usage_error(argv, capsys) -> str:
     return err
 
 
-# ---------------------------------------------------------------- options (item 9)
+# ---------------------------------------------------------------- options
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_host_mode_times_calls_queued_behind_a_sleep_and_retries_when_the_gpu_ca
     assert (failing.status, failing.message) == ("fail", "checked call, seed 3: bad")
 
 
-# ---------------------------------------------------------------- every tool's usage errors (issue 24, item 8)
+# ---------------------------------------------------------------- every tool's usage errors
 
 
 def _tool_error(main, argv, capsys) -> str:
@@ -173,7 +173,7 @@ def test_every_tool_says_error_the_same_way(tmp_path, capsys):
 
 
 def test_a_reversed_range_and_an_empty_out_folder_are_named(capsys):
-    """bench:4-2 selected nothing, and -o '' wrote nothing, silently (issue 32, item 4)."""
+    """bench:4-2 selected nothing, and -o '' wrote nothing, silently."""
     err = usage_error(["--cases", "bench:4-2"], capsys)
     assert err.strip() == "python -m bench: error: case selector 'bench:4-2': range 4-2 is reversed; write it 2-4"
     err = usage_error(["-o", ""], capsys)
@@ -195,7 +195,7 @@ def test_an_aiter_moe_backend_from_the_environment_is_named_as_such(backend, mon
 
 @pytest.mark.skipif(not ON_CPU, reason="a GPU is present")
 def test_the_gpu_tools_refuse_a_machine_without_one_in_one_line():
-    """seed_check gave a 71-line InterpreterError traceback; fp8_check's line lacked `error:` (issue 32)."""
+    """seed_check gave a 71-line InterpreterError traceback; fp8_check's line lacked `error:`."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     for tool, argv, line in (
         (
@@ -222,7 +222,7 @@ def test_the_gpu_tools_refuse_a_machine_without_one_in_one_line():
 
 
 def test_argparse_errors_of_the_tools_are_one_line_without_the_usage():
-    """bench.gfx950 printed argparse's usage lines before its error (issue 32; bundle.py's in test_bundle)."""
+    """bench.gfx950 printed argparse's usage lines before its error (bundle.py's in test_bundle)."""
     for command, line in (
         (["-m", "bench.gfx950", "--bogus"], "python -m bench.gfx950: error: unrecognized arguments: --bogus"),
         (
@@ -283,7 +283,7 @@ def test_profile_mode_prints_no_profiler_lines_and_times_the_call(capfd):
     assert res.call_ns > 0 and res.status == "pass"
 
 
-# ---------------------------------------------------------------- --cases-file (item 6)
+# ---------------------------------------------------------------- --cases-file
 
 
 FILE_CASE = "dhidden: 256; dexpert: 512; nroutedexperts: 4; nexpertspertoken: 2; nsharedexperts: 1; bs: 5; seed: 2"
@@ -318,7 +318,7 @@ def test_cases_file_missing_and_valid(tmp_path, capsys):
     assert [(c.label, c.params["bs"], c.params["seed"]) for c in cases] == [("custom0", 5, 2), ("custom1", 7, 2)]
 
 
-# ---------------------------------------------------------------- MOE_BACKEND (item 2)
+# ---------------------------------------------------------------- MOE_BACKEND
 
 
 def test_moe_backend_stands_for_the_default_backends(tmp_path):
@@ -363,7 +363,7 @@ def test_a_run_on_the_cpu_leaves_the_callers_environment_as_it_was(monkeypatch):
     assert os.environ["POPCORN_SEED"] == "5"
 
 
-# ---------------------------------------------------------------- failures (item 1)
+# ---------------------------------------------------------------- failures
 
 
 def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys, monkeypatch):
@@ -473,7 +473,7 @@ def test_the_live_line_carries_the_message():
     assert cli._status_line("ref", case, res) == "ref: smoke0 H512-I256-E8+1-k4+1-bs8 pass call 7.25 s"
 
 
-# ---------------------------------------------------------------- Ctrl-C (item 7)
+# ---------------------------------------------------------------- Ctrl-C
 
 
 def test_ctrl_c_in_a_timed_case_keeps_the_repetitions_measured():
@@ -562,7 +562,7 @@ def test_ctrl_c_in_a_checked_call_marks_that_case_interrupted(tmp_path, capsys):
     assert sorted(p.name for p in out.iterdir()) == ["test.csv", "test.json", "test.md"]
 
 
-# ---------------------------------------------------------------- the interpreter's estimate (item 8)
+# ---------------------------------------------------------------- the interpreter's estimate
 
 
 def test_expected_blocks_match_random_routing():
@@ -594,7 +594,7 @@ def test_smoke_is_run_and_official_shapes_are_refused_without_force(capsys):
         assert "this run takes about" in err and "pass --force" in err and "--cases smoke" in err
 
 
-# ---------------------------------------------------------------- tables (item 4)
+# ---------------------------------------------------------------- tables
 
 
 def _rows(mode, backends):
@@ -668,7 +668,7 @@ def test_time_units_scale():
     ]
 
 
-# ---------------------------------------------------------------- the chart (item 11)
+# ---------------------------------------------------------------- the chart
 
 
 def test_chart_uses_the_width_and_keeps_labels_inside_the_frame():

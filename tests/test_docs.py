@@ -2,9 +2,14 @@
 docs/spec.md, the README's test command is the one CI runs, the README stays a user's page
 (under 8 KB, GPU-only commands marked, the bundle made before it is used), the docs index lists
 every document, no document cites a file outside the repository or links one that is not there
-(bench's notes and results included), and every module a document names exists."""
+(bench's notes and results included), every module a document names exists, every command the
+README and docs/ show takes the options shown, and nothing narrates the repository's making
+(issue numbers, sessions, a kernel's "fifth version")."""
 
 import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -99,7 +104,7 @@ def test_no_document_cites_a_file_outside_the_repository():
 
 def test_the_readme_is_a_users_page():
     """Under 8 KB (status and design live in docs/); every example that needs a GPU says so in its
-    comment; no example uses dist/ before `python bundle.py` has made it (issue 24)."""
+    comment; no example uses dist/ before `python bundle.py` has made it."""
     text = (ROOT / "README.md").read_text()
     assert len(text.encode()) < 8192, len(text.encode())
     commands = [line.strip() for line in text.splitlines() if line.startswith("    ")]
@@ -185,3 +190,137 @@ def test_every_module_a_document_names_exists():
                 stale.append(f"{doc.name}: {dotted}")
         stale += [f"{doc.name}: {name}" for name in RETIRED if re.search(rf"\b{name}\b", text)]
     assert not stale, stale
+
+
+# Narration a reader cannot look up: this project's issue numbers ("issue 33", "issues 19, 20",
+# "issue_33", "#33"), sessions and their ordinals, a kernel's "version 5" or "fifth version", the
+# tracker's "the issue's" and "the lead". Not a metric ("issue 25%", "issues 72 / 65"), not a version
+# number ("version 3.9"), not another project's issue or PR (EXTERNAL, or a URL: ".../issues/974").
+_ORDINAL = (
+    r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth"
+    r"|fifteenth|sixteenth|seventeenth|eighteenth|nineteenth|twentieth|twenty-\w+|thirtieth|thirty-\w+"
+)
+NARRATION = re.compile(
+    r"(?<![A-Za-z])(?:issue|PR|pull request)s?[\s_]#?\d+(?![\d.%-]|\s?/)"
+    r"|(?<![\w/&])#\d+\b"
+    rf"|(?<![A-Za-z])(?:{_ORDINAL})[\s_-](?:session|version)s?(?![A-Za-z])"
+    r"|\bsessions?\b"
+    r"|\bversions? \d+(?![\d.])"
+    r"|\b(?:the|this|that) issue's\b|\bthis issue\b"
+    r"|\bthe lead\b|\blead's\b",
+    re.I,
+)
+EXTERNAL = re.compile(r"\b(?:aiter|triton|LLVM|composable_kernel|wave|pytorch|torch|CUDA|ROCm|GitHub)\s+$", re.I)
+# Files whose narration goes with a pending change to them (a rewrite, a removal); the test fails as
+# soon as an entry is no longer needed, so the list only shrinks.
+NARRATION_PENDING = {"tests/test_bundle.py", "bench/h200/fp8_check.py"}
+
+
+def _narration(text: str) -> list[str]:
+    return [
+        m.group() for m in NARRATION.finditer(text) if not EXTERNAL.search(text[max(0, m.start() - 40) : m.start()])
+    ]
+
+
+def test_the_narration_pattern_finds_the_tracker_and_leaves_other_projects():
+    for text in (
+        "the decode path's stage 1 in Gluon (issue 33)",
+        "issues 19, 20 and 21",
+        "def test_every_piece_issue_33_needs",
+        "see #33",
+        "2026-12-04 (twentieth session): the fold",
+        "def test_the_ninth_session_tiles",
+        "the fifth version's stage-2 tiles",
+        "Version 5, per shape",
+        "measured over the session",
+        "the issue's target",
+        "the lead fills this",
+    ):
+        assert _narration(text), text
+    for text in (
+        "aiter issue 2194",
+        "LLVM PR 117844",
+        "iree-org/wave PR\n1001",
+        "https://github.com/ROCm/aiter/issues/974",
+        "issue 25%, L2 34%",
+        "issues 72 / 65 instructions",
+        "triton version 3.9",
+        "subprocess.Popen(cmd, start_new_session=True)",
+        "the leaderboard's lead time",
+        "2026-12-04, H200: the fold",
+    ):
+        assert not _narration(text), text
+
+
+def test_code_docs_notes_and_results_do_not_narrate_the_making():
+    """A reader has no tracker and no sessions: a passage says what the code does and why, and a
+    measurement its date, device and versions (bench/RESULTS.md's entries)."""
+    skip = {".venv", ".git", "dist", "build", "job_task", ".peers"}
+    found, pending = {}, set()
+    for path in sorted(ROOT.rglob("*")):
+        relative = path.relative_to(ROOT)
+        if path.suffix not in (".py", ".md", ".sh", ".json") or skip & set(relative.parts) or not path.is_file():
+            continue
+        if str(relative) == "tests/test_docs.py":
+            continue
+        hits = _narration(path.read_text(errors="replace"))
+        if hits and str(relative) in NARRATION_PENDING:
+            pending.add(str(relative))
+        elif hits:
+            found[str(relative)] = hits
+    assert not found, found
+    assert pending == NARRATION_PENDING, f"no longer needed in NARRATION_PENDING: {NARRATION_PENDING - pending}"
+
+
+# A command the README or a document shows: `python -m MODULE ...`, `python SCRIPT.py ...` (python3 too).
+COMMAND = re.compile(r"\bpython3?\s+(?:-m\s+(?P<module>[\w.]+)|(?P<script>[\w./-]+\.py))(?P<args>[^\n]*)")
+# Shown but not run here: the task's own eval.py, bundle.py's output under dist/, the pre-run
+# (`python3 submission.py` takes no options; tests/test_selection.py runs its main), and other
+# projects' modules (pytest, venv).
+NOT_RUN = re.compile(r"^(?:eval\.py|dist/.*|submission\.py)$")
+
+
+def _code(text: str) -> list[str]:
+    """A Markdown text's code: fenced blocks, indented lines and inline spans (which may wrap)."""
+    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.M | re.S)
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.M | re.S)
+    indented = [line for line in prose.splitlines() if line.startswith("    ")]
+    inline = [" ".join(span.split()) for span in re.findall(r"`([^`]+)`", prose)]
+    return [*fenced, *indented, *inline]
+
+
+def _documented_commands() -> dict[str, set[str]]:
+    """Each module or script the README and docs/ show a command of, with the long options shown with it."""
+    commands: dict[str, set[str]] = {}
+    for doc in _user_documents():
+        for code in _code(doc.read_text()):
+            for m in COMMAND.finditer(code):
+                target = m.group("module") or m.group("script")
+                if NOT_RUN.match(target) or (m.group("module") and _module_file(target) is None):
+                    continue
+                args = re.split(r"\s(?:#|&&|\||>|;)(?:\s|$)", m.group("args"))[0]
+                commands.setdefault(target, set()).update(re.findall(r"(?<![\w-])--[A-Za-z][\w-]*", args))
+    return commands
+
+
+def _help(target: str) -> tuple[str, int, str]:
+    argv = ["-m", target] if not target.endswith(".py") else [str(ROOT / target)]
+    proc = subprocess.run([sys.executable, *argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    return target, proc.returncode, proc.stdout + proc.stderr
+
+
+def test_every_command_the_docs_show_runs_and_takes_the_options_shown():
+    """`--help` of each module and script a command of the README or docs/ names exits 0 and lists
+    every long option the documents show with it (one process each, four at a time; nothing runs on a
+    GPU)."""
+    commands = _documented_commands()
+    assert {"bench", "bench.gfx950", "bench.h200.gluon_check", "bench.job", "bundle.py"} <= set(commands), commands
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        helps = list(pool.map(_help, sorted(commands)))
+    broken = [f"{target}: exit status {code}: {out[-300:]}" for target, code, out in helps if code != 0]
+    assert not broken, broken
+    unknown = {
+        target: sorted(option for option in commands[target] if not re.search(rf"{option}(?![\w-])", out))
+        for target, _, out in helps
+    }
+    assert not any(unknown.values()), {target: options for target, options in unknown.items() if options}

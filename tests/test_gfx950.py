@@ -322,13 +322,13 @@ def test_the_check_refuses_kernels_built_for_the_interpreter():
     from problem.cases import SMOKE
 
     if not interpreting():
-        pytest.skip("this session compiles kernels for a GPU, not for the interpreter")
+        pytest.skip("this run compiles kernels for a GPU, not for the interpreter")
     with pytest.raises(RuntimeError, match="fresh process"):
         launch_case(SMOKE[0], "native")
-    assert interpreting()  # the session's setting is left as it was
+    assert interpreting()  # the run's setting is left as it was
 
 
-# ---------------------------------------------------------------- variants and the ESTIMATE (issue 20)
+# ---------------------------------------------------------------- variants and the ESTIMATE
 
 
 def _report(name, warps=4, waves=2.0, mfma_cycles=0.0, gemm=True, instructions=0, valu=0):

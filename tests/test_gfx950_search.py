@@ -55,9 +55,10 @@ def test_the_lds_floor_drops_tiles_that_cannot_hold_two_waves_per_simd():
 
 
 def test_the_lds_floor_holds_the_activation_tiles_as_triton_3_6_allocates_them():
-    # E-33 bs-512's stage 1 as the eleventh session's row had it: 64 weight and 64 activation rows x 256 of K,
-    # 3 tiles in flight at 4 stages: 51.0 KiB, the LDS triton 3.6 gives the compiled kernel for gfx950
-    # (bench/results/gfx950/native-kernel-variants-triton-3.6.0.md), so 3 workgroups per CU.
+    # E-33 bs-512's stage 1 as the first tile search's row had it (2026-12-02): 64 weight and 64
+    # activation rows x 256 of K, 3 tiles in flight at 4 stages: 51.0 KiB, the LDS triton 3.6 gives the
+    # compiled kernel for gfx950 (bench/results/gfx950/native-kernel-variants-triton-3.6.0.md), so 3
+    # workgroups per CU.
     tile = _stage1(block_n1=32, warps1=4, stages1=4)
     assert search.lds_floor(1, tile, 64) == 51.0 * 1024
     assert search.max_waves(1, tile, 64) == 3 and search.max_waves(1, tile) == 6

@@ -9,7 +9,7 @@ from bench.h200 import gluon_probe
 
 @pytest.mark.cpu_only
 @pytest.mark.parametrize("variant", list(gluon_probe.VARIANTS))
-def test_the_probe_compiles_for_sm90_with_every_piece_issue_33_needs(monkeypatch, variant):
+def test_the_probe_compiles_for_sm90_with_every_piece_the_gluon_stages_need(monkeypatch, variant):
     monkeypatch.setenv("TRITON_INTERPRET", "0")  # Gluon has no interpreter: compile for real
     compiled = gluon_probe.compiled_for_sm90(variant)
     assert all(compiled[name] > 0 for name in gluon_probe.SASS_MARKS), compiled

@@ -411,7 +411,7 @@ def test_native_tiles_cover_every_official_shape():
             assert alt != cfg and alt._replace(**NATIVE_VARIANTS[name]) == alt, name
             assert alt.nonkdim == 16 or alt.block_m >= 32, name
             assert native_launches(alt) == 2 + alt.route_launches
-    # Two launches for every official shape, three at most for each (issue 26).
+    # Two launches for every official shape, three at most for each.
     fewest = {key: min(map(native_launches, alts.values())) for key, alts in NATIVE_ALTERNATES.items()}
     benchmarks = [table_key(case) for case in BENCHMARKS]
     assert all(fewest[key] == 2 for key in benchmarks) and max(fewest.values()) <= 3

@@ -152,7 +152,7 @@ KEY_16 = so.aiter_key(16, 512, 33)
 @pytest.mark.parametrize(
     "key, changes, message",
     [
-        (KEY_128, dict(kernelName1=so.CK_S1_128), "MPerBlock 128 != block_m 32"),  # the issue's starting rows
+        (KEY_128, dict(kernelName1=so.CK_S1_128), "MPerBlock 128 != block_m 32"),  # the seed submission's rows
         (KEY_128, dict(kernelName2=so.FLY_S2_16), "tile_m 16 != block_m 32"),
         (KEY_128, dict(block_m=16, kernelName1="", kernelName2=""), "multiple of 32"),
         (KEY_128, dict(kernelName1=math.nan), "must be a str"),
@@ -183,8 +183,8 @@ def test_ksplit_rows_only_when_bf16_activations_are_allowed(monkeypatch):
     so.validate(with_row(KEY_16, **cktile))
 
 
-def test_the_issues_starting_rows_are_all_rejected():
-    """(tokens, inter, experts): block_m, ksplit, stage 1, stage 2 as first proposed in issue 4."""
+def test_the_seed_submissions_rows_are_all_rejected():
+    """(tokens, inter, experts): block_m, ksplit, stage 1, stage 2 as the seed submission had them."""
     start = {
         (16, 256, 257): (16, 2, "", ""),
         (128, 256, 257): (32, 0, so.CK_S1_128, so.FLY_S2_16),

@@ -1,6 +1,6 @@
 """`python -m bench.gfx950.aiter_compile --aiter-git DIR`: aiter's own Triton MXFP4 MoE GEMMs compiled for
-gfx950 the way bench.gfx950 compiles ours, for issue 14's comparison (instructions per K-loop
-iteration at a comparable tile). CPU only; nothing runs.
+gfx950 the way bench.gfx950 compiles ours, for the comparison of docs/gfx950.md ("Reading
+it": instructions per K-loop iteration at a comparable tile, ours within 1.5x of aiter's). CPU only; nothing runs.
 
 aiter's code is not part of this package: the script extracts aiter/ops/triton from the given git
 directory (a clone or mirror of ROCm/aiter, at --commit) into a temporary folder, empties the

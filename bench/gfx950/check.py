@@ -1,5 +1,5 @@
-"""Per launched kernel: what gfx950 code it compiled to (bench.gfx950.asm), and which of issue 14's
-limits it breaks. A kernel specialised the same way is analysed once per process (by its hash).
+"""Per launched kernel: what gfx950 code it compiled to (bench.gfx950.asm), and which of the limits
+below it breaks. A kernel specialised the same way is analysed once per process (by its hash).
 
 Limits (every kernel): no scratch and no spilled registers; at most 160 KiB of LDS per workgroup; at
 least 2 waves per SIMD (bench.gfx950.model); no replicated MFMA work. GEMM kernels (names with

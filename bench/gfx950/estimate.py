@@ -7,7 +7,7 @@ times, bench.h200.twin) with the MI355X's constants, fed with what the gfx950 co
                 of the block count under uniform routing; other launches: the grid.
   slots         programs a CU holds: 4 SIMDs x the compiled waves per SIMD / the workgroup's waves.
   one program   its K steps (the stage's rows x columns x K over the grid, in the K-loop dots' volume)
-                x per step: issue 4 x VALU + other, matrix the MFMAs' cycles, memory L_step /
+                x per step: issue cycles 4 x VALU + other, matrix the MFMAs' cycles, memory L_step /
                 (stages - 1); plus the kernel's instructions outside the loop once. Prep and routing
                 launches: one program's path (the shortest to s_endpgm, its loops once), one exposed load.
   bytes         GEMM launches: the stage's weights of the hit experts (stage 1 2I x H, stage 2 H x I,

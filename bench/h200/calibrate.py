@@ -1,4 +1,4 @@
-"""What the MI355X cost model is checked against on a GPU that can be timed (issue 26, docs/gfx950.md):
+"""What the MI355X cost model is checked against on a GPU that can be timed (docs/gfx950.md):
 
   launches  the decode path's launches per official shape: kernel durations and the gaps between
             them inside a call (torch.profiler, each call behind the leaderboard's 64 GiB flush),

@@ -1,5 +1,5 @@
 """`python -m bench.h200.gluon_check MODE`: the Gluon stages (moe_triton/kernels/gluon_stage1.py and
-gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H100 / H200 (issue 33).
+gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H100 / H200.
 The stage-1 variants are every combination of --block-ns (h columns per program), --stages (ring
 slots), --splits (parts per K step) and --regs (registers a thread at launch: 0 for one program an
 SM, 80 for two), stage 2 the decode one; each --stage2 N-S-P-T[-R] adds a variant with stage 2 on

@@ -1,4 +1,4 @@
-"""`python -m bench.h200.gluon_probe`: does this triton's Gluon build the pieces issue 33's kernels
+"""`python -m bench.h200.gluon_probe`: does this triton's Gluon build the pieces the Gluon stages
 need for sm_90 (warp specialization, TMA, mbarriers, asynchronous wgmma), and how fast they are put
 together, before the MoE kernels are written with them.
 

@@ -1,5 +1,5 @@
 """`python -m bench.h200.ncu_summary DIR --shapes NAME...`: what bounds each launch, from an Nsight
-Compute report of `python -m bench.h200.fp8_check ncu` exported as CSV (issue 33 item 1).
+Compute report of `python -m bench.h200.fp8_check ncu` exported as CSV.
 
 DIR holds raw.csv (`ncu -i REPORT --csv --page raw`) and, optionally, source_stage1.csv and
 source_stage2.csv (`--page source --print-source sass --kernel-name regex:moe_stage1`, one block per

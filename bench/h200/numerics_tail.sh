@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 31's tail on the H200 (bench/RESULTS.md): fresh leaderboard-style inputs on every official shape,
+# The error tail on the H200 (bench/results/numerics.md): fresh leaderboard-style inputs on every official shape,
 # each on the shipped path (custom_kernel, the first-call selection) and the native path forced; 500
 # at I-2048 bs-512 (two processes of 250 on disjoint seeds), 200 at the other nine; one process per
 # shape, all at once.

@@ -1,5 +1,5 @@
-"""`python -m bench.h200.rivals`: the package beside other MoE kernels on an NVIDIA GPU, in one run
-(issue 33, item 5). Per official benchmark shape, every repetition draws a fresh leaderboard-style
+"""`python -m bench.h200.rivals`: the package beside other MoE kernels on an NVIDIA GPU, in one run.
+Per official benchmark shape, every repetition draws a fresh leaderboard-style
 input (generate_input with seed + 13 i) and times, the leaderboard's way (synchronize, the
 runner's flush, CUDA events around one call, the median over --reps; the first input warms up):
 

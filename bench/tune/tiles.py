@@ -52,7 +52,7 @@ STAGE2_OPTIONS = [
         *itertools.product((64, 128), (128, 256), (4,), (1, 4, 8), (0,)),
         (128, 128, 8, 1, 0),
         (128, 128, 8, 4, 0),
-        # Register caps that fit a fifth to seventh program per SM (bench/NOTES.md, sixth version).
+        # Register caps that fit a fifth to seventh program per SM (bench/notes/decode-path-5-7.md, "register caps").
         *itertools.product((64,), (256,), (4,), (4, 8), (72,)),
         *itertools.product((128,), (256,), (4,), (1, 4), (88,)),
     )

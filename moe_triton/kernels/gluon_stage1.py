@@ -1,4 +1,4 @@
-"""The decode path's stage 1 written in Gluon for sm_90 (issue 33): the same GEMM, h and a2 as
+"""The decode path's stage 1 written in Gluon for sm_90: the same GEMM, h and a2 as
 kernels/decode.py's moe_stage1_kernel, bit for bit (the same fp32 sums of exact products, the same
 gated_h and MXFP4 round trip), with each warp doing one job in its own instruction stream.
 

@@ -1,4 +1,4 @@
-"""The decode path's stage 2 written in Gluon for sm_90 (issue 33): the same down GEMM as
+"""The decode path's stage 2 written in Gluon for sm_90: the same down GEMM as
 kernels/decode.py's moe_stage2_kernel (the same fp32 sums of exact products of a2 and the decoded
 w2), times the routing weight, rounded to bf16 and added atomically into the output rows of the
 block's tokens, with each warp doing one job in its own instruction stream (gluon_mma.py).
