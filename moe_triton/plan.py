@@ -3,10 +3,12 @@ as written (buffers from the pool, grids, constexprs); _launch records each one 
 which later calls of the shape replay with their own tensors: no tile lookup, buffer lookups or
 argument building per call. On a GPU the replay launches the CompiledKernel that the first call's
 JIT launch returned, through its launcher, as JITFunction.run itself ends (triton 3.6 to 3.9): the
-same kernel, grid, stream and arguments, without re-binding and re-specialising the arguments. It
-falls back to the JIT launch while a launch hook is registered (a profiler), for an input not
-16-byte aligned (the pointers were specialised aligned), and for good if a plan's first direct
-launch raises. Kept apart from the paths so that each path's launcher records the same way.
+same kernel, grid, stream, launch metadata, hooks and arguments, without re-binding and
+re-specialising the arguments (on gfx950 shown argument for argument by bench.gfx950.replay). It
+falls back to the JIT launch while a launch hook is registered (a profiler), for inputs that the JIT
+would specialise otherwise than the first call's (dtype, 16-byte alignment, on AMD a storage over
+2 GiB), and for good if a plan's first direct launch raises. Kept apart from the paths so that each
+path's launcher records the same way.
 """
 
 import inspect
@@ -19,7 +21,7 @@ from triton.compiler import CompiledKernel
 from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
-from moe_triton.target import fast_decode, interpreting
+from moe_triton.target import fast_decode, interpreting, targets_amd
 
 MAX_PLANS = 16  # shapes whose plans are kept (least recently used dropped first)
 # Direct launches on the NVIDIA path; MOE_TRITON_DIRECT=0 keeps the JIT launches (to compare).
@@ -49,15 +51,27 @@ def _hooks_idle() -> bool:
     return all(h is None or not getattr(h, "calls", True) for h in hooks)
 
 
+def specialisation(tensors: tuple, amd: bool) -> tuple:
+    """What the JIT specialises a kernel on in these tensors beyond their shapes (the plans' key):
+    dtype, 16-byte alignment and, where the AMD backend addresses through 32-bit buffer offsets
+    (amd: the kernels target AMD; triton 3.6 to 3.9, knobs.amd.use_buffer_ops), whether the storage fits 2^31 - 1 bytes.
+    Inputs that differ in it from the first call's would make the JIT launch another kernel than the
+    recorded one: a wrong pointer assumption there is a memory fault, not an exception."""
+    if amd:
+        return tuple((t.dtype, t.data_ptr() % 16 == 0, t.untyped_storage().nbytes() < 2**31) for t in tensors)
+    return tuple((t.dtype, t.data_ptr() % 16 == 0) for t in tensors)
+
+
 class _Launch:
     """One recorded launch: its JIT arguments with the call's tensors marked by position
-    (`slots`), and, for direct launches, every kernel parameter in signature order."""
+    (`slots`), and, for direct launches, every kernel parameter in signature order. `grid_arg` is
+    the grid as given to kernel[grid] (what launch metadata is made from), `grid` its three sizes."""
 
-    __slots__ = ("fn", "grid", "args", "kwargs", "slots", "params", "param_slots", "compiled")
+    __slots__ = ("fn", "grid_arg", "grid", "args", "kwargs", "slots", "params", "param_slots", "compiled")
 
     def __init__(self, fn, grid: tuple, args: tuple, kwargs: dict, compiled, call_tensors: tuple):
         where = {id(t): i for i, t in enumerate(call_tensors)}
-        self.fn, self.grid = fn, tuple(grid) + (1,) * (3 - len(grid))
+        self.fn, self.grid_arg, self.grid = fn, grid, tuple(grid) + (1,) * (3 - len(grid))
         self.args, self.kwargs = list(args), kwargs
         self.slots = [(k, where[id(a)]) for k, a in enumerate(args) if id(a) in where]
         signature = inspect.signature(fn.fn)
@@ -71,38 +85,68 @@ class _Launch:
         args = self.args.copy()
         for k, i in self.slots:
             args[k] = tensors[i]
-        self.fn[self.grid](*args, **self.kwargs)
+        self.fn[self.grid_arg](*args, **self.kwargs)
 
-    def direct(self, tensors: tuple, stream) -> None:
+    def direct(self, tensors: tuple, stream, exact: bool) -> None:
+        """The launcher call that ends JITFunction.run. exact (AMD): with the launch metadata and hook
+        chains that it passes, argument for argument (bench.gfx950.replay); else None for the three,
+        the same effect while no hook is registered (the only time a replay runs) without the
+        1.3 us a launch that launch_metadata costs on the host."""
         params = self.params.copy()
         for k, i in self.param_slots:
             params[k] = tensors[i]
         c = self.compiled
-        c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *params)
+        if not exact:
+            c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *params)
+            return
+        hooks = triton.knobs.runtime
+        metadata = c.launch_metadata(self.grid_arg, stream, *params)
+        c.run(
+            *self.grid,
+            stream,
+            c.function,
+            c.packed_metadata,
+            metadata,
+            hooks.launch_enter_hook,
+            hooks.launch_exit_hook,
+            *params,
+        )
 
 
 class _DecodePlan:
     """The recorded launches of one shape (tiles, grids, constexprs, scratch buffers held)."""
 
     def __init__(
-        self, launches: list[_Launch], out_shape: tuple, acc_dtype: torch.dtype, direct: bool, bits: bool = False
+        self,
+        launches: list[_Launch],
+        out_shape: tuple,
+        acc_dtype: torch.dtype,
+        direct: bool,
+        inputs: tuple,
+        amd: bool = False,
+        bits: bool = False,
     ):
         self.launches, self.out_shape, self.acc_dtype = launches, out_shape, acc_dtype
         self.bits = bits  # the launches take the hidden states as int32 pairs too (the native path)
         self.direct = direct and all(launch.compiled is not None for launch in launches)
+        self.amd = amd  # AMD: the JIT specialises on storage sizes; replays pass launch metadata
+        self.specialised = self.specialisation(inputs)  # the first call's inputs, as the JIT saw them
         self.tried = False  # a direct replay has gone through once
         self.first_out: torch.Tensor | None = None
+
+    def specialisation(self, inputs: tuple) -> tuple:
+        return specialisation(inputs, self.amd)
 
     def run(self, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids) -> torch.Tensor:
         out = torch.empty(self.out_shape, dtype=self.acc_dtype, device=hidden_states.device)
         raw = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
-        if self.direct and _hooks_idle() and all(t.data_ptr() % 16 == 0 for t in raw):
+        if self.direct and _hooks_idle() and self.specialisation(raw) == self.specialised:
             stream = driver.active.get_current_stream(driver.active.get_current_device())
             # A direct launch passes pointers: the hidden states stand for their int32 view.
             tensors = (*raw, out, hidden_states) if self.bits else (*raw, out)
             try:
                 for launch in self.launches:
-                    launch.direct(tensors, stream)
+                    launch.direct(tensors, stream, exact=self.amd)
                 self.tried = True
                 return out
             except Exception:
@@ -158,6 +202,9 @@ def record_plan(
     launches = [_Launch(*launch, call_tensors) for launch in recorded]
     gpu = device.type == "cuda" and not interpreting()
     direct = DIRECT_LAUNCH and (gpu if native else fast_decode(device))
-    plan = _DecodePlan(launches, tuple(hidden_states.shape), acc_dtype, direct=direct, bits=native)
+    raw = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
+    plan = _DecodePlan(
+        launches, tuple(hidden_states.shape), acc_dtype, direct=direct, bits=native, inputs=raw, amd=targets_amd()
+    )
     plan.first_out = out
     return plan

@@ -87,10 +87,15 @@ def silu_options() -> dict:
     return {"JUDGE": judge, **({"enable_fp_fusion": False} if judge == "ck" else {})}
 
 
+def targets_amd() -> bool:
+    """Whether the kernels compile for AMD GPUs: the active Triton driver is AMD's (a ROCm GPU, or the
+    compile-only gfx950 driver of bench/gfx950/run.py), and the interpreter is off."""
+    return not interpreting() and _targets_amd(triton.runtime.driver.active)
+
+
 def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
-    """The AMD backend's launch options, where the active Triton driver is AMD's (a ROCm GPU, or
-    the compile-only gfx950 driver of bench/gfx950/run.py); none elsewhere."""
-    if interpreting() or not _targets_amd(triton.runtime.driver.active):
+    """The AMD backend's launch options, where the kernels compile for AMD GPUs; none elsewhere."""
+    if not targets_amd():
         return {}
     return {"matrix_instr_nonkdim": nonkdim, "waves_per_eu": waves_per_eu}
 

@@ -64,6 +64,9 @@ class FakeCompiled:
         self.calls, self.fail = [], fail
         self.function, self.packed_metadata = "function", "metadata"
 
+    def launch_metadata(self, grid, stream, *args):
+        return ("launch metadata", grid, stream, len(args))
+
     def run(self, *args):
         if self.fail:
             raise TypeError("launcher called the wrong way")

@@ -6,6 +6,7 @@ import inspect
 
 import pytest
 import torch
+import triton
 from layer_checks import assert_matches_reference, go_direct, small_case
 
 from moe_triton import plan as plans
@@ -43,17 +44,25 @@ def test_later_calls_replay_the_plan_with_their_own_tensors(plan):
     assert list(plans._plans.values()) == [plan]
 
 
-def test_a_direct_launch_passes_every_parameter_in_signature_order(plan, monkeypatch):
+@pytest.mark.parametrize("amd", [False, True])
+def test_a_direct_launch_passes_every_parameter_in_signature_order(plan, monkeypatch, amd):
     plan, data = plan
-    fakes = go_direct(monkeypatch, plan)
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    monkeypatch.setattr(plan, "amd", amd)  # as recorded for AMD: storages' sizes in the specialisation
+    monkeypatch.setattr(plan, "specialised", plan.specialisation((hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)))
+    fakes = go_direct(monkeypatch, plan)
     out = plan.run(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
     for launch, fake in zip(plan.launches, fakes, strict=True):
         (call,) = fake.calls
         grid, (stream, function, metadata, launch_metadata, enter, leave), params = call[:3], call[3:9], call[9:]
         assert grid == launch.grid and len(grid) == 3 and stream == 1234
-        assert (function, metadata, launch_metadata, enter, leave) == ("function", "metadata", None, None, None)
         signature = inspect.signature(launch.fn.fn).parameters
+        assert (function, metadata) == ("function", "metadata")
+        if amd:  # what JITFunction.run passes: the kernel's launch metadata for the grid as given, the hook chains
+            assert launch_metadata == ("launch metadata", launch.grid_arg, 1234, len(signature))
+            assert enter is triton.knobs.runtime.launch_enter_hook and leave is triton.knobs.runtime.launch_exit_hook
+        else:  # NVIDIA: no launch metadata (its host cost), the same effect with no hook registered
+            assert (launch_metadata, enter, leave) == (None, None, None)
         assert len(params) == len(signature)
         named = dict(zip(signature, params, strict=True))
         assert all(named[k] == v for k, v in launch.kwargs.items() if k in signature)  # the constexprs
@@ -82,3 +91,19 @@ def test_an_input_off_16_bytes_takes_the_jit_launch(plan, monkeypatch):
     out = plan.run(shifted, w1, w2, w1s, w2s, topk_weights, topk_ids)
     assert all(not fake.calls for fake in fakes) and plan.direct is True
     assert_matches_reference(data, out if out.dtype == torch.bfloat16 else out.to(torch.bfloat16))
+
+
+def test_the_plan_tells_inputs_that_the_jit_would_specialise_otherwise(plan):
+    # dtype and 16-byte alignment everywhere; on AMD also a storage over 2^31 - 1 bytes, where
+    # the HIP backend drops its 32-bit buffer offsets. Such inputs take the JIT launch (run).
+    plan, data = plan
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    raw = (hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
+    assert plan.amd is False and plan.specialisation(raw) == plan.specialised
+    n = topk_weights.numel()
+    shifted = torch.empty(n + 1, dtype=topk_weights.dtype)[1:].view(topk_weights.shape)
+    big = torch.empty(2**29 + n, dtype=topk_weights.dtype)[2**29 :].view(topk_weights.shape)  # 2 GiB, never touched
+    for weights in (topk_weights.double(), shifted):
+        assert plan.specialisation((*raw[:5], weights, topk_ids)) != plan.specialised
+    assert plan.specialisation((*raw[:5], big, topk_ids)) == plan.specialised
+    assert plans.specialisation((*raw[:5], big, topk_ids), True) != plans.specialisation(raw, True)
