@@ -19,6 +19,7 @@ import inspect
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 DIRECTIVES = ("#!POPCORN leaderboard amd-moe-mxfp4", "#!POPCORN gpu MI355X")
@@ -185,11 +186,12 @@ def bundle(root: str | Path = ".", entry: str = "submission", directives=True, b
         _parse(sources[files[name]], f"{files[name]} (its imports moved)")
     git = _git_describe(root)
     lines = [*DIRECTIVES] if directives else []
-    lines += [
-        f"# ONE-FILE BUNDLE of moe-mxfp4{f' ({git})' if git else ''}, written by bundle.py: edit the package.",
-        f"# On import it writes these modules to the cache's moe-mxfp4/{BUNDLES_DIR}/{package}/ and runs",
-        f"# {entry}.py's code here (docs/bundle.md): {', '.join(sorted(trees))}.",
-    ]
+    about = (
+        f"ONE-FILE BUNDLE of moe-mxfp4{f' ({git})' if git else ''}, written by bundle.py: edit the package. On "
+        f"import it writes these modules to the cache's moe-mxfp4/{BUNDLES_DIR}/{package}/ and runs {entry}.py's "
+        f"code here (docs/bundle.md): {', '.join(sorted(trees))}."
+    )
+    lines += [f"# {line}" for line in textwrap.wrap(about, 98, break_on_hyphens=False)]
     if backend:  # set before any bundled code reads MOE_BACKEND; the environment still wins
         lines += ["import os", "", f"os.environ.setdefault('MOE_BACKEND', {backend!r})"]
     body = trees[entry].body
