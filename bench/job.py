@@ -11,8 +11,9 @@ This reproduces that in a fresh temporary directory: the bundle as submission.py
 eval.py and utils.py (copied from --task-dir at run time), and this package's reference.py
 (bundled into one file) and task.py standing in for the task's, whose reference calls aiter. It
 records each step's wall time, its `moe-mxfp4 select` stderr lines, the eval's results per case,
-the files under ~/.cache/moe-mxfp4 (the submission's cached choices) before and after each step,
-and the whole job's time against the cap, as job.md and job.json under --out.
+the files under ~/.cache/moe-mxfp4 (the submission's cached choices; the bundle's modules, which
+it writes to bundles/ there, left out) before and after each step, and the whole job's time
+against the cap, as job.md and job.json under --out.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ PRERUN_SEED = "1"  # kernelbot runs the pre-run with POPCORN_SEED=1
 JOB_CAP_S = 20 * 60  # kernelbot .github/workflows/amd_workflow.yml: timeout-minutes: 20
 SELECT_PREFIX = "moe-mxfp4 select"
 CHOICE_DIR = Path(".cache") / "moe-mxfp4"  # under HOME, XDG_CACHE_HOME being unset
+NOT_CHOICES = (bundle.BUNDLES_DIR,)  # the bundle's modules, written there beside the choices
 TRITON_CACHE = Path(".triton") / "cache"  # Triton's default cache, under HOME
 # Not set on the runner: they would move the caches out of the shared home or steer the submission.
 UNSET_NAMES = ("XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TRITON_HOME")
@@ -124,11 +126,12 @@ def job_env(home: Path) -> tuple[dict[str, str], list[str]]:
     return env, drop
 
 
-def snapshot(folder: Path) -> dict[str, list[int]]:
-    """Size and mtime (ns) of every file under `folder`: tells a reused file from a rewritten one."""
+def snapshot(folder: Path, skip: tuple[str, ...] = ()) -> dict[str, list[int]]:
+    """Size and mtime (ns) of every file under `folder` but its subfolders `skip`: tells a reused
+    file from a rewritten one."""
     if not folder.is_dir():
         return {}
-    files = (p for p in sorted(folder.rglob("*")) if p.is_file())
+    files = (p for p in sorted(folder.rglob("*")) if p.is_file() and p.relative_to(folder).parts[0] not in skip)
     return {str(p.relative_to(folder)): [p.stat().st_size, p.stat().st_mtime_ns] for p in files}
 
 
@@ -264,10 +267,10 @@ def run_mode(
             ("eval", [sys.executable, "eval.py", mode, str(case_path)], limit_s, seed),
         ):
             step_env = {**env, "POPCORN_SEED": str(popcorn_seed)} if popcorn_seed is not None else env
-            choices, triton = snapshot(home / CHOICE_DIR), len(snapshot(home / TRITON_CACHE))
+            choices, triton = snapshot(home / CHOICE_DIR, NOT_CHOICES), len(snapshot(home / TRITON_CACHE))
             print(f"bench.job: {mode} {name} (limit {limit} s) ...", flush=True)
             step = {"step": name, **run_step(argv, run_dir, step_env, limit)}
-            step["choice"] = choice_change(choices, snapshot(home / CHOICE_DIR))
+            step["choice"] = choice_change(choices, snapshot(home / CHOICE_DIR, NOT_CHOICES))
             step["triton_cache_files"] = [triton, len(snapshot(home / TRITON_CACHE))]
             print(f"bench.job: {mode} {name}: {_step_summary(step)}", flush=True)
             steps.append(step)
@@ -410,7 +413,9 @@ def run_job(task_dir: Path, bundle_file: Path | None, modes: list[str], out: Pat
         job["passed"] = finished and all(m["passed"] for m in job["modes"]) and job["within_cap"]
         shutil.rmtree(out / "choice", ignore_errors=True)
         if (home / CHOICE_DIR).is_dir():
-            shutil.copytree(home / CHOICE_DIR, out / "choice", dirs_exist_ok=True)
+            shutil.copytree(
+                home / CHOICE_DIR, out / "choice", ignore=shutil.ignore_patterns(*NOT_CHOICES), dirs_exist_ok=True
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     (out / "job.json").write_text(json.dumps(job, indent=1) + "\n")

@@ -1,4 +1,6 @@
-"""bundle.py: the one-file submission, and the bundler's rules on small made-up packages."""
+"""bundle.py: the one-file submission, on the package and on a small made-up package that uses every
+import form. Every process here gets its own cache folder (XDG_CACHE_HOME), where bundles write
+their modules."""
 
 import ast
 import json
@@ -16,16 +18,34 @@ from bundle import DIRECTIVES, BundleError
 
 ROOT = Path(__file__).resolve().parents[1]
 ALLOWED = set(sys.stdlib_module_names) | {"torch", "triton", "numpy", "pandas", "aiter", "task"}
+# What the bundle's loader imports beyond the package's own `import submission` (all of it standard
+# library, and already imported by torch today).
+LOADER_MODULES = {"importlib", "os", "sys", "tempfile"}
 
 
-def _clean_env(**extra) -> dict:
-    """An environment in which only the folder of the bundle can provide modules. Without a GPU
-    the bundle runs under Triton's interpreter, with one compiled, as on the leaderboard."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "MOE_BACKEND", "TRITON_INTERPRET")}
+def _clean_env(cache: Path, **extra) -> dict:
+    """An environment in which only the folder of the bundle can provide modules, and `cache` holds
+    the bundles' modules. Without a GPU the bundle runs under Triton's interpreter, with one compiled,
+    as on the leaderboard."""
+    drop = ("PYTHONPATH", "MOE_BACKEND", "MOE_SELECT", "TRITON_INTERPRET")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
     if not torch.cuda.is_available():
         env["TRITON_INTERPRET"] = "1"
-    env.update(extra)
-    return env
+    return {**env, "XDG_CACHE_HOME": str(cache), **extra}
+
+
+def _python(args: list[str], cwd: Path, cache: Path, timeout: float = 120, **env) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, *args], cwd=cwd, env=_clean_env(cache, **env), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def _sources(text: str) -> dict[str, str]:
+    """The files a bundle carries (its _BUNDLE_SOURCES), read without running it."""
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "_BUNDLE_SOURCES":
+            return ast.literal_eval(node.value)
+    raise AssertionError("no _BUNDLE_SOURCES")
 
 
 @pytest.fixture(scope="module")
@@ -36,92 +56,396 @@ def bundled(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runner_folder(tmp_path_factory, bundled) -> Path:
-    """The leaderboard's folder: submission.py (the bundle), task.py, and reference.py (the
-    package's reference, itself bundled into one file so it needs nothing else)."""
-    d = tmp_path_factory.mktemp("runner")
-    (d / "submission.py").write_text(bundled.read_text())
-    (d / "task.py").write_text((ROOT / "task.py").read_text())
-    (d / "reference.py").write_text(bundler.bundle(ROOT, "reference", directives=False))
-    return d
+def cache(tmp_path_factory) -> Path:
+    """One cache for the real bundle's runs: its modules are written once."""
+    return tmp_path_factory.mktemp("cache")
 
 
-def test_bundle_compiles_and_directives_come_first(bundled):
+def _alone(tmp_path: Path, bundled: Path) -> Path:
+    """An empty folder holding only the bundle, as submission.py."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "submission.py").write_text(bundled.read_text())
+    return folder
+
+
+# ------------------------------------------------------------------ the package's bundle
+
+
+def test_bundle_compiles_starts_with_the_directives_and_imports_only_allowed_modules(bundled):
     text = bundled.read_text()
     compile(text, str(bundled), "exec")
-    lines = text.splitlines()
-    assert lines[:2] == list(DIRECTIVES)
-    first_block = []
-    for line in lines:
-        if not line.startswith("#"):
-            break
-        first_block.append(line)
-    assert set(DIRECTIVES) <= set(first_block)
+    assert text.splitlines()[:2] == list(DIRECTIVES)
+    project = {name.split(".")[0] for name in bundler.project_modules(ROOT)}
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            assert not getattr(node, "level", 0), f"line {node.lineno}: relative import"
+            for name in [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module]:
+                assert name.split(".")[0] in ALLOWED - project, f"line {node.lineno}: import of {name}"
 
 
-def test_bundle_imports_only_allowed_modules_and_no_project_module(bundled):
-    tree = ast.parse(bundled.read_text())
-    project = set(bundler.project_modules(ROOT))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            assert node.level == 0
-            names = [node.module]
-        else:
-            continue
-        for name in names:
-            top = name.split(".")[0]
-            assert top in ALLOWED, f"line {node.lineno}: import of {name}"
-            assert top not in project, f"line {node.lineno}: project module {name} still imported"
-    # The runner's types stay an import from task.
-    assert "from task import input_t, output_t" in bundled.read_text()
+def test_bundle_carries_the_modules_submission_reaches_each_whole_and_no_tool(bundled):
+    files = _sources(bundled.read_text())
+    assert {"submission.py", "reference.py", "problem/__init__.py", "moe_triton/kernels/gluon_stage2.py"} <= set(files)
+    assert {"moe_aiter/backend.py", "selection/choice_file.py"} <= set(files)  # imported inside functions only
+    assert not {"task.py", "bundle.py"} & set(files)
+    assert not [f for f in files if f.startswith(("bench/", "tests/"))]
+    for name, text in files.items():
+        if name != "__init__.py":
+            original = (ROOT / name).read_text()
+            imports = [n for n in ast.walk(ast.parse(original)) if isinstance(n, (ast.Import, ast.ImportFrom))]
+            import_lines = {line for n in imports for line in range(n.lineno, n.end_lineno + 1)}
+            pairs = enumerate(zip(text.splitlines(), original.splitlines(), strict=True), start=1)
+            assert {i for i, (new, old) in pairs if new != old} <= import_lines, name  # only imports moved
 
 
-def test_bundle_defines_custom_kernel_once_at_top_level(bundled):
-    tree = ast.parse(bundled.read_text())
-    defs = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
-    assert defs.count("custom_kernel") == 1
+MODULES_AND_NAMES = """
+import json, sys
+import submission
+print(json.dumps([sorted(sys.modules), sorted(n for n in vars(submission) if not n.startswith("_"))]))
+"""
 
 
-def test_bundle_runs_as_a_script_in_an_empty_folder_without_task_py(tmp_path, bundled):
-    """`python dist/submission.py` anywhere (issue 24, item 1): the runner's types are imported
-    for annotations only; and a bad setting is one line and exit status 2 (item 2). With the
-    selection off (MOE_SELECT=0), as under the CPU interpreter: on a GPU the pre-run would select
-    for every official shape (its logic is tested in tests/test_selection.py, `python -m bench.job`
-    runs it whole)."""
-    script = tmp_path / "submission.py"
-    script.write_text(bundled.read_text())
-    for env, status in (({}, 0), ({"MOE_TRITON_NATIVE": "2"}, 2)):
-        proc = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            env=_clean_env(MOE_SELECT="0", **env),
-            capture_output=True,
+def test_importing_the_bundle_loads_no_module_the_package_does_not(tmp_path, bundled, cache):
+    """`import submission` of the bundle, in an empty folder, against the package's own (repository
+    root on sys.path): the same modules (the package's under the bundle's private package name),
+    beyond the loader's standard-library helpers, and the same public names. Lazy imports stay lazy:
+    what the package imports only inside functions (Gluon, aiter) the bundle does not import either."""
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-c", MODULES_AND_NAMES],
+            cwd=cwd,
+            env=_clean_env(cache),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             text=True,
-            timeout=120,
         )
-        assert proc.returncode == status, proc.stdout + proc.stderr
-    assert proc.stderr == "submission.py: error: MOE_TRITON_NATIVE: expected 0 or 1, got '2'\n" and not proc.stdout
+        for cwd in (_alone(tmp_path, bundled), ROOT)
+    ]
+    results = []
+    for run in runs:
+        out, err = run.communicate(timeout=120)
+        assert run.returncode == 0, err
+        results.append(json.loads(out.splitlines()[-1]))
+    (bundle_modules, bundle_names), (package_modules, package_names) = results
+    private = {m for m in bundle_modules if m.startswith(bundler.PACKAGE_PREFIX)}
+    assert len({m.split(".")[0] for m in private}) == 1
+    renamed = {m.split(".", 1)[1] for m in private if "." in m} | (set(bundle_modules) - private)
+    assert renamed - set(package_modules) <= LOADER_MODULES, sorted(renamed - set(package_modules))
+    assert "reference" in renamed and "reference" not in bundle_modules  # the runner's name stays free
+    assert set(package_names) <= set(bundle_names) and "custom_kernel" in bundle_names
 
 
-def test_a_pinned_backend_is_the_default_and_the_environment_still_wins(tmp_path):
-    (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
-    script = tmp_path / "submission.py"
-    script.write_text(bundler.bundle(ROOT, backend="reference"))
+@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the pre-run selects the official shapes (bench.job)")
+def test_the_prerun_selects_in_an_empty_folder_and_reuses_its_choice_file(tmp_path, bundled, cache):
+    """`python3 submission.py` with only the bundle in the folder, MOE_SELECT=1 (CI's stand-in for
+    a GPU): it selects for problem.cases.TINY, writes the choice file under XDG_CACHE_HOME, and the
+    next run reads it back; a bad setting is one line and exit status 2."""
+    from problem.cases import TINY, case_name
+
+    folder = _alone(tmp_path, bundled)
+    outputs = [
+        _python(["submission.py"], folder, cache, timeout=300, MOE_SELECT="1", MOE_SELECT_BUDGET_S="0")
+        for _ in range(2)
+    ]
+    assert [p.returncode for p in outputs] == [0, 0], outputs[0].stderr + outputs[1].stderr
+    name = case_name(TINY[0])
+    assert "selecting for problem.cases.TINY (1 small shape) under the CPU interpreter" in outputs[0].stdout
+    assert f"moe-mxfp4 pre-run {name}: triton (selected in " in outputs[0].stdout
+    assert f"moe-mxfp4 select {name}: triton " in outputs[0].stderr and "skipped (budget)" in outputs[0].stderr
+    assert (cache / "moe-mxfp4" / "choices.json").is_file()
+    assert f"moe-mxfp4 pre-run {name}: triton (stored)" in outputs[1].stdout
+    assert "moe-mxfp4 select" not in outputs[1].stderr
+    bad = _python(["submission.py"], folder, cache, MOE_TRITON_NATIVE="2")
+    assert bad.returncode == 2 and not bad.stdout, bad.stderr
+    assert bad.stderr == "submission.py: error: MOE_TRITON_NATIVE: expected 0 or 1, got '2'\n"
+
+
+def test_a_pinned_backend_is_the_default_and_the_environment_still_wins(tmp_path, cache):
+    pinned = tmp_path / "pinned.py"
+    pinned.write_text(bundler.bundle(ROOT, backend="reference"))
+    folder = _alone(tmp_path, pinned)
     for env, expected in (({}, "reference"), ({"MOE_BACKEND": "triton"}, "triton")):
-        proc = subprocess.run(
-            [sys.executable, str(script)],
-            cwd=tmp_path,
-            env=_clean_env(**env),
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = _python(["submission.py"], folder, cache, **env)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"moe-mxfp4 submission: backend {expected}" in proc.stdout
     with pytest.raises(BundleError, match="--backend: unknown backend 'cuda'"):
         bundler.bundle(ROOT, backend="cuda")
+
+
+def test_the_local_runner_passes_the_bundle_on_a_smoke_case(tmp_path, bundled, cache):
+    """`python -m bench --backend <bundle> --cases smoke:0`: custom_kernel of the bundle checked
+    against the package's reference (in the Triton interpreter on a CPU)."""
+    proc = _python(["-m", "bench", "--backend", str(bundled), "--cases", "smoke:0"], ROOT, cache, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "smoke0" in proc.stdout and " pass " in proc.stdout
+
+
+WITHOUT_CUDA_EXTRA = """
+import sys
+import triton
+import triton.language.extra as extra
+# A Triton without triton.language.extra.cuda (as ROCm builds may be): importing it fails.
+sys.modules["triton.language.extra.cuda"] = None
+if hasattr(extra, "cuda"):
+    del extra.cuda
+bundle = {"__name__": "__main__", "__file__": sys.argv[1]}
+try:  # the script block ends with the pre-run's exit status
+    exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), bundle)
+except SystemExit as exc:
+    assert exc.code == 0, exc.code
+import torch
+if torch.cuda.is_available() and torch.version.hip is None:
+    # Triton's own NVIDIA compiler imports the module: on an NVIDIA GPU only the import step above
+    # can run without it, and the kernels below compile with it back.
+    del sys.modules["triton.language.extra.cuda"]
+import json, os
+from reference import check_implementation, generate_input  # bench.job's stand-in: a second bundle
+for native in ("0", "1"):
+    os.environ["MOE_TRITON_NATIVE"] = native
+    data = generate_input(**json.loads(sys.argv[2]))  # the smallest shape: what is imported does not depend on it
+    ok, message = check_implementation(data, bundle["custom_kernel"](data))
+    assert ok, message
+print("ran both paths")
+"""
+
+
+def test_bundle_imports_and_runs_without_the_cuda_extra_module(tmp_path, bundled, cache):
+    """No NVIDIA-only name is imported at module import: the bundle's `python3 submission.py`
+    step and custom_kernel (decode and native paths) run under a Triton lacking
+    triton.language.extra.cuda (on an NVIDIA GPU, whose Triton compiler needs it, the import step).
+    In bench.job's folder: the reference beside it is the package's, bundled too, in the same process."""
+    from problem.cases import TINY
+
+    folder = _alone(tmp_path, bundled)
+    (folder / "reference.py").write_text(bundler.bundle(ROOT, "reference", directives=False))
+    (folder / "task.py").write_text((ROOT / "task.py").read_text())
+    proc = _python(["-c", WITHOUT_CUDA_EXTRA, "submission.py", json.dumps(TINY[0])], folder, cache, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "moe-mxfp4 submission: backend triton" in proc.stdout and "ran both paths" in proc.stdout
+
+
+# ------------------------------------------------------------------ a made-up package, every import form
+
+FIXTURE = {
+    "submission.py": '''
+        """The entry: every import form of a project module."""
+        import json
+        import os, \\
+            helpers as h_continued
+        import sys
+        if True: import helpers as h_inline
+        import helpers
+        import pkg.deep.leaf
+        import pkg.deep.leaf as leaf_alias
+        from pkg import mod
+        from pkg.deep import (
+            leaf as leaf_paren,
+        )
+        from pkg.mod import LIMIT as MOD_LIMIT
+        from reference import WHO as REFERENCE_WHO
+        from typing import TYPE_CHECKING
+
+        if TYPE_CHECKING:
+            from task import input_t
+
+        LIMIT = 1
+        _cache = {"owner": "submission"}
+
+
+        def lazy_loaded():
+            return any(name.endswith(".lazy") for name in sys.modules)
+
+
+        def custom_kernel(data: "input_t"):
+            from lazy import triple
+
+            return triple(data)
+
+
+        def report():
+            import inspect
+
+            before = lazy_loaded()
+            return {
+                "limits": [LIMIT, helpers.LIMIT, mod.LIMIT, MOD_LIMIT, pkg.PKG_LIMIT, pkg.deep.leaf.UP],
+                "caches": [_cache["owner"], helpers._cache["owner"], mod._cache["owner"]],
+                "same": [h_continued is helpers, h_inline is helpers, leaf_alias is pkg.deep.leaf is leaf_paren],
+                "sibling": [mod.sibling.NAME, mod.NAME, helpers.sibling_name()],
+                "reference": REFERENCE_WHO,
+                "lazy": [before, custom_kernel(2), lazy_loaded()],
+                "source": inspect.getsource(helpers.double).splitlines()[0],
+                "file": os.path.basename(__file__),
+            }
+
+
+        if __name__ == "__main__":
+            print(json.dumps(report()))
+        ''',
+    "helpers.py": """
+        LIMIT = 2
+        _cache = {"owner": "helpers"}
+
+
+        def double(x):
+            return 2 * x
+
+
+        def sibling_name():
+            import pkg.sibling
+
+            return pkg.sibling.NAME
+        """,
+    "lazy.py": "from helpers import LIMIT, double\n\n\ndef triple(x):\n    return double(x) + x + 0 * LIMIT\n",
+    "reference.py": 'WHO = "the package\'s reference"\n',
+    "pkg/__init__.py": '"""Code in a package\'s __init__."""\nfrom .mod import LIMIT as PKG_LIMIT\n',
+    "pkg/mod.py": 'from . import sibling\nfrom .sibling import NAME\n\nLIMIT = 3\n_cache = {"owner": "mod"}\n',
+    "pkg/sibling.py": 'NAME = "sibling"\n',
+    "pkg/deep/__init__.py": "",
+    "pkg/deep/leaf.py": "from ..mod import LIMIT as UP\n",
+    "unused.py": "raise RuntimeError('never imported, never bundled')\n",
+    "task.py": "input_t = object\n",
+    "bench/__init__.py": "raise RuntimeError('the tools are never bundled')\n",
+}
+EXPECTED = {
+    "limits": [1, 2, 3, 3, 3, 3],
+    "caches": ["submission", "helpers", "mod"],
+    "same": [True, True, True],
+    "sibling": ["sibling", "sibling", "sibling"],
+    "reference": "the package's reference",
+    "lazy": [False, 6, True],
+    "source": "def double(x):",
+    "file": "submission.py",
+}
+
+
+def _package(root: Path, files: dict[str, str]) -> Path:
+    for name, src in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(textwrap.dedent(src).lstrip("\n"))
+    return root
+
+
+def _bundle(tmp_path: Path, name: str = "pkg", **changed: str) -> Path:
+    """The made-up package (with `changed` files) bundled alone in a folder of its own."""
+    root = _package(tmp_path / name, {**FIXTURE, **changed})
+    folder = tmp_path / f"{name}-run"
+    folder.mkdir()
+    (folder / "submission.py").write_text(bundler.bundle(root, directives=False))
+    return folder
+
+
+RUNNER = """
+import json, sys
+import reference  # the runner's, imported before the submission as eval.py does
+from submission import custom_kernel, report
+lazy = report()
+print(json.dumps([reference.WHO, custom_kernel(1), lazy]))
+"""
+
+
+def test_every_import_form_runs_from_an_empty_folder_beside_the_runners_modules(tmp_path):
+    folder = _bundle(tmp_path)
+    files = _sources((folder / "submission.py").read_text())
+    assert "unused.py" not in files and "task.py" not in files and not any(f.startswith("bench/") for f in files)
+    script = _python(["submission.py"], folder, tmp_path / "cache")
+    assert script.returncode == 0, script.stderr
+    assert json.loads(script.stdout) == EXPECTED
+    (folder / "reference.py").write_text("WHO = 'the runner'\n")
+    runner = _python(["-c", RUNNER], folder, tmp_path / "cache")
+    assert runner.returncode == 0, runner.stderr
+    assert json.loads(runner.stdout) == ["the runner", 3, EXPECTED]
+
+
+def test_two_bundles_share_a_home_and_a_process_without_clashing(tmp_path):
+    """Different sources, different folders under the same cache, and in one process each bundle
+    runs its own modules, at its lazy imports too; a deleted file comes back at the next import."""
+    changed = {"helpers.py": "LIMIT = 5\n", "lazy.py": "def triple(x):\n    return 500\n"}
+    folders = [_bundle(tmp_path, "a"), _bundle(tmp_path, "b", **changed)]
+    cache = tmp_path / "cache"
+    both = textwrap.dedent("""
+        import importlib.util, json, sys
+        modules = []
+        for i, path in enumerate(sys.argv[1:]):
+            spec = importlib.util.spec_from_file_location(f"submission_{i}", path)
+            modules.append(importlib.util.module_from_spec(spec))
+            spec.loader.exec_module(modules[-1])
+        print(json.dumps([[m.helpers.LIMIT, m.custom_kernel(1)] for m in modules]))
+        """)
+    for order in ([0, 1], [1, 0]):
+        paths = [str(folders[i] / "submission.py") for i in order]
+        proc = _python(["-c", both, *paths], tmp_path, cache)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == [[[2, 3], [5, 500]][i] for i in order]
+    packages = sorted((cache / "moe-mxfp4" / "bundles").iterdir())
+    assert len(packages) == 2 and all(p.name.startswith(bundler.PACKAGE_PREFIX) for p in packages)
+    (packages[0] / "helpers.py").unlink()
+    for folder in folders:
+        assert _python(["-c", "import submission"], folder, cache).returncode == 0
+    assert (packages[0] / "helpers.py").is_file()
+
+
+def test_processes_writing_one_bundle_at_once_all_import_it(tmp_path):
+    folder = _bundle(tmp_path)
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "submission.py"],
+            cwd=folder,
+            env=_clean_env(tmp_path / "cache"),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(6)
+    ]
+    for run in runs:
+        out, err = run.communicate(timeout=60)
+        assert run.returncode == 0 and json.loads(out) == EXPECTED, err
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
+
+
+def test_a_cache_that_cannot_be_written_falls_back_to_the_temporary_folder(tmp_path):
+    folder = _bundle(tmp_path)
+    (tmp_path / "not-a-folder").write_text("")
+    (tmp_path / "tmp").mkdir()
+    proc = _python(["submission.py"], folder, tmp_path / "not-a-folder", TMPDIR=str(tmp_path / "tmp"))
+    assert proc.returncode == 0 and json.loads(proc.stdout) == EXPECTED, proc.stderr
+    assert list((tmp_path / "tmp" / f"moe-mxfp4-{os.getuid()}" / "bundles").glob("*/helpers.py"))
+
+
+def test_a_value_error_of_a_bundled_module_is_refused_by_design_in_the_local_runner(tmp_path, monkeypatch):
+    """The local runner prints the one line of a ValueError raised by the submission's own code: a
+    bundle's code lies in the package it writes under the cache."""
+    from bench.runner import cli
+
+    folder = _bundle(tmp_path, **{"lazy.py": "def triple(data):\n    raise ValueError('config: refused')\n"})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    argv = ["--backend", str(folder / "submission.py"), "--cases", "smoke:1", "--inline", "--roofline", "off"]
+    assert cli.main([*argv, "--out", str(tmp_path / "out"), "-q"]) == 1
+    row = json.loads((tmp_path / "out" / "test.json").read_text())["rows"][0]
+    assert row["message"] == "ValueError: config: refused" and row["refused"] is True
+
+
+@pytest.mark.parametrize(
+    "changed, needle",
+    [
+        ({"lazy.py": "from pkg.nothing import f\n"}, "lazy.py:1: no project module pkg.nothing"),
+        ({"lazy.py": "def f():\n    import requests\n"}, "lazy.py imports requests: not on the leaderboard's machine"),
+        ({"lazy.py": "import importlib\nm = importlib.import_module('helpers')\n"}, "dynamic import of project module"),
+        ({"lazy.py": "from ... import x\n"}, "lazy.py:1: relative import beyond the top-level package"),
+        ({"lazy.py": "def f(:\n"}, "lazy.py:1: invalid syntax"),
+    ],
+)
+def test_a_package_that_cannot_be_bundled_is_one_line_and_exit_status_1(tmp_path, capsys, changed, needle):
+    root = _package(tmp_path / "pkg", {**FIXTURE, **changed})
+    assert bundler.main(["--root", str(root), "-o", str(tmp_path / "s.py")]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("bundle.py: error: ") and needle in err[0], err
+    assert not (tmp_path / "s.py").exists()
+
+
+# ------------------------------------------------------------------ the command line
 
 
 def test_an_unknown_backend_is_a_usage_error(tmp_path, capsys):
@@ -134,7 +458,7 @@ def test_an_unknown_backend_is_a_usage_error(tmp_path, capsys):
 
 
 def test_an_output_that_cannot_be_written_is_a_usage_error(tmp_path, capsys, monkeypatch):
-    """-o a folder, below a file, or unwritable: one line naming -o, exit status 2 (issue 24, item 5)."""
+    """-o a folder, below a file, or unwritable: one line naming -o, exit status 2."""
     (tmp_path / "file").write_text("")
     for out, line in (
         (tmp_path, f"-o {tmp_path}: a folder; give the file to write, e.g. -o {tmp_path / 'submission.py'}"),
@@ -154,7 +478,7 @@ def test_an_output_that_cannot_be_written_is_a_usage_error(tmp_path, capsys, mon
 
 @pytest.mark.parametrize("name", ["triton", "torch", "aiter", "task", "reference", "utils", "eval", "numpy", "json"])
 def test_an_output_named_like_a_module_it_would_shadow_is_refused(tmp_path, capsys, name):
-    """dist/triton.py beside the bundle is imported as triton (issue 32, item 1): one line naming -o."""
+    """dist/triton.py beside the bundle is imported as triton: one line naming -o."""
     out = tmp_path / "dist" / f"{name}.py"
     assert bundler.main(["-o", str(out)]) == 2
     assert capsys.readouterr().err.splitlines() == [
@@ -185,7 +509,6 @@ def test_the_outputs_the_docs_suggest_shadow_nothing():
 
 
 def test_a_root_that_is_no_package_folder_is_one_line_naming_root(tmp_path):
-    """python bundle.py --root /nonexistent: no traceback (issue 32, item 3)."""
     (tmp_path / "file").write_text("")
     (tmp_path / "empty").mkdir()
     for root, argv, line in (
@@ -194,7 +517,7 @@ def test_a_root_that_is_no_package_folder_is_one_line_naming_root(tmp_path):
         (
             tmp_path / "empty",
             [],
-            f"--root {tmp_path / 'empty'}: no submission.py there (the entry module, --entry submission)",
+            f"--root {tmp_path / 'empty'}: no submission.py there (the entry module)",
         ),
         (
             tmp_path / "empty",
@@ -213,330 +536,12 @@ def test_a_root_that_is_no_package_folder_is_one_line_naming_root(tmp_path):
     assert not (tmp_path / "s.py").exists()
 
 
-def test_a_bad_option_is_one_line_without_the_usage(tmp_path):
-    """argparse's own errors in the runner's style: no usage lines before them (issue 32, item 4)."""
+def test_a_bad_option_is_one_line_without_the_usage():
     proc = subprocess.run(
         [sys.executable, "bundle.py", "--bogus"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 2
     assert proc.stderr.splitlines() == ["bundle.py: error: unrecognized arguments: --bogus"]
-
-
-WITHOUT_CUDA_EXTRA = """
-import sys
-import triton
-import triton.language.extra as extra
-# A Triton without triton.language.extra.cuda (as ROCm builds may be): importing it fails.
-sys.modules["triton.language.extra.cuda"] = None
-if hasattr(extra, "cuda"):
-    del extra.cuda
-bundle = {"__name__": "__main__", "__file__": sys.argv[1]}
-try:  # the script block ends with the pre-run's exit status
-    exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), bundle)
-except SystemExit as exc:
-    assert exc.code == 0, exc.code
-import torch
-if torch.cuda.is_available() and torch.version.hip is None:
-    # Triton's own NVIDIA compiler imports the module: on an NVIDIA GPU only the import step above
-    # can run without it, and the kernels below compile with it back.
-    del sys.modules["triton.language.extra.cuda"]
-from reference import check_implementation, generate_input
-from problem.cases import TINY
-import os
-for native in ("0", "1"):
-    os.environ["MOE_TRITON_NATIVE"] = native
-    data = generate_input(**TINY[0])  # the smallest shape: what is imported does not depend on it
-    ok, message = check_implementation(data, bundle["custom_kernel"](data))
-    assert ok, message
-print("ran both paths")
-"""
-
-
-def test_bundle_imports_and_runs_without_the_cuda_extra_module(tmp_path, bundled):
-    """No NVIDIA-only name is imported at module import: the bundle's `python3 submission.py`
-    step and custom_kernel (decode and native paths) run under a Triton lacking
-    triton.language.extra.cuda (on an NVIDIA GPU, whose Triton compiler needs it, the import step)."""
-    (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
-    script = tmp_path / "submission.py"
-    script.write_text(bundled.read_text())
-    proc = subprocess.run(
-        [sys.executable, "-c", WITHOUT_CUDA_EXTRA, str(script)],
-        cwd=tmp_path,
-        env=_clean_env(PYTHONPATH=str(ROOT)),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "moe-mxfp4 submission: backend triton" in proc.stdout
-    assert "ran both paths" in proc.stdout
-
-
-CHECK_SMOKE = """
-import json, sys
-import torch
-from submission import custom_kernel
-from reference import compare, generate_input, ref_kernel
-results = []
-for case in json.loads(sys.argv[1]):
-    data = generate_input(**case)
-    out = custom_kernel(data)
-    ref = ref_kernel(data)  # after the submission, as check_implementation runs it
-    ok, message = compare(out, ref)
-    form = out.dtype == torch.bfloat16 and out.shape == ref.shape
-    results.append([ok, message, form, form and torch.equal(out, ref)])
-print(json.dumps(results))
-"""
-
-
-def test_bundle_passes_the_smoke_cases(runner_folder):
-    """custom_kernel of the bundle (default backend: Triton, in the interpreter on a CPU) against the
-    package's reference, in a process that can import nothing but the runner's folder. The bundle
-    is the package inlined, so this is also the package's custom_kernel on SMOKE: bit for bit
-    equal to ref_kernel under the interpreter (where both accumulate in fp32), the leaderboard's
-    check on a GPU (tests/layer_checks.py's rule)."""
-    from problem.cases import SMOKE
-
-    proc = subprocess.run(
-        [sys.executable, "-c", CHECK_SMOKE, json.dumps(SMOKE)],
-        cwd=runner_folder,
-        env=_clean_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == len(SMOKE)
-    for case, (ok, message, form, exact) in zip(SMOKE, results, strict=True):
-        assert ok and form, f"{case}: {message}"
-        assert exact or torch.cuda.is_available(), f"{case}: not bit for bit ref_kernel's output"
-
-
-@pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the pre-run selects the official shapes (bench.job)")
-def test_the_bundles_prerun_selects_under_the_interpreter_and_reuses_its_choice_file(tmp_path, bundled):
-    """`python3 submission.py` with MOE_SELECT=1 (CI's stand-in for a GPU): it selects for
-    problem.cases.TINY, writes the choice file under XDG_CACHE_HOME, and the next run reads it back."""
-    from problem.cases import TINY, case_name
-
-    (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
-    script = tmp_path / "submission.py"
-    script.write_text(bundled.read_text())
-    env = _clean_env(MOE_SELECT="1", MOE_SELECT_BUDGET_S="0", XDG_CACHE_HOME=str(tmp_path / "cache"))
-    outputs = []
-    for _ in range(2):
-        proc = subprocess.run(
-            [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
-        )
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        outputs.append(proc)
-    name = case_name(TINY[0])
-    assert "selecting for problem.cases.TINY (1 small shape) under the CPU interpreter" in outputs[0].stdout
-    assert f"moe-mxfp4 pre-run {name}: triton (selected in " in outputs[0].stdout
-    assert f"moe-mxfp4 select {name}: triton " in outputs[0].stderr and "skipped (budget)" in outputs[0].stderr
-    assert (tmp_path / "cache" / "moe-mxfp4" / "choices.json").is_file()
-    assert f"moe-mxfp4 pre-run {name}: triton (stored)" in outputs[1].stdout
-    assert "moe-mxfp4 select" not in outputs[1].stderr
-
-
-# ------------------------------------------------------------------ rules, on made-up packages
-
-
-def _package(tmp_path: Path, files: dict[str, str]) -> Path:
-    for name, src in files.items():
-        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / name).write_text(textwrap.dedent(src))
-    (tmp_path / "task.py").write_text("input_t = object\noutput_t = object\n")
-    return tmp_path
-
-
-def _run(path: Path, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, str(path)], cwd=cwd, env=_clean_env(), capture_output=True, text=True, timeout=60
-    )
-
-
-def test_lazy_and_eager_imports_are_inlined_in_execution_order(tmp_path):
-    root = _package(
-        tmp_path,
-        {
-            "submission.py": """
-            #!POPCORN leaderboard amd-moe-mxfp4
-            import os
-            os.environ["ORDER"] = "entry-preamble"
-            from task import input_t, output_t
-            from helpers import double, SCALE as K
-
-            def custom_kernel(data):
-                from lazy import triple as t3
-                from lazy import triple
-                return double(data) + t3(data) + triple(0) + K
-
-            if __name__ == "__main__":
-                import lazy
-                print(os.environ["ORDER"], custom_kernel(1))
-            """,
-            "helpers.py": """
-            import os
-            os.environ["ORDER"] += ",helpers"
-            SCALE = 100
-
-            def double(x):
-                return 2 * x
-
-            if __name__ == "__main__":
-                raise SystemExit("helpers' own script block must not run")
-            """,
-            "lazy.py": """
-            import os
-            from helpers import double
-            os.environ["ORDER"] += ",lazy"
-
-            def triple(x):
-                return double(x) + x
-            """,
-            "unused.py": "raise RuntimeError('never imported, never bundled')\n",
-        },
-    )
-    # `import lazy` in the script block would be a project import by `import`: not allowed.
-    with pytest.raises(BundleError, match="import lazy"):
-        bundler.bundle(root)
-    src = (root / "submission.py").read_text().replace("    import lazy\n", "")
-    (root / "submission.py").write_text(src)
-    text = bundler.bundle(root)
-    assert "never imported" not in text
-    out = root / "out"
-    out.mkdir()
-    (out / "task.py").write_text((root / "task.py").read_text())
-    (out / "submission.py").write_text(text)
-    proc = _run(out / "submission.py", out)
-    assert proc.returncode == 0, proc.stderr
-    # preamble of the entry first, then helpers (eager), then lazy (before the script block)
-    assert proc.stdout.split() == ["entry-preamble,helpers,lazy", str(2 + 3 + 0 + 100)]
-    assert text.index("# ==================== helpers.py") < text.index("# ==================== lazy.py")
-    assert text.count("def double") == 1
-
-
-def test_modules_of_packages_are_inlined_under_their_paths(tmp_path):
-    root = _package(
-        tmp_path,
-        {
-            "submission.py": "from kernels.gemm import f\n\ndef custom_kernel(d):\n    return f(d)\n",
-            "kernels/__init__.py": '"""The kernels: a docstring only."""\n',
-            "kernels/gemm.py": "from kernels.deep.tiles import BLOCK\n\ndef f(x):\n    return x * BLOCK\n",
-            "kernels/deep/__init__.py": "",
-            "kernels/deep/tiles.py": "BLOCK = 32\n",
-            "bench/__init__.py": "raise RuntimeError('the tools are never bundled')\n",
-            "bench/tool.py": "raise RuntimeError('never bundled')\n",
-        },
-    )
-    text = bundler.bundle(root)
-    assert text.index("# ==================== kernels/deep/tiles.py") < text.index("def f(x)")
-    assert "never bundled" not in text and "from kernels" not in text.replace("# bundled: from kernels", "")
-    namespace = {}
-    exec(compile(text.replace("from task import input_t, output_t", ""), "bundle", "exec"), namespace)
-    assert namespace["custom_kernel"](2) == 64
-
-
-@pytest.mark.parametrize(
-    "entry, init, needle",
-    [
-        ("from kernels import gemm\n", '"""Doc."""\n', "kernels is a package"),
-        ("import kernels.gemm\n", '"""Doc."""\n', "import kernels.gemm"),
-        ("from kernels.gemm import f\n", '"""Doc."""\nfrom kernels.gemm import f\n', "docstring only"),
-        ("from kernels.nothing import f\n", '"""Doc."""\n', "no project module"),
-    ],
-)
-def test_package_forms_that_cannot_be_bundled_fail_loudly(tmp_path, entry, init, needle):
-    files = {"submission.py": entry, "kernels/__init__.py": init, "kernels/gemm.py": "def f():\n    return 1\n"}
-    root = _package(tmp_path, files)
-    with pytest.raises(BundleError, match=needle):
-        bundler.bundle(root)
-
-
-def test_every_package_of_the_submission_holds_a_docstring_only_in_its_init():
-    packages = bundler.project_packages(ROOT)
-    assert {"mxfp4", "moe_triton", "moe_triton.kernels", "selection", "moe_aiter", "problem"} <= set(packages)
-    assert "bench" not in packages and "tests" not in packages
-    bundler.check_package_inits(ROOT)
-
-
-def test_name_defined_differently_in_two_modules_fails(tmp_path):
-    root = _package(
-        tmp_path,
-        {
-            "submission.py": "from a import f\nfrom b import g\n\ndef custom_kernel(d):\n    return f() + g()\n",
-            "a.py": "LIMIT = 1\n\ndef f():\n    return LIMIT\n",
-            "b.py": "LIMIT = 2\n\ndef g():\n    return LIMIT\n",
-        },
-    )
-    with pytest.raises(BundleError, match="`LIMIT` is defined in both a.py and b.py"):
-        bundler.bundle(root)
-
-
-def test_identical_definitions_may_repeat_but_module_state_may_not(tmp_path):
-    files = {
-        "submission.py": "from a import f\nfrom b import g\n\ndef custom_kernel(d):\n    return f() + g()\n",
-        "a.py": "import torch\nBLOCK = 32\n\ndef f():\n    return BLOCK\n",
-        "b.py": "import torch\nBLOCK = 32\n\ndef g():\n    return BLOCK\n",
-    }
-    root = _package(tmp_path, files)
-    text = bundler.bundle(root)
-    compile(text, "bundle", "exec")
-    (root / "b.py").write_text("_cache = {}\n\ndef g():\n    return len(_cache)\n")
-    (root / "a.py").write_text("_cache = {}\n\ndef f():\n    return len(_cache)\n")
-    with pytest.raises(BundleError, match="_cache"):
-        bundler.bundle(root)
-
-
-@pytest.mark.parametrize(
-    "entry, needle",
-    [
-        ("import a\n\ndef custom_kernel(d):\n    return a.f()\n", "import a"),
-        ("from a import *\n\ndef custom_kernel(d):\n    return f()\n", "import \\*"),
-        ("from a import nothing\n\ndef custom_kernel(d):\n    return nothing()\n", "`nothing` is not defined"),
-        ("import requests\nfrom a import f\n\ndef custom_kernel(d):\n    return f()\n", "import of requests"),
-        ("import os; from a import f\n\ndef custom_kernel(d):\n    return f()\n", "line of its own"),
-        ("try:\n    from a import f\nexcept ImportError:\n    f = None\n", "try/except"),
-        ("import importlib\nm = importlib.import_module('a')\n", "dynamic import"),
-    ],
-)
-def test_forms_that_cannot_be_bundled_fail_loudly(tmp_path, entry, needle):
-    root = _package(tmp_path, {"submission.py": entry, "a.py": "def f():\n    return 1\n"})
-    with pytest.raises(BundleError, match=needle):
-        bundler.bundle(root)
-
-
-def test_circular_module_level_import_fails(tmp_path):
-    root = _package(
-        tmp_path,
-        {
-            "submission.py": "from a import f\n\ndef custom_kernel(d):\n    return f()\n",
-            "a.py": "from b import g\n\ndef f():\n    return g()\n",
-            "b.py": "from a import f\n\ndef g():\n    return 1\n",
-        },
-    )
-    with pytest.raises(BundleError, match="circular"):
-        bundler.bundle(root)
-
-
-def test_cli_writes_the_output_and_reports_errors(tmp_path, capsys):
-    root = _package(
-        tmp_path,
-        {
-            "submission.py": "from a import f as g\n\ndef custom_kernel(d):\n    return g()\n",
-            "a.py": "def f():\n    return 7\n",
-        },
-    )
-    out = tmp_path / "dist" / "sub.py"
-    assert bundler.main(["--root", str(root), "-o", str(out)]) == 0
-    namespace: dict = {}
-    exec(compile(out.read_text(), str(out), "exec"), namespace)
-    assert namespace["custom_kernel"](None) == 7
-    (root / "submission.py").write_text("import a\n")
-    assert bundler.main(["--root", str(root), "-o", str(tmp_path / "x.py")]) == 1
-    assert "bundle.py: error" in capsys.readouterr().err
-    assert not (tmp_path / "x.py").exists()
 
 
 def test_the_written_path_is_printed_relative_to_the_current_folder(tmp_path, capsys, monkeypatch):

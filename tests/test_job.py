@@ -187,6 +187,15 @@ def test_default_sources_are_the_bundles(tmp_path):
     assert files["utils.py"] == "MARK = 'task utils'\n"
 
 
+def test_the_bundles_modules_are_no_choice_files(tmp_path):
+    """The bundle writes its modules under the cache's moe-mxfp4/bundles/: neither reported nor copied."""
+    (tmp_path / "choices.json").write_text("{}")
+    (tmp_path / "bundles" / "moe_mxfp4_0").mkdir(parents=True)
+    (tmp_path / "bundles" / "moe_mxfp4_0" / "reference.py").write_text("")
+    assert list(job.snapshot(tmp_path, job.NOT_CHOICES)) == ["choices.json"]
+    assert len(job.snapshot(tmp_path)) == 2
+
+
 @pytest.mark.parametrize(
     "missing, message",
     [("dir", "no such directory"), ("eval.py", "no eval.py"), ("utils.py", "no utils.py"), ("bundle", "--bundle")],

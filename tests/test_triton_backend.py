@@ -1,9 +1,9 @@
 """The Triton backend against reference.ref_kernel (CPU: Triton's interpreter; GPU: compiled).
 
 On the CPU both sides accumulate in fp32 and agree bit for bit; on a GPU stage 2 adds bf16
-atomically, so the comparison is the leaderboard's tolerance there. custom_kernel on the SMOKE
-cases is tests/test_bundle.py's test_bundle_passes_the_smoke_cases (the bundle is this package
-inlined: one run of the cases for both).
+atomically, so the comparison is the leaderboard's tolerance there. The bundle's custom_kernel
+(this package's modules, each whole) on a SMOKE case through the local runner is
+tests/test_bundle.py's test_the_local_runner_passes_the_bundle_on_a_smoke_case.
 """
 
 import pytest

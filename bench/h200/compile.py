@@ -97,8 +97,8 @@ def _compile_only_driver():
 def fast_decode_on():
     """The launchers' NVIDIA fast path on for CPU tensors (they stand for CUDA ones), on an sm_90
     GPU: fast_decode and gluon_kernels True in every moe_triton module holding
-    moe_triton.target's, target included (the bundle's rules make each launcher import the name,
-    so each holds its own reference)."""
+    moe_triton.target's, target included (each launcher imports the name with `from
+    moe_triton.target import ...`, so each holds its own reference)."""
     import sys
     from unittest import mock
 

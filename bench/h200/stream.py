@@ -9,7 +9,7 @@ kineto's device timestamps, per launch: start and end (from the call's first lau
 the gap to the previous launch's end (negative where it started early: with programmatic dependent
 launch a kernel's programs start and wait while its predecessor finishes) and its own time (its end
 less the later of its start and the previous end), medians over the calls. Per call: the
-leaderboard's time (events around the call), the lead (flush's end to the first launch), the
+leaderboard's time (events around the call), the delay before the first launch (from the flush's end), the
 launches' span, the bytes the routing makes it read (bench/roofline.py: the experts hit, their
 weights and scales, and the activations) and that floor at the copy bandwidth.
 
@@ -87,7 +87,7 @@ def short(kernel: str) -> str:
 def call_launches(events: list, first: str) -> tuple[list[dict], float | None]:
     """One profiled call's launches from its device events ((name, start us, end us), the flush before
     it included): per launch start and end from the first launch's start, duration, gap to the previous
-    end (None for the first) and own time; and the lead, from the flush's end to the first launch."""
+    end (None for the first) and own time; and the delay from the flush's end to the first launch."""
     events = sorted(events, key=lambda e: e[1])
     at = next((i for i, e in enumerate(events) if e[0] == first), None)
     if at is None:
@@ -119,7 +119,7 @@ def median_launches(calls: list[list[dict]]) -> list[dict]:
 
 
 def call_summary(calls: list[dict]) -> dict:
-    """Medians over the calls of the leaderboard's time, the lead, the span and the idle gaps
+    """Medians over the calls of the leaderboard's time, the first launch's delay, the span and the idle gaps
     (the positive gaps between launches)."""
 
     def med(values):

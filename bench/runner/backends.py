@@ -90,15 +90,24 @@ def _top_level_names(body: list[ast.stmt]) -> Iterator[str]:
                 yield from _top_level_names([n for n in inner if isinstance(n, ast.AST)])
 
 
+def _declared_names(body: list[ast.stmt]) -> Iterator[str]:
+    """The names of a literal `__all__` at the top level (a bundle binds its entry's names by running
+    the entry's code, and declares them there)."""
+    for node in body:
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["__all__"]:
+            with contextlib.suppress(ValueError):
+                yield from ast.literal_eval(node.value)
+
+
 def not_a_submission(path: Path) -> str | None:
-    """Why the file cannot be a submission (it does not compile, or binds no custom_kernel at its
-    top level), read without running it; None when it may be one."""
+    """Why the file cannot be a submission (it does not compile, or neither binds nor declares in
+    `__all__` a custom_kernel at its top level), read without running it; None when it may be one."""
     try:
         tree = ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError) as exc:
         where = f", line {exc.lineno}" if getattr(exc, "lineno", None) else ""
         return f"it does not compile{where}: {getattr(exc, 'msg', None) or exc}"
-    if "custom_kernel" not in set(_top_level_names(tree.body)):
+    if "custom_kernel" not in {*_top_level_names(tree.body), *_declared_names(tree.body)}:
         return "it defines no custom_kernel"
     return None
 

@@ -113,6 +113,9 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
         emit({"type": "done"})
         return
     emit({"type": "loaded"})
+    # A bundle's custom_kernel lies in the package it writes under the cache: its errors are its own too.
+    if hasattr(kernel, "__code__"):
+        roots.add(Path(kernel.__code__.co_filename).resolve().parent)
     # The submission's selection (submission.selection_choice), read after each case's first call.
     choice_of = getattr(sys.modules.get(kernel.__module__), "selection_choice", None)
 

@@ -1,5 +1,5 @@
 """Writing the override table's data module (shape_overrides.py), which moe_aiter/inject.py
-reads and the bundle inlines like any project module.
+reads and the bundle carries like any project module.
 
 A row is a dict of ROW_FIELDS: the shape (padded tokens, model_dim, inter_dim, experts, topk), aiter's row fields
 (block_m, ksplit, kernelName1, kernelName2), the CK stage 2 used when FlyDSL is unavailable,
