@@ -439,6 +439,20 @@ def _backends(args) -> tuple[list, list[str]]:
     return backends, notes
 
 
+def _given_cases(selectors: list[str], secret: int | None) -> list:
+    """The cases of --cases and --cases-file, each shape and seed checked (case_args), before any
+    other check: an impossible shape is a usage error, not a case that fails in generate_input."""
+    if not selectors:
+        return []
+    try:
+        cases = _select_cases(selectors, secret)
+    except UsageError as exc:
+        raise UsageError(f"--cases: {exc}") from None
+    if not cases:
+        raise UsageError("--cases: no cases selected")
+    return cases
+
+
 def _main(argv: list[str] | None) -> int:
     t_launch = time.time()
     parser = build_parser()
@@ -450,9 +464,13 @@ def _main(argv: list[str] | None) -> int:
         selectors = list(args.cases or [])
         if args.cases_file:
             selectors += read_cases_file(args.cases_file)
+        cases = _given_cases(selectors, secret)
         preflight.check_libraries()
         preflight.check_out_dir(args.out)
         device = preflight.check_device(args.device)
+        if not selectors:
+            default = ["smoke"] if device == "cpu" else (["tests"] if mode == "test" else ["benchmarks"])
+            cases = _select_cases(default, secret)  # refused only for a secret seed too large for their seeds
         preflight.check_aiter(backends, device)
         preflight.check_leaderboard_check(args.check, device)
         preflight.check_mode(mode, device)
@@ -488,16 +506,8 @@ def _main(argv: list[str] | None) -> int:
         if args.device == "cpu":
             child_env["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.update(child_env)
-    if not selectors:
-        selectors = ["smoke"] if device == "cpu" else (["tests"] if mode == "test" else ["benchmarks"])
-        if device == "cpu":
-            console.print("no GPU: running the SMOKE cases (give --cases to choose)")
-    try:
-        cases = _select_cases(selectors, secret)
-    except UsageError as exc:
-        parser.error(str(exc))
-    if not cases:
-        parser.error("no cases selected")
+    if not selectors and device == "cpu":
+        console.print("no GPU: running the SMOKE cases (give --cases to choose)")
     limits, warm = _limits(args, mode)
     try:
         overrides = parse_limit_overrides(args.limit, [b.label for b in backends])
