@@ -105,6 +105,25 @@ def test_bundle_runs_as_a_script_in_an_empty_folder_without_task_py(tmp_path, bu
     assert proc.stderr == "submission.py: error: MOE_TRITON_NATIVE: expected 0 or 1, got '2'\n" and not proc.stdout
 
 
+def test_the_bundles_prerun_has_a_help_and_refuses_arguments(tmp_path, bundled):
+    """`python submission.py --help` ran the pre-run; an unknown argument is one line, exit status 2."""
+    script = tmp_path / "submission.py"
+    script.write_text(bundled.read_text())
+    for argv, status in ((["--help"], 0), (["--bogus"], 2)):
+        proc = subprocess.run(
+            [sys.executable, str(script), *argv],
+            cwd=tmp_path,
+            env=_clean_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == status, proc.stdout + proc.stderr
+        if argv == ["--help"]:
+            assert proc.stdout.startswith("usage: submission.py [-h]") and "MOE_SELECT" in proc.stdout
+    assert proc.stderr == "submission.py: error: unrecognized arguments: --bogus\n" and not proc.stdout
+
+
 def test_a_pinned_backend_is_the_default_and_the_environment_still_wins(tmp_path):
     (tmp_path / "task.py").write_text((ROOT / "task.py").read_text())
     script = tmp_path / "submission.py"
@@ -230,9 +249,11 @@ import triton.language.extra as extra
 sys.modules["triton.language.extra.cuda"] = None
 if hasattr(extra, "cuda"):
     del extra.cuda
-bundle = {"__name__": "__main__", "__file__": sys.argv[1]}
+path = sys.argv[1]
+sys.argv = [path]  # as `python3 submission.py` sees them: no arguments
+bundle = {"__name__": "__main__", "__file__": path}
 try:  # the script block ends with the pre-run's exit status
-    exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), bundle)
+    exec(compile(open(path).read(), path, "exec"), bundle)
 except SystemExit as exc:
     assert exc.code == 0, exc.code
 import torch

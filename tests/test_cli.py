@@ -17,7 +17,7 @@ from rich.console import Console
 
 from bench import roofline
 from bench.runner import cli, evaluate, interpreter_time, preflight, report
-from bench.runner.backends import BackendSpec, apply_env_backend, backend_from_env
+from bench.runner.backends import BackendSpec, apply_env_backend, backend_from_env, select_notes
 from bench.runner.case_args import UsageError, read_cases_file, select_cases
 from bench.runner.timing import BENCHMARK_LIMITS, Limits
 from problem.cases import TINY
@@ -405,6 +405,39 @@ def test_unknown_moe_backend_is_a_usage_error(monkeypatch, capsys):
     monkeypatch.setenv("MOE_BACKEND", "bogus")
     err = usage_error([], capsys)
     assert "MOE_BACKEND='bogus' is not a backend" in err and "--backend" in err
+
+
+def test_an_option_that_overrides_a_variable_says_so(monkeypatch):
+    specs = [
+        BackendSpec("auto", ROOT / "submission.py", env={"MOE_SELECT": "0"}),
+        BackendSpec("select", ROOT / "submission.py", env={"MOE_SELECT": "1"}),
+        BackendSpec("triton", ROOT / "submission.py", "triton"),
+        BackendSpec("reference", ROOT / "submission.py", "reference", from_env=True),
+    ]
+    assert select_notes(specs, by_default=False, environ={}) == []
+    assert select_notes(specs, by_default=False, environ={"MOE_SELECT": "1"}) == [
+        "MOE_SELECT=1 ignored for --backend auto, which sets MOE_SELECT=0 (--backend select selects)",
+        "MOE_SELECT=1 ignored for --backend triton: MOE_BACKEND=triton runs it alone",
+    ]
+    assert select_notes(specs[:3], by_default=False, environ={"MOE_SELECT": "0"}) == [
+        "MOE_SELECT=0 ignored for --backend select, which sets MOE_SELECT=1 (--backend auto keeps the static tables)"
+    ]
+    assert select_notes(specs[:1], by_default=True, environ={"MOE_SELECT": "auto"}) == [
+        "MOE_SELECT=auto ignored for --backend auto (the default), which sets MOE_SELECT=0 (--backend select selects)"
+    ]
+
+
+def test_the_notes_come_on_stderr_before_the_run(monkeypatch, capfd):
+    """MOE_SELECT=1 python -m bench selected nothing (--backend auto sets MOE_SELECT=0), silently."""
+    monkeypatch.setenv("MOE_SELECT", "1")
+    monkeypatch.setenv("POPCORN_SEED", "7")
+    argv = ["--backend", "reference", "--cases", "smoke:1", "--seed", "3", "--inline", "--roofline", "off", "-q"]
+    assert cli.main(argv) == 0
+    err = capfd.readouterr().err.splitlines()
+    assert err[:2] == [
+        "python -m bench: note: MOE_SELECT=1 ignored for --backend reference: MOE_BACKEND=reference runs it alone",
+        "python -m bench: note: POPCORN_SEED=7 ignored: --seed 3 is the secret seed",
+    ]
 
 
 def test_moe_backend_is_honoured_and_recorded(tmp_path, monkeypatch):

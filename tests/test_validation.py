@@ -1,8 +1,11 @@
 """Bad input is rejected by custom_kernel with a ValueError naming the argument, before any work."""
 
+import re
+
 import pytest
 import torch
 
+import submission
 from problem import validation
 from problem.cases import SMOKE
 from problem.validation import ARG_NAMES, validate_inputs
@@ -97,6 +100,41 @@ def test_unknown_backend_is_named(monkeypatch, data):
         custom_kernel(data)
     monkeypatch.setenv("MOE_BACKEND", "reference")
     assert selected_backend() == "reference"
+
+
+@pytest.mark.parametrize("backend", ["aiter", "aiter-fused"])
+@pytest.mark.parametrize(
+    "target, why", [("cpu", "no ROCm gfx950 GPU here"), ("gpu", "no ROCm gfx950 GPU here"), ("gfx950", "aiter is not")]
+)
+def test_an_aiter_backend_where_aiter_cannot_run_is_named(monkeypatch, data, backend, target, why):
+    """MOE_BACKEND=aiter raised ModuleNotFoundError from inside the backend."""
+    monkeypatch.setattr(submission, "platform", lambda: target)
+    monkeypatch.setenv("MOE_BACKEND", backend)
+    with pytest.raises(ValueError, match=f"^MOE_BACKEND={backend}: {why}"):
+        custom_kernel(data)
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("MOE_SELECT", "yes", "MOE_SELECT: expected one of auto, 1, 0, got 'yes'"),
+        ("MOE_SELECT_BUDGET_S", "abc", "MOE_SELECT_BUDGET_S: expected seconds >= 0, got 'abc'"),
+        ("MOE_SELECT_BUDGET_S", "-1", "MOE_SELECT_BUDGET_S: expected seconds >= 0, got '-1'"),
+        ("MOE_SELECT_CANDIDATES", "some", "MOE_SELECT_CANDIDATES: expected one of won, all, got 'some'"),
+        ("MOE_TRITON_NATIVE", "yes", "MOE_TRITON_NATIVE: expected 0 or 1, got 'yes'"),
+        ("MOE_BACKEND", "cuda", "MOE_BACKEND: unknown backend 'cuda'"),
+    ],
+)
+@pytest.mark.parametrize("backend", [None, "reference"])
+def test_every_setting_is_checked_whether_or_not_it_is_used(monkeypatch, data, name, value, message, backend):
+    """MOE_SELECT_BUDGET_S=abc passed unnoticed while nothing selected (MOE_BACKEND set, or no GPU)."""
+    for key in submission.SETTINGS:
+        monkeypatch.delenv(key, raising=False)
+    if backend:
+        monkeypatch.setenv("MOE_BACKEND", backend)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        custom_kernel(data)
 
 
 @pytest.mark.parametrize("bad", [999, 9, -1])

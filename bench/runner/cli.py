@@ -25,6 +25,7 @@ from bench.runner.backends import (
     backend_from_env,
     check_submission_env,
     parse_backends,
+    select_notes,
 )
 from bench.runner.case_args import UsageError, read_cases_file, secret_seed
 from bench.runner.case_args import select_cases as _select_cases
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         "-b",
         nargs="+",
-        default=["auto"],
+        default=None,
         metavar="B",
         help=f"one or more of {', '.join(NAMED_BACKENDS)} or a submission .py path (default: auto)",
     )
@@ -433,10 +434,22 @@ def main(argv: list[str] | None = None) -> int:
 
 def _backends(args) -> tuple[list, list[str]]:
     """--backend, with MOE_BACKEND standing for the default backends: (specs, notes)."""
-    backends = parse_backends(args.backend, ROOT)
+    backends = parse_backends(args.backend or ["auto"], ROOT)
     check_submission_env()
     notes = apply_env_backend(backends, backend_from_env())
-    return backends, notes
+    return backends, notes + select_notes(backends, by_default=args.backend is None)
+
+
+def _environment_notes(args) -> list[str]:
+    """The options that override a variable the user set, besides --backend's (_backends)."""
+    notes = []
+    seed = os.environ.get("POPCORN_SEED", "").strip()
+    if args.seed is not None and seed:
+        notes.append(f"POPCORN_SEED={seed} ignored: --seed {args.seed} is the secret seed")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if args.device == "cpu" and visible:
+        notes.append(f"CUDA_VISIBLE_DEVICES={visible} ignored: --device cpu hides every GPU from the run")
+    return notes
 
 
 def _given_cases(selectors: list[str], secret: int | None) -> list:
@@ -460,6 +473,7 @@ def _main(argv: list[str] | None) -> int:
     mode = args.mode
     try:
         backends, notes = _backends(args)
+        notes += _environment_notes(args)
         secret = secret_seed(args.seed)
         selectors = list(args.cases or [])
         if args.cases_file:
@@ -498,7 +512,7 @@ def _main(argv: list[str] | None) -> int:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(log_path=False, width=max(console.width, 200))  # a file or pipe: whole lines
     for note in notes:
-        console.print(note)
+        print(f"{parser.prog}: note: {note}", file=sys.stderr)
     child_env: dict[str, str] = {}
     if device == "cpu":
         # Must be in the environment before anything imports triton (the workers are fresh processes).
