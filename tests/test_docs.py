@@ -1,9 +1,13 @@
 """The documents the code and the user rely on: every "SPEC n" citation names a section of
 docs/spec.md, the README's test command is the one CI runs, the README stays a user's page
 (under 8 KB, GPU-only commands marked, the bundle made before it is used), the docs index lists
-every document, and no document cites a file outside the repository."""
+every document, no document cites a file outside the repository, and every tool the README names
+answers --help."""
 
 import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,3 +117,22 @@ def test_the_notes_and_results_indexes_link_to_existing_entries():
             if anchor:
                 headings = {_anchor(h) for h in re.findall(r"^#{1,6} (.+)$", target.read_text(), flags=re.M)}
                 assert anchor in headings, f"{index}: {path}#{anchor}"
+
+
+def _help(command: tuple[str, ...]) -> tuple[tuple[str, ...], subprocess.CompletedProcess]:
+    return command, subprocess.run(
+        [sys.executable, *command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_every_tool_the_readme_names_answers_help():
+    """`python -m bench...`, `python bundle.py`, `python3 submission.py`: usage on stdout, exit status 0,
+    nothing run (the pre-run ran on `submission.py --help`)."""
+    readme = (ROOT / "README.md").read_text()
+    modules = sorted(set(re.findall(r"python -m (bench(?:\.\w+)*)", readme)))
+    assert {"bench", "bench.job", "bench.numerics.silu_code", "bench.gfx950"} <= set(modules), modules
+    commands = [("-m", m) for m in modules] + [("bundle.py",), ("submission.py",)]
+    with ThreadPoolExecutor(2) as pool:
+        for command, proc in pool.map(_help, commands):
+            assert proc.returncode == 0 and proc.stdout.startswith("usage: "), (command, proc.stderr[-2000:])
+            assert "moe-mxfp4 submission:" not in proc.stdout, command  # the pre-run ran
