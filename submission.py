@@ -7,14 +7,16 @@ aiter importable; the default there, except for the shapes that backend_table gi
 "aiter-fused" (the leaderboard template's single aiter.fused_moe call), "triton" (the Triton
 kernels: the native MXFP4 path on gfx950, the decode path elsewhere; the default where aiter is
 not, run by Triton's CPU interpreter when there is no GPU) and "reference" (the torch
-reference). The environment variable MOE_BACKEND overrides the choice. Inputs are validated
-(metadata only) and never written.
+reference). The environment variable MOE_BACKEND overrides the choice (an aiter backend is
+refused where aiter cannot run); every MOE_* setting is checked on every call, used or not.
+Inputs are validated (metadata, and the expert ids at the first call per shape) and never written.
 
 On a GPU, the first call per shape selects among the candidates (selection/candidates.py) on the machine
 itself: the static choice above and its alternatives, each checked against the reference and
 timed (selection/selector.py, docs/selection.md); MOE_SELECT=0 keeps the static choice, MOE_SELECT=1
 selects under the CPU interpreter too. `python3 submission.py` (the runner's pre-run) selects
-for the official shapes ahead of the evaluation and stores the choices (selection/prerun.py).
+for the official shapes ahead of the evaluation and stores the choices (selection/prerun.py;
+`python3 submission.py --help`).
 """
 
 import functools
@@ -28,15 +30,39 @@ import torch
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
+from moe_triton.env import native_forced  # noqa: E402
 from problem.validation import validate_inputs  # noqa: E402
 from selection.backend_table import backend_for  # noqa: E402
 from selection.candidates import BACKEND_RUNNERS, candidates_for, platform  # noqa: E402
-from selection.selector import select_mode  # noqa: E402
+from selection.selector import budget_s, candidate_set, select_mode  # noqa: E402
 
 if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
     from task import input_t, output_t
 
 BACKENDS = ("aiter", "aiter-fused", "triton", "reference")
+AITER_BACKENDS = ("aiter", "aiter-fused")
+# The environment that steers custom_kernel (README, "Settings"); each checked on every call.
+SETTINGS = ("MOE_BACKEND", "MOE_SELECT", "MOE_SELECT_BUDGET_S", "MOE_SELECT_CANDIDATES", "MOE_TRITON_NATIVE")
+
+
+def settings() -> tuple[str | None, str]:
+    """(MOE_BACKEND or None, MOE_SELECT's mode), every variable of SETTINGS checked whether or not
+    it is used now, so that a typo shows at the first call: a ValueError naming it. The
+    environment is read per call (a test or a tool may change it), each set of values checked once."""
+    return _checked_settings(tuple(map(os.environ.get, SETTINGS)))
+
+
+@functools.lru_cache(maxsize=16)
+def _checked_settings(values: tuple) -> tuple[str | None, str]:
+    environ = {name: value for name, value in zip(SETTINGS, values, strict=True) if value is not None}
+    forced = environ.get("MOE_BACKEND") or None  # empty is no backend
+    if forced and forced not in BACKENDS:
+        raise ValueError(f"MOE_BACKEND: unknown backend {forced!r}; choose one of {', '.join(BACKENDS)}")
+    mode = select_mode(environ)
+    budget_s(environ)
+    candidate_set(environ)
+    native_forced(environ)
+    return forced, mode
 
 
 def default_backend() -> str:
@@ -44,26 +70,34 @@ def default_backend() -> str:
     return "aiter" if platform() == "gfx950-aiter" else "triton"
 
 
-def selected_backend(config: dict | None = None) -> str:
-    """MOE_BACKEND if set, else the default; where the default is aiter, backend_table may pick
-    triton for the shape of `config`."""
-    forced = os.environ.get("MOE_BACKEND")
-    if forced and forced not in BACKENDS:
-        raise ValueError(f"MOE_BACKEND: unknown backend {forced!r}; choose one of {', '.join(BACKENDS)}")
+def _backend(forced: str | None, config: dict | None) -> str:
+    if forced in AITER_BACKENDS and platform() != "gfx950-aiter":
+        why = "aiter is not importable here" if platform() == "gfx950" else "no ROCm gfx950 GPU here"
+        raise ValueError(
+            f"MOE_BACKEND={forced}: {why}; aiter runs only on an MI355X (ROCm, gfx950) with aiter installed: "
+            "unset MOE_BACKEND or set it to triton"
+        )
     backend = forced or default_backend()
     if not forced and backend == "aiter" and config is not None:
         return backend_for(config)
     return backend
 
 
+def _selecting(forced: str | None, mode: str) -> bool:
+    return not forced and (platform() != "cpu" if mode == "auto" else mode == "1")
+
+
+def selected_backend(config: dict | None = None) -> str:
+    """MOE_BACKEND if set (the aiter backends refused where aiter cannot run), else the default;
+    where the default is aiter, backend_table may pick triton for the shape of `config`."""
+    return _backend(settings()[0], config)
+
+
 def selection_on() -> bool:
     """Whether custom_kernel selects: MOE_SELECT=1 always, 0 never, auto (default) where a GPU
     runs the kernels (not under Triton's CPU interpreter); never while MOE_BACKEND is set. Unset
     or empty is auto, as an empty MOE_BACKEND is no backend."""
-    value = select_mode()
-    if os.environ.get("MOE_BACKEND"):
-        return False
-    return platform() != "cpu" if value == "auto" else value == "1"
+    return _selecting(*settings())
 
 
 @functools.cache
@@ -86,9 +120,10 @@ def selection_choice(config: dict) -> str | None:
 
 def custom_kernel(data: "input_t") -> "output_t":
     validate_inputs(data)
-    if selection_on():
+    forced, mode = settings()
+    if _selecting(forced, mode):
         return selector()(data)
-    return BACKEND_RUNNERS[selected_backend(data[-1])](data)
+    return BACKEND_RUNNERS[_backend(forced, data[-1])](data)
 
 
 if __name__ == "__main__":

@@ -1,10 +1,14 @@
-"""Cheap checks of the 12-item input tuple (SPEC 2): metadata only, so no host synchronisation.
+"""Cheap checks of the 12-item input tuple (SPEC 2): metadata only, but for one look at the expert ids
+per shape.
 
-Each failure raises ValueError naming the argument. Values (ids in range, unique per row) are not
-read: that would need the GPU to finish first. Every call checks every tensor; what follows from
-the config alone (its own consistency, the shapes it implies) is worked out once per config
-(_layout), and a tensor's dtype, shape, contiguity and device are compared in one pass, the
-message built only for a tensor that fails.
+Each failure raises ValueError naming the argument. Every call checks every tensor; what follows
+from the config alone (its types, its own consistency, the shapes it implies) is worked out once
+per config (_layout), and a tensor's dtype, shape, contiguity and device are compared in one pass,
+the message built only for a tensor that fails. Values are read at the first call per shape only:
+topk_ids must lie in 0..E-1, which costs one host synchronisation (the first call's selection
+waits for the GPU anyway); later calls of the shape are not checked, as reading the ids would
+hold every call's launches until the GPU is done: an id out of range there is not refused, and
+the output is wrong. Ids repeated within a row are not looked for.
 """
 
 import functools
@@ -13,6 +17,7 @@ from collections import Counter
 import torch
 
 from mxfp4.codec import E8M0_DTYPE, FP4_DTYPE, MX_BLOCK
+from problem.shapes import shape_problem
 from reference import require_unpadded
 
 ARG_NAMES = (
@@ -94,9 +99,9 @@ def validate_inputs(data) -> None:
         raise ValueError(f"config: missing keys {missing}")
     key = tuple(config[k] for k in CONFIG_KEYS)
     try:
-        layout = _layout(key)
+        layout = _layout(*key)
     except TypeError:  # a value that cannot key the cache (not an int): checked the same way, uncached
-        layout = _layout.__wrapped__(key)
+        layout = _layout.__wrapped__(*key)
     tensors = data[:-1]
     device = None
     for t, (name, dtypes, shape) in zip(tensors, layout, strict=True):
@@ -106,22 +111,44 @@ def validate_inputs(data) -> None:
             device = t.device
         elif t.device != device:
             _check_devices(tensors)
+    if key not in _ids_checked and _check_expert_ids(tensors[10], tensors[1].shape[0]):
+        _ids_checked.add(key)
 
 
-@functools.lru_cache(maxsize=64)
-def _layout(key: tuple) -> tuple:
+# The configs (CONFIG_KEYS values) whose topk_ids have been read once: the shapes seen.
+_ids_checked: set[tuple] = set()
+
+
+def _check_expert_ids(topk_ids: torch.Tensor, n_experts: int) -> bool:
+    """Raise unless every id lies in 0..n_experts-1; False where the ids cannot be read now (a
+    meta tensor, or a CUDA graph being captured, which a synchronisation would break)."""
+    if topk_ids.is_meta or (topk_ids.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return False
+    low, high = torch.stack(torch.aminmax(topk_ids)).tolist()
+    if low < 0 or high >= n_experts:
+        raise ValueError(
+            f"topk_ids: expert id {low if low < 0 else high} out of range 0..{n_experts - 1} "
+            f"(n_routed_experts + n_shared_experts = {n_experts})"
+        )
+    return True
+
+
+@functools.lru_cache(maxsize=64, typed=True)
+def _layout(*values) -> tuple:
     """(name, accepted dtypes, shape) per tensor for a config's CONFIG_KEYS values, once the config
-    is found consistent (a config that is not raises, and is not cached)."""
-    config = dict(zip(CONFIG_KEYS, key, strict=True))
+    is found consistent (a config that is not raises, and is not cached). Typed: 512.0 or True
+    keys no entry of 512 or 1, so that a value of the wrong type is always refused."""
+    config = dict(zip(CONFIG_KEYS, values, strict=True))
+    problem = shape_problem(config)
+    if problem:
+        raise ValueError(f"config: {problem}")
     require_unpadded(config)
-    d_hidden, d_inter, topk = config["d_hidden"], config["d_expert"], config["total_top_k"]
+    topk = config["total_top_k"]
     if config["n_experts_per_token"] + config["n_shared_experts"] != topk:
         raise ValueError(
             f"config: total_top_k ({topk}) != n_experts_per_token + n_shared_experts "
             f"({config['n_experts_per_token']} + {config['n_shared_experts']})"
         )
-    if d_hidden % 256 or d_inter % 256:
-        raise ValueError(f"config: d_hidden ({d_hidden}) and d_expert ({d_inter}) must be multiples of 256")
     layout = zip(ARG_NAMES[:-1], expected_layout(config), strict=True)
     return tuple((name, dtypes, shape) for name, (dtypes, shape) in layout)
 

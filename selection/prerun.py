@@ -6,20 +6,21 @@ already are skipped, and it stops itself at PRERUN_DEADLINE_S, each shape's sele
 to the time left. One line per shape. Without selection (no GPU, MOE_SELECT=0, MOE_BACKEND set)
 it prints one line and does nothing else; MOE_SELECT=1 under the CPU interpreter runs problem.cases.TINY
 instead, so CI exercises it. A bad setting (MOE_BACKEND, MOE_SELECT, MOE_SELECT_BUDGET_S,
-MOE_SELECT_CANDIDATES, MOE_TRITON_NATIVE) is one line on stderr and exit status 2, as the runner's
-usage errors; Ctrl-C is one line and 130.
+MOE_SELECT_CANDIDATES, MOE_TRITON_NATIVE; an aiter MOE_BACKEND where aiter cannot run) or any
+argument but --help is one line on stderr and exit status 2, as the runner's usage errors; Ctrl-C
+is one line and 130.
 """
 
+import argparse
 import os
 import sys
 import time
 from collections.abc import Callable
 
-from moe_triton.env import native_forced
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import generate_input, make_config
 from selection.candidates import platform
-from selection.selector import budget_s, candidate_set
+from selection.selector import budget_s
 
 PRERUN_DEADLINE_S = 95.0  # the runner gives the pre-run 120 s
 MIN_SHAPE_S = 5.0  # a shape is not started with less time left than this
@@ -84,17 +85,54 @@ def prerun(
     out(f"moe-mxfp4 pre-run done in {clock() - start:.1f} s")
 
 
-def main(backend_of: Callable[[], str], selecting_of: Callable[[], bool], make_selector: Callable, prog=None) -> int:
-    """`python3 submission.py`: backend_of and selecting_of (submission.selected_backend and
-    selection_on) raise ValueError on a bad MOE_BACKEND or MOE_SELECT; the budget, the candidate set
-    and MOE_TRITON_NATIVE are checked here even where nothing selects, so that a typo shows before the
-    evaluation. Exit status 0, 2 for a bad setting, 130 for Ctrl-C, each with one line."""
+DESCRIPTION = """The pre-run of the submission, which the leaderboard's runner executes before each mode (120 s,
+in the evaluation's folder and home directory; no arguments). On a GPU it selects, for each of
+the 10 official shapes, the fastest of the candidates that pass the leaderboard's check on
+generated inputs, which compiles their kernels into Triton's cache, and stores the choices for
+the evaluation's first calls; shapes stored already are skipped, and it stops at {deadline:.0f} s
+(each shape's budget cut to the time left). Without selection it prints one line and exits."""
+ENVIRONMENT = """environment (README, "Settings"; a bad value is one line on stderr and exit status 2):
+  MOE_SELECT             auto (default: select on a GPU), 1 (also under the CPU interpreter, for
+                         problem.cases.TINY), 0 (the static tables: nothing to do here)
+  MOE_SELECT_BUDGET_S    seconds per shape, compiles included (default 20)
+  MOE_SELECT_CANDIDATES  won (default: the candidates that won a measurement) or all
+  MOE_BACKEND            aiter, aiter-fused, triton, reference: that backend only, no selection
+  MOE_TRITON_NATIVE      1 / 0: the native MXFP4 path forced on or off
+  XDG_CACHE_HOME         the choices go to $XDG_CACHE_HOME/moe-mxfp4/choices.json (default ~/.cache)
+exit status: 0 done (or nothing to do), 2 a bad setting or argument, 130 Ctrl-C"""
+
+
+class _Parser(argparse.ArgumentParser):
+    """A bad argument is one line, `<prog>: error: ...`, and exit status 2, as every tool's."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parser(prog: str) -> argparse.ArgumentParser:
+    return _Parser(
+        prog=prog,
+        description=DESCRIPTION.format(deadline=PRERUN_DEADLINE_S),
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def main(
+    backend_of: Callable[[], str],
+    selecting_of: Callable[[], bool],
+    make_selector: Callable,
+    prog=None,
+    argv: list[str] | None = None,
+) -> int:
+    """`python3 submission.py` (argv: sys.argv[1:], where only --help is an argument):
+    backend_of and selecting_of (submission.selected_backend and selection_on) raise ValueError on a
+    bad setting, every MOE_* variable checked even where nothing selects, so that a typo shows before
+    the evaluation. Exit status 0, 2 for a bad setting, 130 for Ctrl-C, each with one line."""
     prog = prog or os.path.basename(sys.argv[0]) or "submission.py"
+    parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     try:
         backend, selecting = backend_of(), selecting_of()
-        budget_s()
-        candidate_set()
-        native_forced()
     except ValueError as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2

@@ -12,8 +12,8 @@ KEY = (7168, 256, 257, 9, 16)
 
 @pytest.fixture
 def on_mi355x(monkeypatch):
-    """default_backend as on an MI355X with aiter (the cached probe replaced)."""
-    monkeypatch.setattr(submission, "default_backend", lambda: "aiter")
+    """The platform of an MI355X with aiter (the cached probe replaced)."""
+    monkeypatch.setattr(submission, "platform", lambda: "gfx950-aiter")
     monkeypatch.delenv("MOE_BACKEND", raising=False)
 
 

@@ -50,13 +50,15 @@ def test_auto_is_the_static_choice_and_select_the_selection():
         ({"MOE_SELECT_CANDIDATES": "some"}, "MOE_SELECT_CANDIDATES='some': expected one of won, all"),
     ],
 )
-def test_bad_submission_variables_are_refused_in_one_line_before_any_case(monkeypatch, capsys, env, needle):
+@pytest.mark.parametrize("backend", [[], ["--backend", "reference"]])
+def test_bad_submission_variables_are_refused_in_one_line_before_any_case(monkeypatch, capsys, env, needle, backend):
+    """Whether or not the run would read them: a named backend never selects."""
     with pytest.raises(UsageError, match=re.escape(needle)):
         check_submission_env(env)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     with pytest.raises(SystemExit) as exc:
-        cli.main(["--roofline", "off", "-q"])
+        cli.main(["--roofline", "off", "-q", *backend])
     err = capsys.readouterr().err
     assert exc.value.code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err
 

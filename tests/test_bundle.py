@@ -161,6 +161,18 @@ def test_the_prerun_selects_in_an_empty_folder_and_reuses_its_choice_file(tmp_pa
     assert bad.stderr == "submission.py: error: MOE_TRITON_NATIVE: expected 0 or 1, got '2'\n"
 
 
+def test_the_bundles_prerun_has_a_help_and_refuses_arguments(tmp_path, bundled, cache):
+    """`python submission.py --help` says what the pre-run does without running it; an unknown
+    argument is one line and exit status 2."""
+    folder = _alone(tmp_path, bundled)
+    shown = _python(["submission.py", "--help"], folder, cache)
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.startswith("usage: submission.py [-h]") and "MOE_SELECT" in shown.stdout
+    bad = _python(["submission.py", "--bogus"], folder, cache)
+    assert bad.returncode == 2 and not bad.stdout
+    assert bad.stderr == "submission.py: error: unrecognized arguments: --bogus\n"
+
+
 def test_a_pinned_backend_is_the_default_and_the_environment_still_wins(tmp_path, cache):
     pinned = tmp_path / "pinned.py"
     pinned.write_text(bundler.bundle(ROOT, backend="reference"))
@@ -189,9 +201,11 @@ import triton.language.extra as extra
 sys.modules["triton.language.extra.cuda"] = None
 if hasattr(extra, "cuda"):
     del extra.cuda
-bundle = {"__name__": "__main__", "__file__": sys.argv[1]}
+path, case = sys.argv[1:3]
+sys.argv = [path]  # as `python3 submission.py` sees them: no arguments
+bundle = {"__name__": "__main__", "__file__": path}
 try:  # the script block ends with the pre-run's exit status
-    exec(compile(open(sys.argv[1]).read(), sys.argv[1], "exec"), bundle)
+    exec(compile(open(path).read(), path, "exec"), bundle)
 except SystemExit as exc:
     assert exc.code == 0, exc.code
 import torch
@@ -203,7 +217,7 @@ import json, os
 from reference import check_implementation, generate_input  # bench.job's stand-in: a second bundle
 for native in ("0", "1"):
     os.environ["MOE_TRITON_NATIVE"] = native
-    data = generate_input(**json.loads(sys.argv[2]))  # the smallest shape: what is imported does not depend on it
+    data = generate_input(**json.loads(case))  # the smallest shape: what is imported does not depend on it
     ok, message = check_implementation(data, bundle["custom_kernel"](data))
     assert ok, message
 print("ran both paths")

@@ -17,13 +17,35 @@ from rich.console import Console
 
 from bench import roofline
 from bench.runner import cli, evaluate, interpreter_time, preflight, report
-from bench.runner.backends import BackendSpec, apply_env_backend, backend_from_env
+from bench.runner.backends import BackendSpec, apply_env_backend, backend_from_env, select_notes
 from bench.runner.case_args import UsageError, read_cases_file, select_cases
 from bench.runner.timing import BENCHMARK_LIMITS, Limits
 from problem.cases import TINY
 
 ROOT = Path(__file__).resolve().parents[1]
-PADDED_CASE = "dhidden=500,dexpert=256,nroutedexperts=8,nexpertspertoken=4,nsharedexperts=1,bs=8"
+# A submission that hands the package's checks a padded config: an input refused by design, as a
+# ValueError of the package's own (the runner refuses impossible shapes before any case runs).
+PADDED_SUBMISSION = """from problem.validation import validate_inputs
+from reference import ref_kernel
+
+
+def custom_kernel(data):
+    *tensors, config = data
+    if config["bs"] == 8:  # smoke:0; the other cases pass
+        validate_inputs((*tensors, {**config, "d_hidden_pad": config["d_hidden"] + 256}))
+    return ref_kernel(data)
+"""
+PADDED_MESSAGE = "ValueError: config: d_hidden_pad (768) != d_hidden (512); padded shapes are not supported"
+
+
+@pytest.fixture
+def padded(tmp_path, monkeypatch) -> str:
+    """The backend `padded.py`, so named in the tables (the current folder is tmp_path)."""
+    (tmp_path / "padded.py").write_text(PADDED_SUBMISSION)
+    monkeypatch.chdir(tmp_path)
+    return "padded.py"
+
+
 ON_CPU = not torch.cuda.is_available()
 TINY_CASE = ",".join(f"{k}={v}" for k, v in TINY[0].items())
 
@@ -157,7 +179,7 @@ def test_every_tool_says_error_the_same_way(tmp_path, capsys):
     unknown = "unknown case 'nope': use tests, benchmarks, smoke, official, all"
     interpret = os.environ.get("TRITON_INTERPRET")
     for main, argv, line in (
-        (cli.main, ["--cases", "nope"], f"python -m bench: error: {unknown}"),
+        (cli.main, ["--cases", "nope"], f"python -m bench: error: --cases: {unknown}"),
         (seed_check.main, ["--cases", "nope"], f"python -m bench.seed_check: error: --cases: {unknown}"),
         (seed_check.main, ["--seeds", "0"], "python -m bench.seed_check: error: argument --seeds: must be at least 1"),
         (tiles.main, ["--cases", "nope"], f"python -m bench.tune.tiles: error: --cases: {unknown}"),
@@ -175,7 +197,9 @@ def test_every_tool_says_error_the_same_way(tmp_path, capsys):
 def test_a_reversed_range_and_an_empty_out_folder_are_named(capsys):
     """bench:4-2 selected nothing, and -o '' wrote nothing, silently."""
     err = usage_error(["--cases", "bench:4-2"], capsys)
-    assert err.strip() == "python -m bench: error: case selector 'bench:4-2': range 4-2 is reversed; write it 2-4"
+    assert (
+        err.strip() == "python -m bench: error: --cases: case selector 'bench:4-2': range 4-2 is reversed; write it 2-4"
+    )
     err = usage_error(["-o", ""], capsys)
     assert err.startswith("python -m bench: error: --out: empty folder name; ")
 
@@ -246,7 +270,7 @@ def test_the_tile_tuner_takes_the_runners_cases(capsys):
 
     if tiles.why_cannot_run() is None:
         pytest.skip("this machine can run the tuner")
-    for cases in (["bench:0,3"], ["smoke", "official"], [PADDED_CASE.replace("500", "512")]):
+    for cases in (["bench:0,3"], ["smoke", "official"], [",".join(f"{k}={v}" for k, v in SHAPE.items())]):
         err = _tool_error(tiles.main, ["--cases", *cases], capsys)
         assert err.startswith("python -m bench.tune.tiles: error: cannot run here: "), cases
 
@@ -309,6 +333,48 @@ def test_cases_file_errors_name_the_file_line_and_format(tmp_path, content, need
     assert "one case per line, e.g. 'dhidden: 7168; dexpert: 256;" in err
 
 
+SHAPE = dict(dhidden=512, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=8)
+
+
+@pytest.mark.parametrize(
+    "changes, needle",
+    [
+        # torch.topk raised "selected index k out of range" in the worker
+        (dict(nexpertspertoken=9), "nexpertspertoken (9) must be at most nroutedexperts (8)"),
+        (dict(nexpertspertoken=0), "nexpertspertoken must be at least 1, got 0"),
+        (dict(nroutedexperts=0), "nroutedexperts must be at least 1, got 0"),
+        (dict(nsharedexperts=-1), "nsharedexperts must be at least 0, got -1"),
+        (dict(bs=0), "bs must be at least 1, got 0"),
+        (dict(dhidden=-512), "dhidden must be at least 1, got -512"),
+        (dict(dexpert=0), "dexpert must be at least 1, got 0"),
+        # generate_input pads them to 256, which custom_kernel refuses
+        (dict(dhidden=500), "dhidden (500) must be a multiple of 256"),
+        (dict(dexpert=384), "dexpert (384) must be a multiple of 256"),
+        (dict(seed=-1), "seed must be 0 .. 2**63-1"),
+        (
+            dict(seed=2**63),
+            f"seed must be 0 .. 2**63-1 (torch's seeds, with room for the leaderboard's steps), got {2**63}",
+        ),
+    ],
+)
+def test_impossible_shapes_are_refused_before_the_run(changes, needle, tmp_path, capsys):
+    case = {**SHAPE, **changes}
+    spec = ",".join(f"{k}={v}" for k, v in case.items())
+    err = usage_error(["--cases", "smoke:0", spec], capsys)
+    assert err.startswith(f"python -m bench: error: --cases: case '{spec}': {needle}"), err
+    path = tmp_path / "cases.txt"
+    path.write_text("; ".join(f"{k}: {v}" for k, v in case.items()) + "\n")
+    err = usage_error(["--cases-file", str(path)], capsys)
+    assert err.startswith(f"python -m bench: error: --cases-file {path}:1: {needle}"), err
+
+
+def test_the_smallest_shapes_and_no_shared_expert_are_possible():
+    """The rules refuse what cannot run, nothing else: k = routed experts, no shared expert, one token."""
+    case = {**SHAPE, "dhidden": 256, "nroutedexperts": 4, "nexpertspertoken": 4, "nsharedexperts": 0, "bs": 1}
+    (custom,) = select_cases([",".join(f"{k}={v}" for k, v in case.items())])
+    assert custom.shape == "H256-I256-E4-k4-bs1"
+
+
 def test_cases_file_missing_and_valid(tmp_path, capsys):
     err = usage_error(["--cases-file", str(tmp_path / "none.txt")], capsys)
     assert "none.txt: cannot read it" in err
@@ -341,6 +407,39 @@ def test_unknown_moe_backend_is_a_usage_error(monkeypatch, capsys):
     assert "MOE_BACKEND='bogus' is not a backend" in err and "--backend" in err
 
 
+def test_an_option_that_overrides_a_variable_says_so(monkeypatch):
+    specs = [
+        BackendSpec("auto", ROOT / "submission.py", env={"MOE_SELECT": "0"}),
+        BackendSpec("select", ROOT / "submission.py", env={"MOE_SELECT": "1"}),
+        BackendSpec("triton", ROOT / "submission.py", "triton"),
+        BackendSpec("reference", ROOT / "submission.py", "reference", from_env=True),
+    ]
+    assert select_notes(specs, by_default=False, environ={}) == []
+    assert select_notes(specs, by_default=False, environ={"MOE_SELECT": "1"}) == [
+        "MOE_SELECT=1 ignored for --backend auto, which sets MOE_SELECT=0 (--backend select selects)",
+        "MOE_SELECT=1 ignored for --backend triton: MOE_BACKEND=triton runs it alone",
+    ]
+    assert select_notes(specs[:3], by_default=False, environ={"MOE_SELECT": "0"}) == [
+        "MOE_SELECT=0 ignored for --backend select, which sets MOE_SELECT=1 (--backend auto keeps the static tables)"
+    ]
+    assert select_notes(specs[:1], by_default=True, environ={"MOE_SELECT": "auto"}) == [
+        "MOE_SELECT=auto ignored for --backend auto (the default), which sets MOE_SELECT=0 (--backend select selects)"
+    ]
+
+
+def test_the_notes_come_on_stderr_before_the_run(monkeypatch, capfd):
+    """MOE_SELECT=1 python -m bench selected nothing (--backend auto sets MOE_SELECT=0), silently."""
+    monkeypatch.setenv("MOE_SELECT", "1")
+    monkeypatch.setenv("POPCORN_SEED", "7")
+    argv = ["--backend", "reference", "--cases", "smoke:1", "--seed", "3", "--inline", "--roofline", "off", "-q"]
+    assert cli.main(argv) == 0
+    err = capfd.readouterr().err.splitlines()
+    assert err[:2] == [
+        "python -m bench: note: MOE_SELECT=1 ignored for --backend reference: MOE_BACKEND=reference runs it alone",
+        "python -m bench: note: POPCORN_SEED=7 ignored: --seed 3 is the secret seed",
+    ]
+
+
 def test_moe_backend_is_honoured_and_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("MOE_BACKEND", "reference")
     argv = ["--cases", "smoke:1", "--inline", "--roofline", "off", "--out", str(tmp_path), "-q"]
@@ -366,21 +465,21 @@ def test_a_run_on_the_cpu_leaves_the_callers_environment_as_it_was(monkeypatch):
 # ---------------------------------------------------------------- failures
 
 
-def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys, monkeypatch):
+def test_a_failing_case_is_summarised_by_the_exceptions_message(tmp_path, capsys, monkeypatch, padded):
     monkeypatch.setenv("COLUMNS", "250")  # the whole table, in any terminal (or none: pytest-xdist)
-    argv = ["--backend", "reference", "--cases", PADDED_CASE, "--inline", "--roofline", "off", "--out", str(tmp_path)]
+    argv = ["--backend", padded, "--cases", "smoke:0", "--inline", "--roofline", "off", "--out", str(tmp_path)]
     assert cli.main(argv + ["-q"]) == 1
     row = json.loads((tmp_path / "test.json").read_text())["rows"][0]
-    message = "ValueError: config: d_hidden_pad (512) != d_hidden (500); padded shapes are not supported"
+    message = PADDED_MESSAGE
     assert row["status"] == "error" and row["message"] == message
     assert "problem/validation.py" in row["traceback"] and "raise ValueError" in row["traceback"]
     assert row["refused"] is True
     out = capsys.readouterr().out
-    table_row = next(line for line in out.splitlines() if line.lstrip().startswith("custom0"))
+    table_row = next(line for line in out.splitlines() if line.lstrip().startswith("smoke0"))
     assert "ERROR" in table_row and message in table_row and "_timed_call" not in table_row
-    assert f"reference custom0 (H500-I256-E8+1-k4+1-bs8) ERROR: {message}" in out
+    assert f"padded.py smoke0 (H512-I256-E8+1-k4+1-bs8) ERROR: {message}" in out
     # the event line, whole and not padded to the 200 columns a pipe gets
-    assert f"] reference: custom0 H500-I256-E8+1-k4+1-bs8 error - {message}\n" in out
+    assert f"] padded.py: smoke0 H512-I256-E8+1-k4+1-bs8 error - {message}\n" in out
     # refused by design: the line says it all; the traceback is in the JSON and behind --verbose
     assert "raise ValueError" not in out and "problem/validation.py" not in out
     assert cli.main(argv + ["-q", "--verbose"]) == 1
@@ -447,20 +546,20 @@ def test_a_submission_file_may_bind_custom_kernel_any_way(tmp_path):
     assert not_a_submission(ROOT / "submission.py") is None
 
 
-def test_leaderboard_mode_stops_after_an_erroring_case(tmp_path):
-    argv = ["--mode", "leaderboard", "--backend", "reference", "--cases", PADDED_CASE, "smoke:1", "--no-warmup"]
+def test_leaderboard_mode_stops_after_an_erroring_case(tmp_path, padded):
+    argv = ["--mode", "leaderboard", "--backend", padded, "--cases", "smoke:0", "smoke:1", "--no-warmup"]
     assert cli.main(argv + ["--max-reps", "2", "--inline", "--roofline", "off", "--out", str(tmp_path), "-q"]) == 1
     rows = json.loads((tmp_path / "leaderboard.json").read_text())["rows"]
     assert [(r["status"], r["message"][:10]) for r in rows] == [("error", "ValueError"), ("skipped", "after a fa")]
 
 
-def test_a_run_in_80_columns_prints_whole_lines_of_at_most_80(tmp_path, monkeypatch, capsys):
+def test_a_run_in_80_columns_prints_whole_lines_of_at_most_80(tmp_path, monkeypatch, capsys, padded):
     monkeypatch.setenv("COLUMNS", "80")
-    argv = ["--backend", "reference", "--cases", PADDED_CASE, "smoke:1", "--inline", "--roofline", "off"]
+    argv = ["--backend", padded, "--cases", "smoke:0", "smoke:1", "--inline", "--roofline", "off"]
     assert cli.main(argv) == 1
     lines = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in lines) <= 80
-    error_line = next(line for line in lines if "custom0 H500-I256-E8+1-k4+1-bs8 error" in line)
+    error_line = next(line for line in lines if "smoke0 H512-I256-E8+1-k4+1-bs8 error" in line)
     assert error_line.endswith("\u2026") and "error - ValueError: con" in error_line
     assert any(line.split()[:3] == ["smoke1", "H256-I512-E4+1-k2+1-bs5", "pass"] for line in lines)
 

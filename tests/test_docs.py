@@ -325,3 +325,14 @@ def test_every_command_the_docs_show_runs_and_takes_the_options_shown():
         for target, _, out in helps
     }
     assert not any(unknown.values()), {target: options for target, options in unknown.items() if options}
+
+
+def test_the_bundler_and_the_prerun_answer_help_without_running_anything():
+    """`python bundle.py --help` and `python3 submission.py --help` (once, it ran the pre-run): usage
+    on stdout, exit status 0."""
+    for command in (("bundle.py",), ("submission.py",)):
+        proc = subprocess.run(
+            [sys.executable, *command, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: "), (command, proc.stderr[-2000:])
+        assert "moe-mxfp4 pre-run" not in proc.stdout, command

@@ -43,6 +43,10 @@ def test_secret_seed_from_cli_or_environment():
     assert secret_seed(5, {"POPCORN_SEED": "77"}) == 5
     with pytest.raises(UsageError, match="POPCORN_SEED"):
         secret_seed(None, {"POPCORN_SEED": "abc"})
+    with pytest.raises(UsageError, match="^POPCORN_SEED must be 0 .. 2\\*\\*63-1 .*, got -4$"):
+        secret_seed(None, {"POPCORN_SEED": "-4"})
+    with pytest.raises(UsageError, match=f"^--seed must be 0 .. 2\\*\\*63-1 .*, got {2**63}$"):
+        secret_seed(2**63, {})
 
 
 def test_case_seeds_are_combined_with_the_secret():
@@ -52,6 +56,10 @@ def test_case_seeds_are_combined_with_the_secret():
     assert [c.params["seed"] for c in secret] == [combine_seed(s, 1000) for s in (10, 20, 30)]
     # The lists themselves are not modified.
     assert LISTS["benchmarks"][0]["seed"] == 10
+    # torch takes seeds up to 2**64-1, and the leaderboard mode adds 13 per repetition
+    big = 2**62
+    with pytest.raises(UsageError, match=f"^case bench0: seed 10 combined with the secret seed {big} must be 0 .."):
+        select_cases(["bench:0"], big, LISTS)
 
 
 # ---------------------------------------------------------------- selection
@@ -69,7 +77,7 @@ def test_select_cases_groups_indices_and_custom():
     assert custom[0].shape == "H7168-I256-E256+1-k8+1-bs16"
     assert custom[0].params["seed"] == 42
     runner_form = parse_case_spec(
-        "dhidden: 64; dexpert: 32; nroutedexperts: 4; nexpertspertoken: 2; nsharedexperts: 1; bs: 3; seed: 9"
+        "dhidden: 256; dexpert: 512; nroutedexperts: 4; nexpertspertoken: 2; nsharedexperts: 1; bs: 3; seed: 9"
     )
     assert runner_form["seed"] == 9 and runner_form["bs"] == 3
 

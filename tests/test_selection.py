@@ -582,9 +582,36 @@ def test_the_prerun_refuses_a_bad_setting_in_one_line_with_status_2(monkeypatch,
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     never = lambda: pytest.fail("no selector for a bad setting")
-    assert prerun.main(submission.selected_backend, submission.selection_on, never, prog="submission.py") == 2
+    assert prerun.main(submission.selected_backend, submission.selection_on, never, prog="submission.py", argv=[]) == 2
     out, err = capsys.readouterr()
     assert err == f"submission.py: error: {line}\n" and out == ""
+
+
+@pytest.mark.parametrize("backend", ["aiter", "aiter-fused"])
+def test_the_prerun_refuses_an_aiter_backend_where_aiter_cannot_run(monkeypatch, capsys, backend):
+    """MOE_BACKEND=aiter on a machine without aiter exited 0, saying "backend aiter"."""
+    monkeypatch.setattr(submission, "platform", lambda: "cpu")
+    monkeypatch.setenv("MOE_BACKEND", backend)
+    never = lambda: pytest.fail("no selector for a bad setting")
+    assert prerun.main(submission.selected_backend, submission.selection_on, never, prog="submission.py", argv=[]) == 2
+    out, err = capsys.readouterr()
+    assert err.startswith(f"submission.py: error: MOE_BACKEND={backend}: no ROCm gfx950 GPU here; ") and not out
+    assert len(err.splitlines()) == 1
+
+
+def test_the_prerun_says_what_it_does_and_refuses_arguments(capsys):
+    """`python submission.py --help` ran the pre-run."""
+    never = lambda: pytest.fail("--help runs nothing")
+    with pytest.raises(SystemExit) as done:
+        prerun.main(never, never, never, prog="submission.py", argv=["--help"])
+    out, err = capsys.readouterr()
+    assert done.value.code == 0 and not err
+    assert out.startswith("usage: submission.py [-h]\n") and "pre-run" in out and "exit status" in out
+    assert all(name in out for name in (*submission.SETTINGS, "XDG_CACHE_HOME"))
+    with pytest.raises(SystemExit) as done:
+        prerun.main(never, never, never, prog="submission.py", argv=["--deadline", "60"])
+    assert done.value.code == 2
+    assert capsys.readouterr().err == "submission.py: error: unrecognized arguments: --deadline 60\n"
 
 
 def test_ctrl_c_in_the_prerun_is_one_line_and_status_130(monkeypatch, capsys):
@@ -598,7 +625,7 @@ def test_ctrl_c_in_the_prerun_is_one_line_and_status_130(monkeypatch, capsys):
     monkeypatch.setattr(prerun, "platform", lambda: "cpu")
     monkeypatch.delenv(sel.BUDGET_ENV, raising=False)
     monkeypatch.delenv("MOE_TRITON_NATIVE", raising=False)
-    assert prerun.main(lambda: "triton", lambda: True, Interrupted, prog="submission.py") == 130
+    assert prerun.main(lambda: "triton", lambda: True, Interrupted, prog="submission.py", argv=[]) == 130
     out, err = capsys.readouterr()
     assert err == "submission.py: interrupted (Ctrl-C)\n" and "selecting for problem.cases.TINY" in out
 

@@ -1,8 +1,12 @@
 """Bad input is rejected by custom_kernel with a ValueError naming the argument, before any work."""
 
+import re
+
 import pytest
 import torch
 
+import submission
+from problem import validation
 from problem.cases import SMOKE
 from problem.validation import ARG_NAMES, validate_inputs
 from reference import generate_input
@@ -57,9 +61,21 @@ def test_non_contiguous_is_named(data, index):
         (dict(d_hidden=1024, d_hidden_pad=1024), "hidden_states: shape"),
         (dict(d_expert=512, d_expert_pad=512), "gate_up_weight: shape"),
         (dict(d_hidden_pad=768), "config: d_hidden_pad .* padded shapes are not supported"),
-        (dict(d_hidden=320, d_hidden_pad=320), "config: d_hidden .* must be multiples of 256"),
+        (dict(d_hidden=320, d_hidden_pad=320), r"config: d_hidden \(320\) must be a multiple of 256"),
+        (dict(d_expert=0, d_expert_pad=0), "config: d_expert must be at least 1, got 0"),
+        (dict(bs=-2), "config: bs must be at least 1, got -2"),
+        (dict(n_shared_experts=-1), "config: n_shared_experts must be at least 0, got -1"),
+        (
+            dict(n_experts_per_token=9, total_top_k=10),
+            r"config: n_experts_per_token \(9\) must be at most n_routed_experts \(8\)",
+        ),
         (dict(total_top_k=2), "config: total_top_k"),
         (dict(n_routed_experts=99), "gate_up_weight: shape"),
+        # the type first: "512" was refused as a padded shape (its d_hidden_pad, 512, differs)
+        (dict(d_hidden="512"), "^config: d_hidden must be an int, got str '512'$"),
+        (dict(bs=8.0), "^config: bs must be an int, got float 8.0$"),
+        (dict(n_shared_experts=True), "^config: n_shared_experts must be an int, got bool True$"),
+        (dict(total_top_k=[5]), r"^config: total_top_k must be an int, got list \[5\]$"),
     ],
 )
 def test_inconsistent_config_is_named(data, changes, message):
@@ -84,6 +100,56 @@ def test_unknown_backend_is_named(monkeypatch, data):
         custom_kernel(data)
     monkeypatch.setenv("MOE_BACKEND", "reference")
     assert selected_backend() == "reference"
+
+
+@pytest.mark.parametrize("backend", ["aiter", "aiter-fused"])
+@pytest.mark.parametrize(
+    "target, why", [("cpu", "no ROCm gfx950 GPU here"), ("gpu", "no ROCm gfx950 GPU here"), ("gfx950", "aiter is not")]
+)
+def test_an_aiter_backend_where_aiter_cannot_run_is_named(monkeypatch, data, backend, target, why):
+    """MOE_BACKEND=aiter raised ModuleNotFoundError from inside the backend."""
+    monkeypatch.setattr(submission, "platform", lambda: target)
+    monkeypatch.setenv("MOE_BACKEND", backend)
+    with pytest.raises(ValueError, match=f"^MOE_BACKEND={backend}: {why}"):
+        custom_kernel(data)
+
+
+@pytest.mark.parametrize(
+    "name, value, message",
+    [
+        ("MOE_SELECT", "yes", "MOE_SELECT: expected one of auto, 1, 0, got 'yes'"),
+        ("MOE_SELECT_BUDGET_S", "abc", "MOE_SELECT_BUDGET_S: expected seconds >= 0, got 'abc'"),
+        ("MOE_SELECT_BUDGET_S", "-1", "MOE_SELECT_BUDGET_S: expected seconds >= 0, got '-1'"),
+        ("MOE_SELECT_CANDIDATES", "some", "MOE_SELECT_CANDIDATES: expected one of won, all, got 'some'"),
+        ("MOE_TRITON_NATIVE", "yes", "MOE_TRITON_NATIVE: expected 0 or 1, got 'yes'"),
+        ("MOE_BACKEND", "cuda", "MOE_BACKEND: unknown backend 'cuda'"),
+    ],
+)
+@pytest.mark.parametrize("backend", [None, "reference"])
+def test_every_setting_is_checked_whether_or_not_it_is_used(monkeypatch, data, name, value, message, backend):
+    """MOE_SELECT_BUDGET_S=abc passed unnoticed while nothing selected (MOE_BACKEND set, or no GPU)."""
+    for key in submission.SETTINGS:
+        monkeypatch.delenv(key, raising=False)
+    if backend:
+        monkeypatch.setenv("MOE_BACKEND", backend)
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}"):
+        custom_kernel(data)
+
+
+@pytest.mark.parametrize("bad", [999, 9, -1])
+def test_expert_ids_out_of_range_are_refused_at_the_first_call_of_a_shape(data, bad, monkeypatch):
+    """Every id 999 gave an all-zero output, and ref_kernel an IndexError; the ids are read at the
+    first call per shape only (later calls are never synchronised), so the shapes seen are forgotten."""
+    monkeypatch.setattr(validation, "_ids_checked", set())
+    ids = data[10].clone()
+    ids[3, 1] = bad
+    with pytest.raises(ValueError, match=rf"^topk_ids: expert id {bad} out of range 0\.\.8 \(n_routed_experts"):
+        custom_kernel(replace(data, 10, ids))
+    assert not validation._ids_checked  # refused: the next call of the shape is checked again
+    validate_inputs(data)
+    assert validation._ids_checked
+    validate_inputs(replace(data, 10, ids))  # later calls read metadata only
 
 
 @pytest.mark.parametrize("index", [0, 2, 10], ids=[ARG_NAMES[i] for i in (0, 2, 10)])

@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[2]  # the package's modules and packages
 
 def compile_inputs(params: dict) -> tuple:
     """The 12-item input tuple (SPEC 2) of a case as empty CPU tensors: the config generate_input
-    makes and the shapes and dtypes validation expects of it, no values."""
+    makes and the shapes and dtypes validation expects of it, no values but the expert ids (all 0),
+    which validation reads at a shape's first call."""
     import torch
 
     from problem.validation import expected_layout
@@ -39,7 +40,8 @@ def compile_inputs(params: dict) -> tuple:
 
     keys = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs")
     config = make_config(*(params[k] for k in keys))
-    return (*(torch.empty(shape, dtype=dtypes[0]) for dtypes, shape in expected_layout(config)), config)
+    *tensors, topk_ids = (torch.empty(shape, dtype=dtypes[0]) for dtypes, shape in expected_layout(config))
+    return (*tensors, topk_ids.zero_(), config)
 
 
 def _own(path: Path) -> bool:

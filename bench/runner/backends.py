@@ -189,6 +189,27 @@ def apply_env_backend(specs: list[BackendSpec], env_backend: str | None) -> list
     return notes
 
 
+def select_notes(specs: list[BackendSpec], by_default: bool, environ: Mapping[str, str] | None = None) -> list[str]:
+    """A note for each backend of the command line that overrides the user's MOE_SELECT: auto and
+    select set it (0, 1), and a named backend sets MOE_BACKEND, which turns the selection off.
+    Backends that MOE_BACKEND from the environment stands for are the user's own doing."""
+    select = (os.environ if environ is None else environ).get("MOE_SELECT", "")
+    if not select:
+        return []
+    notes = []
+    for spec in specs:
+        given = f"--backend {spec.label}" + (" (the default)" if by_default else "")
+        wanted = spec.env.get("MOE_SELECT")
+        if spec.from_env:
+            continue
+        if wanted is not None and wanted != select:
+            hint = "--backend select selects" if wanted == "0" else "--backend auto keeps the static tables"
+            notes.append(f"MOE_SELECT={select} ignored for {given}, which sets MOE_SELECT={wanted} ({hint})")
+        elif spec.moe_backend and select != "0":
+            notes.append(f"MOE_SELECT={select} ignored for {given}: MOE_BACKEND={spec.moe_backend} runs it alone")
+    return notes
+
+
 @contextlib.contextmanager
 def backend_env(moe_backend: str | None, extra: dict | None = None) -> Iterator[None]:
     """MOE_BACKEND=moe_backend (unset when None) plus `extra`, restored on exit."""

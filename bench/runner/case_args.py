@@ -7,9 +7,13 @@ Case selectors (any number, in order; duplicates are kept):
   dhidden=7168,dexpert=256,nroutedexperts=256,nexpertspertoken=8,nsharedexperts=1,bs=16[,seed=5]
                                     a user-given case (the runner's own "key: value; ..." form works too)
 
+A user-given shape that the package cannot compute is refused as it is read, by the rules of
+problem/shapes.py that custom_kernel applies to its config: sizes at least 1 (shared experts 0),
+dhidden and dexpert multiples of 256, nexpertspertoken at most nroutedexperts.
+
 Seeds follow the runner: with a secret b (POPCORN_SEED, or --seed), every case seed a becomes
 a + (a+b)(a+b+1)/2; in leaderboard mode each timed repetition regenerates its inputs after
-adding 13 to the seed (bench.runner.evaluate).
+adding 13 to the seed (bench.runner.evaluate). Every seed, given or combined, lies in 0..2**63-1.
 """
 
 from __future__ import annotations
@@ -20,10 +24,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from problem.shapes import SIZES, shape_problem
+
 CASE_KEYS = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs", "seed")
 SHAPE_KEYS = CASE_KEYS[:-1]
 DEFAULT_CUSTOM_SEED = 42
 LEADERBOARD_SEED_STEP = 13
+# torch.manual_seed takes up to 2**64-1; the leaderboard mode adds LEADERBOARD_SEED_STEP per repetition
+MAX_SEED = 2**63 - 1
 
 _GROUP_ALIASES = {
     "tests": "tests",
@@ -69,14 +77,17 @@ def combine_seed(a: int, b: int) -> int:
 def secret_seed(cli_seed: int | None, environ: Mapping[str, str] | None = None) -> int | None:
     """--seed if given, else POPCORN_SEED from the environment (empty or unset: None)."""
     if cli_seed is not None:
+        check_seed(int(cli_seed), "--seed")
         return int(cli_seed)
     raw = (os.environ if environ is None else environ).get("POPCORN_SEED", "")
     if not raw.strip():
         return None
     try:
-        return int(raw)
+        seed = int(raw)
     except ValueError:
         raise UsageError(f"POPCORN_SEED must be an integer, got {raw!r}") from None
+    check_seed(seed, "POPCORN_SEED")
+    return seed
 
 
 def _official_lists() -> dict[str, list[dict]]:
@@ -125,10 +136,19 @@ def _case_params(text: str, form: str) -> dict:
     missing = [k for k in CASE_KEYS if k not in params]
     if missing:
         raise UsageError(f"missing {', '.join(missing)}")
-    for key in SHAPE_KEYS:
-        if params[key] <= 0 and not (key == "nsharedexperts" and params[key] == 0):
-            raise UsageError(f"{key} must be positive")
+    problem = shape_problem({size: params[size.replace("_", "")] for size in SIZES}, name=lambda s: s.replace("_", ""))
+    if problem:
+        raise UsageError(problem)
+    check_seed(params["seed"], "seed")
     return {k: params[k] for k in CASE_KEYS}
+
+
+def check_seed(seed: int, what: str) -> None:
+    """A seed torch takes, with room for the leaderboard's steps (see the module docstring)."""
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(
+            f"{what} must be 0 .. 2**63-1 (torch's seeds, with room for the leaderboard's steps), got {seed}"
+        )
 
 
 def parse_case_spec(text: str) -> dict:
@@ -176,7 +196,12 @@ def select_cases(selectors: Iterable[str], secret: int | None = None, lists: Map
     out = []
     for group, index, params in picked:
         if secret is not None:
-            params["seed"] = combine_seed(int(params["seed"]), secret)
+            seed = params["seed"]
+            params["seed"] = combine_seed(int(seed), secret)
+            check_seed(
+                params["seed"],
+                f"case {_GROUP_PREFIX[group]}{index}: seed {seed} combined with the secret seed {secret}",
+            )
         out.append(Case(group=group, index=index, params=params))
     return out
 

@@ -25,6 +25,7 @@ from bench.runner.backends import (
     backend_from_env,
     check_submission_env,
     parse_backends,
+    select_notes,
 )
 from bench.runner.case_args import UsageError, read_cases_file, secret_seed
 from bench.runner.case_args import select_cases as _select_cases
@@ -75,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend",
         "-b",
         nargs="+",
-        default=["auto"],
+        default=None,
         metavar="B",
         help=f"one or more of {', '.join(NAMED_BACKENDS)} or a submission .py path (default: auto)",
     )
@@ -433,10 +434,36 @@ def main(argv: list[str] | None = None) -> int:
 
 def _backends(args) -> tuple[list, list[str]]:
     """--backend, with MOE_BACKEND standing for the default backends: (specs, notes)."""
-    backends = parse_backends(args.backend, ROOT)
+    backends = parse_backends(args.backend or ["auto"], ROOT)
     check_submission_env()
     notes = apply_env_backend(backends, backend_from_env())
-    return backends, notes
+    return backends, notes + select_notes(backends, by_default=args.backend is None)
+
+
+def _environment_notes(args) -> list[str]:
+    """The options that override a variable the user set, besides --backend's (_backends)."""
+    notes = []
+    seed = os.environ.get("POPCORN_SEED", "").strip()
+    if args.seed is not None and seed:
+        notes.append(f"POPCORN_SEED={seed} ignored: --seed {args.seed} is the secret seed")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if args.device == "cpu" and visible:
+        notes.append(f"CUDA_VISIBLE_DEVICES={visible} ignored: --device cpu hides every GPU from the run")
+    return notes
+
+
+def _given_cases(selectors: list[str], secret: int | None) -> list:
+    """The cases of --cases and --cases-file, each shape and seed checked (case_args), before any
+    other check: an impossible shape is a usage error, not a case that fails in generate_input."""
+    if not selectors:
+        return []
+    try:
+        cases = _select_cases(selectors, secret)
+    except UsageError as exc:
+        raise UsageError(f"--cases: {exc}") from None
+    if not cases:
+        raise UsageError("--cases: no cases selected")
+    return cases
 
 
 def _main(argv: list[str] | None) -> int:
@@ -446,13 +473,18 @@ def _main(argv: list[str] | None) -> int:
     mode = args.mode
     try:
         backends, notes = _backends(args)
+        notes += _environment_notes(args)
         secret = secret_seed(args.seed)
         selectors = list(args.cases or [])
         if args.cases_file:
             selectors += read_cases_file(args.cases_file)
+        cases = _given_cases(selectors, secret)
         preflight.check_libraries()
         preflight.check_out_dir(args.out)
         device = preflight.check_device(args.device)
+        if not selectors:
+            default = ["smoke"] if device == "cpu" else (["tests"] if mode == "test" else ["benchmarks"])
+            cases = _select_cases(default, secret)  # refused only for a secret seed too large for their seeds
         preflight.check_aiter(backends, device)
         preflight.check_leaderboard_check(args.check, device)
         preflight.check_mode(mode, device)
@@ -480,7 +512,7 @@ def _main(argv: list[str] | None) -> int:
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(log_path=False, width=max(console.width, 200))  # a file or pipe: whole lines
     for note in notes:
-        console.print(note)
+        print(f"{parser.prog}: note: {note}", file=sys.stderr)
     child_env: dict[str, str] = {}
     if device == "cpu":
         # Must be in the environment before anything imports triton (the workers are fresh processes).
@@ -488,16 +520,8 @@ def _main(argv: list[str] | None) -> int:
         if args.device == "cpu":
             child_env["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.update(child_env)
-    if not selectors:
-        selectors = ["smoke"] if device == "cpu" else (["tests"] if mode == "test" else ["benchmarks"])
-        if device == "cpu":
-            console.print("no GPU: running the SMOKE cases (give --cases to choose)")
-    try:
-        cases = _select_cases(selectors, secret)
-    except UsageError as exc:
-        parser.error(str(exc))
-    if not cases:
-        parser.error("no cases selected")
+    if not selectors and device == "cpu":
+        console.print("no GPU: running the SMOKE cases (give --cases to choose)")
     limits, warm = _limits(args, mode)
     try:
         overrides = parse_limit_overrides(args.limit, [b.label for b in backends])

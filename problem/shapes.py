@@ -1,0 +1,33 @@
+"""Which layer shapes the package computes (SPEC 1, 2): one set of rules for the input tuple's config
+(problem.validation) and for the runner's cases (bench.runner.case_args), each naming the sizes as
+its user knows them. It imports nothing, so that the runner checks its cases before torch loads."""
+
+SIZES = ("d_hidden", "d_expert", "n_routed_experts", "n_experts_per_token", "n_shared_experts", "bs")
+# d_hidden and d_expert: the problem pads both to this multiple (SPEC 1), and the package computes
+# the unpadded layer only, as every official shape is
+SIZE_MULTIPLE = 256
+
+
+def shape_problem(sizes: dict, name=str) -> str | None:
+    """Why `sizes` (each of SIZES, and any other key only type-checked) is no shape the package
+    computes, or None; `name` spells a key the caller's way."""
+    for key, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"{name(key)} must be an int, got {type(value).__name__} {value!r}"
+    for key in SIZES:
+        least = 0 if key == "n_shared_experts" else 1
+        if sizes[key] < least:
+            return f"{name(key)} must be at least {least}, got {sizes[key]}"
+    for key in ("d_hidden", "d_expert"):
+        if sizes[key] % SIZE_MULTIPLE:
+            return (
+                f"{name(key)} ({sizes[key]}) must be a multiple of {SIZE_MULTIPLE}: the package computes the "
+                "unpadded layer only"
+            )
+    top_k, routed = sizes["n_experts_per_token"], sizes["n_routed_experts"]
+    if top_k > routed:
+        return (
+            f"{name('n_experts_per_token')} ({top_k}) must be at most {name('n_routed_experts')} ({routed}): "
+            "each token picks distinct routed experts"
+        )
+    return None
