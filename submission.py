@@ -21,6 +21,7 @@ for the official shapes ahead of the evaluation and stores the choices (selectio
 
 import functools
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,9 +71,16 @@ def default_backend() -> str:
     return "aiter" if platform() == "gfx950-aiter" else "triton"
 
 
+def _aiter_missing() -> str | None:
+    """Why aiter cannot run here, or None: it runs where it is imported already (real aiter, or the
+    tests' double of it) and on a gfx950 GPU where it imports."""
+    if "aiter" in sys.modules or platform() == "gfx950-aiter":
+        return None
+    return "aiter is not importable here" if platform() == "gfx950" else "no ROCm gfx950 GPU here"
+
+
 def _backend(forced: str | None, config: dict | None) -> str:
-    if forced in AITER_BACKENDS and platform() != "gfx950-aiter":
-        why = "aiter is not importable here" if platform() == "gfx950" else "no ROCm gfx950 GPU here"
+    if forced in AITER_BACKENDS and (why := _aiter_missing()):
         raise ValueError(
             f"MOE_BACKEND={forced}: {why}; aiter runs only on an MI355X (ROCm, gfx950) with aiter installed: "
             "unset MOE_BACKEND or set it to triton"
