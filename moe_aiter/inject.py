@@ -172,17 +172,6 @@ def flydsl_moe_kernel_name(stage: int, tile_m: int, tile_n: int, tile_k: int, mo
     return f"{name}_{mode}" if mode else name
 
 
-CK_S1_32 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[0])
-CK_S1_32_SMALL = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[3])  # 64x32x32x128 (dsv3 table, most tokens)
-CK_S1_64 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[1])
-CK_S1_128 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[2])  # the starting choice; needs block_m 128
-CK_S2_32 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[3])  # aiter's own stage 2 for block_m 32 (dsv3 table)
-CK_S2_64 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[1])
-FLY_S2_16 = flydsl_moe_kernel_name(2, 16, 128, 128)  # the starting choice; unusable (see docstring)
-FLY_S2_32 = flydsl_moe_kernel_name(2, 32, 128, 256)
-FLY_S2_64 = flydsl_moe_kernel_name(2, 64, 128, 256)
-
-
 def aiter_key(
     token: int,
     inter_dim: int,

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import aiter_double
+import aiter_names as names
 import pytest
 import torch
 import torch.nn.functional as F
@@ -227,7 +228,7 @@ def test_mismatched_row_is_wrong_in_the_double(dbl, smoke_data):
     fm = dbl.fused_moe
     ab.ensure_overrides()
     key = smoke_key(data)
-    fm.cfg_2stages[key] = dict(block_m=32, ksplit=0, kernelName1=so.CK_S1_128, kernelName2="", run_1stage=False)
+    fm.cfg_2stages[key] = dict(block_m=32, ksplit=0, kernelName1=names.CK_S1_128, kernelName2="", run_1stage=False)
     fm.get_2stage_cfgs.cache_clear()
     ok, _ = compare(ab.fused_moe_aiter(data), ref)
     assert not ok
@@ -271,7 +272,7 @@ def test_exact_arguments(dbl, smoke_data, monkeypatch):
     assert srt["num_valid_ids"].shape == (2,) and srt["moe_buf"] is out
 
     s1c = dbl.last("ck_moe_stage1_fwd")
-    assert s1c["kernelName"] == so.CK_S1_32 and s1c["block_m"] == 32 and s1c["topk"] == topk
+    assert s1c["kernelName"] == names.CK_S1_32 and s1c["block_m"] == 32 and s1c["topk"] == topk
     assert s1c["hidden_states"].dtype == FP4 and s1c["hidden_states"].shape == (m, h // 2)
     assert s1c["a1_scale"].dtype == E8M0 and s1c["a1_scale"].shape[1] == -(-(h // 32) // 8) * 8
     assert s1c["w1_scale"].dtype == E8M0 and s1c["w1_scale"].data_ptr() == s1.data_ptr()

@@ -10,6 +10,7 @@ from moe_aiter import inject as so
 from moe_triton.target import interpreting
 from reference import generate_input
 from tests import aiter_double
+from tests import aiter_names as names
 
 SMOKE0 = dict(dhidden=512, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=8, seed=1)
 
@@ -19,7 +20,8 @@ def _mismatched_row():
     it computes, aiter's fused_moe computes the same."""
     key = so.aiter_key(8, 256, 9, model_dim=512, topk=5)
     row = dict(zip(so.AITER_KEY_FIELDS, key, strict=True))
-    return dict(row, block_m=32, ksplit=0, kernelName1=so.CK_S1_128, kernelName2=so.CK_S2_32, us=1.0, run_1stage=0)
+    kernels = dict(kernelName1=names.CK_S1_128, kernelName2=names.CK_S2_32)
+    return dict(row, block_m=32, ksplit=0, **kernels, us=1.0, run_1stage=0)
 
 
 @pytest.fixture

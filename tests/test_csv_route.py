@@ -3,6 +3,7 @@ table as inject, model_configs rows included; listing only tuned_fmoe.csv and th
 them (aiter/jit/core.py get_config_file merges only the listed files once the variable is set)."""
 
 import aiter_double
+import aiter_names as names
 import pytest
 
 from moe_aiter import inject as so
@@ -18,7 +19,7 @@ def _aiter_root(tmp_path):
     root = tmp_path / "aiter_root"
     configs = root / "aiter" / "configs"
     (configs / "model_configs").mkdir(parents=True)
-    k1, k2 = so.CK_S1_32_SMALL, so.CK_S2_32
+    k1, k2 = names.CK_S1_32_SMALL, names.CK_S2_32
     cols = [c for c in aiter_double.DOUBLE_CSV_COLUMNS if c != "_tag"]
     base = [dict(COMMON, token=64, inter_dim=4096, expert=8, block_m=64, us=640.0, kernelName1=k1, kernelName2=k2)]
     _write(configs / "tuned_fmoe.csv", cols, base)
