@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 import torch
 
+from bench.tune import aiter_csv
 from moe_aiter import inject as so
 from problem.cases import BENCHMARKS
 
@@ -78,7 +79,7 @@ def test_key_format_is_aiters():
         str(aiter_double.QuantType.per_1x32),
     )
     assert so.AITER_KEY_FIELDS == tuple(aiter_double.DOUBLE_CSV_COLUMNS[:13])
-    assert so.AITER_FMOE_CSV_COLUMNS == tuple(aiter_double.DOUBLE_CSV_COLUMNS)
+    assert aiter_csv.AITER_FMOE_CSV_COLUMNS == tuple(aiter_double.DOUBLE_CSV_COLUMNS)
 
 
 def test_rows_are_plain_data():
@@ -370,9 +371,9 @@ def test_inject_refuses_other_get_2stage_cfgs(dbl):
 # CSV export
 # ---------------------------------------------------------------------------------------------
 def test_write_csv_round_trips_through_aiters_loader(tmp_path):
-    path = so.write_csv(tmp_path / "overrides.csv")
+    path = aiter_csv.write_csv(tmp_path / "overrides.csv")
     df = pd.read_csv(path)
-    assert tuple(df.columns) == so.AITER_FMOE_CSV_COLUMNS
+    assert tuple(df.columns) == aiter_csv.AITER_FMOE_CSV_COLUMNS
     table = so.load_aiter_table(path)  # what aiter/fused_moe.py:708-714 builds
     assert set(table) == set(so.OVERRIDES)
     for key, row in so.OVERRIDES.items():
@@ -387,7 +388,7 @@ def test_write_csv_round_trips_through_aiters_loader(tmp_path):
 
 @pytest.mark.parametrize("flydsl", [True, False])
 def test_csv_drives_the_double_as_aiter_config(monkeypatch, tmp_path, flydsl):
-    path = so.write_csv(tmp_path / "overrides.csv")
+    path = aiter_csv.write_csv(tmp_path / "overrides.csv")
     rows = pd.read_csv(path, keep_default_na=False).to_dict("records")
     dbl = aiter_double.install(monkeypatch, tmp_path, flydsl_available=flydsl, csv_rows=rows)
     for key, row in so.OVERRIDES.items():
@@ -401,7 +402,7 @@ def test_csv_drives_the_double_as_aiter_config(monkeypatch, tmp_path, flydsl):
 def test_csv_rows_win_aiters_merge(tmp_path):
     """AITER_CONFIG_FMOE=a.csv:b.csv merges, sorts by `us` and keeps the first row per key
     (aiter/jit/core.py:182-247): our rows carry us = 0."""
-    ours = pd.read_csv(so.write_csv(tmp_path / "ours.csv"))
+    ours = pd.read_csv(aiter_csv.write_csv(tmp_path / "ours.csv"))
     packaged = pd.read_csv(aiter_double.write_tuned_csv(tmp_path / "packaged.csv", aiter_double.packaged_rows()))
     merged = pd.concat([packaged, ours], ignore_index=True)
     merged["_tag"] = merged["_tag"].fillna("")
