@@ -36,13 +36,12 @@ def fused_moe_triton(
     w2_scale: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
-    config: dict | None = None,
     tiles: TileConfig | Fp8TileConfig | NativeTileConfig | None = None,
     native: bool | None = None,
 ) -> torch.Tensor:
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
-    2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the inputs against
-    config (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
+    2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the input tuple
+    (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
     path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py). Off the
     native path, an Fp8TileConfig runs the fp8 path (fp8.py) and a TileConfig the decode
     path; without tiles, the static table (tiles_nvidia.static_tiles) picks."""

@@ -46,10 +46,8 @@ class Candidate(NamedTuple):
 def run_triton(data: "input_t", tiles=None, native: bool | None = None) -> "output_t":
     from moe_triton.fused_moe import fused_moe_triton
 
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(
-        hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=native
-    )
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles=tiles, native=native)
 
 
 def run_reference(data: "input_t") -> "output_t":

@@ -30,8 +30,8 @@ BOTH = Fp8TileConfig(16, 64, 128, 4, 2, 64, 128, 4, 2, 2)
 
 
 def run(data, tiles):
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles=tiles, native=False)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
 
 
 def slot(j: int) -> int:

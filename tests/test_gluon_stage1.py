@@ -29,8 +29,8 @@ E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
 def run(data, tiles):
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles=tiles, native=False)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
 
 
 # ------------------------------------------------------------------------------- the tiling, in torch

@@ -40,8 +40,8 @@ needs_dot_scaled = pytest.mark.skipif(not HAS_DOT_SCALED, reason="this Triton's 
 
 
 def run_native(data, tiles=None):
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles, native=True)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles, native=True)
 
 
 def table_tiles(data):

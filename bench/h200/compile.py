@@ -201,7 +201,7 @@ def compile_case(case: dict, tiles) -> list[dict]:
     data = [torch.empty(shape, dtype=dtypes[0]) for dtypes, shape in expected_layout(config)]
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids = data
     with compiling_for_sm90() as driver:
-        fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=False)
+        fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles=tiles, native=False)
     return [{**kernel_figures(kernel), "grid": grid} for kernel, grid in driver.launches]
 
 

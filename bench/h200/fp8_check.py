@@ -106,8 +106,8 @@ def table_tiles(case: dict):
 def run_tiles(data, tiles):
     from moe_triton.fused_moe import fused_moe_triton
 
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles=tiles, native=False)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
 
 
 def excess(out, ref, atol: float = TOLERANCE) -> float:

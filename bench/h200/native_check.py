@@ -85,14 +85,14 @@ def check_case(case, seeds: int, names: list[str] | None, extra: dict | None = N
     for i in range(1, seeds + 1):
         params = {**case.params, "seed": case.params["seed"] + LEADERBOARD_SEED_STEP * i}
         data = generate_input(**params)
-        hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
+        hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
         inputs = [t.clone() for t in (hidden, topk_weights, topk_ids)]
         expected = ref_kernel(data)
         for name, tiles in variants.items():
             row = rows[name]
             poison(*hidden.shape, hidden.device)
             t0 = time.perf_counter()
-            out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles, native=True)
+            out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles, native=True)
             if out.is_cuda:
                 torch.cuda.synchronize()
             row["seconds"] += time.perf_counter() - t0
