@@ -3,7 +3,7 @@
 """The leaderboard entry point: custom_kernel(data) runs the layer on the best backend here.
 
 Backends: "aiter" (the 2-stage aiter pipeline with the shape-override table, MI355X / gfx950 with
-aiter importable; the default there, except for the shapes that backend_table gives to triton),
+aiter importable; the default there),
 "aiter-fused" (the leaderboard template's single aiter.fused_moe call), "triton" (the Triton
 kernels: the native MXFP4 path on gfx950, the decode path elsewhere; the default where aiter is
 not, run by Triton's CPU interpreter when there is no GPU) and "reference" (the torch
@@ -29,7 +29,6 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from problem.validation import validate_inputs  # noqa: E402
-from selection.backend_table import backend_for  # noqa: E402
 from selection.candidates import BACKEND_RUNNERS, candidates_for, platform  # noqa: E402
 from selection.selector import select_mode  # noqa: E402
 
@@ -44,16 +43,12 @@ def default_backend() -> str:
     return "aiter" if platform() == "gfx950-aiter" else "triton"
 
 
-def selected_backend(config: dict | None = None) -> str:
-    """MOE_BACKEND if set, else the default; where the default is aiter, backend_table may pick
-    triton for the shape of `config`."""
+def selected_backend() -> str:
+    """MOE_BACKEND if set, else the default."""
     forced = os.environ.get("MOE_BACKEND")
     if forced and forced not in BACKENDS:
         raise ValueError(f"MOE_BACKEND: unknown backend {forced!r}; choose one of {', '.join(BACKENDS)}")
-    backend = forced or default_backend()
-    if not forced and backend == "aiter" and config is not None:
-        return backend_for(config)
-    return backend
+    return forced or default_backend()
 
 
 def selection_on() -> bool:
@@ -73,7 +68,7 @@ def selector():
     from selection.selector import Selector, candidate_set
 
     def candidates(config: dict):
-        return candidates_for(config, selected_backend(config), platform(), every=candidate_set() == "all")
+        return candidates_for(config, platform(), every=candidate_set() == "all")
 
     return Selector(candidates, store=ChoiceFile(default_path(), stamp(Path(__file__).resolve().parent)))
 
@@ -88,7 +83,7 @@ def custom_kernel(data: "input_t") -> "output_t":
     validate_inputs(data)
     if selection_on():
         return selector()(data)
-    return BACKEND_RUNNERS[selected_backend(data[-1])](data)
+    return BACKEND_RUNNERS[selected_backend()](data)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,8 @@
 """What the selection measures per shape (docs/selection.md): the backends custom_kernel can run,
 and per target the candidates, the static choice first (it is the incumbent).
 
-Targets: "gfx950-aiter" (an MI355X with aiter importable: the static backend, then the other of
-aiter / native Triton, the template's aiter.fused_moe and moe_triton.tiles_amd.NATIVE_ALTERNATES),
+Targets: "gfx950-aiter" (an MI355X with aiter importable: aiter, the static backend there, then the
+template's aiter.fused_moe, native Triton and moe_triton.tiles_amd.NATIVE_ALTERNATES),
 "gfx950" (no aiter: the native table tile and NATIVE_ALTERNATES), "gpu" (NVIDIA and other GPUs:
 the static choice (tiles_nvidia.static_tiles) and the ALTERNATES that have won their shape,
 tiles_nvidia.SELECTION_WINNERS; with MOE_SELECT_CANDIDATES=all the decode path's table tile and every
@@ -31,10 +31,16 @@ from moe_triton.tiles_nvidia import (
     static_tiles,
     tile_config,
 )
-from selection.backend_table import shape_key
 
 if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
     from task import input_t, output_t
+
+
+def shape_key(config: dict) -> tuple[int, int, int, int, int]:
+    """The tables' key of an input tuple's config dict (SPEC 2): (d_hidden, d_inter, experts, topk,
+    tokens), the shared experts counted, as in moe_triton's tile tables."""
+    n_experts = config["n_routed_experts"] + config["n_shared_experts"]
+    return (config["d_hidden"], config["d_expert"], n_experts, config["total_top_k"], config["bs"])
 
 
 class Candidate(NamedTuple):
@@ -133,8 +139,8 @@ def _gpu_candidates(key: tuple, nvidia: bool, every: bool) -> list[Candidate]:
     return out
 
 
-def candidates_for(config: dict, static_backend: str, target: str, every: bool = False) -> list[Candidate]:
-    """The candidates of one shape, static_backend's (the choice without selection) first; every
+def candidates_for(config: dict, target: str, every: bool = False) -> list[Candidate]:
+    """The candidates of one shape, the choice without selection first; every
     (MOE_SELECT_CANDIDATES=all): on NVIDIA and other GPUs also those that never won a shape."""
     if target == "cpu":
         return _cpu_candidates(config)
@@ -149,7 +155,4 @@ def candidates_for(config: dict, static_backend: str, target: str, every: bool =
     ]
     if target == "gfx950":
         return native
-    aiter = [Candidate("aiter", run_aiter), Candidate("aiter-fused", run_aiter_fused)]
-    if static_backend == "triton":
-        return [native[0], *aiter, *native[1:]]
-    return [*aiter, *native]
+    return [Candidate("aiter", run_aiter), Candidate("aiter-fused", run_aiter_fused), *native]
