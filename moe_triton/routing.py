@@ -162,7 +162,7 @@ def histogram_chunks(n_slots: int) -> tuple[int, int]:
 
 
 def launch_route(topk_ids, chunk_counts, routing: tuple, n_experts: int, block_m: int, pdl: dict) -> None:
-    """Launch 2 of the decode and fp8 paths: moe_route_kernel places each expert's slots from the
+    """Launch 2 of the decode path: moe_route_kernel places each expert's slots from the
     chunk histograms into the routing arrays (routing_buffers)."""
     n_tokens, topk = topk_ids.shape
     n_slots = n_tokens * topk

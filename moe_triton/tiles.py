@@ -27,12 +27,6 @@ of the tail launch decoding them again (docs/triton.md, "The fold").
 
 NativeTileConfig (native gfx950 path, kernels/native.py): the same tile fields without the
 NVIDIA-only ones, plus the AMD backend's options and the kernel variants.
-
-Fp8TileConfig (the fp8 path, kernels/fp8.py, NVIDIA): the decode path's fields (block_k2 must
-divide d_inter), plus acc_k, the k of a run of wgmmas that accumulate in the tensor core before an fp32 add
-(Triton's max_num_imprecise_acc; 32, one k32 wgmma, is the exact setting; 0 leaves Triton's default,
-which on sm_90 never adds in fp32), and decode_stage2: stage 2 on the decode path's kernel (bf16
-MMAs; stage 1 then writes the decode path's bf16 a2), the fp8 stage 1 before it.
 """
 
 from typing import NamedTuple
@@ -104,21 +98,3 @@ class NativeTileConfig(NamedTuple):
     stage2_store: str = "atomic"
     store_cache: str = ""
     quant_blocks: int = 16
-
-
-class Fp8TileConfig(NamedTuple):
-    block_m: int
-    block_n1: int
-    block_k1: int
-    warps1: int
-    stages1: int
-    block_n2: int
-    block_k2: int
-    warps2: int
-    stages2: int
-    n_tiles2: int
-    max_regs1: int = 0
-    tail_m: int = 0
-    max_regs2: int = 0
-    acc_k: int = 32
-    decode_stage2: bool = False

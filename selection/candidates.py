@@ -6,9 +6,7 @@ template's aiter.fused_moe, native Triton and moe_triton.tiles_amd.NATIVE_ALTERN
 "gfx950" (no aiter: the native table tile and NATIVE_ALTERNATES), "gpu" (NVIDIA and other GPUs:
 the static choice (tiles_nvidia.static_tiles) and the ALTERNATES that have won their shape,
 tiles_nvidia.SELECTION_WINNERS; with MOE_SELECT_CANDIDATES=all the decode path's table tile and every
-ALTERNATE, and on NVIDIA the fp8 path's table tile and FP8_ALTERNATES last, which the budget drops
-first), "cpu"
-(Triton's interpreter: small alternatives that CI can afford, the decode table tile, a larger
+ALTERNATE), "cpu" (Triton's interpreter: small alternatives that CI can afford, the decode table tile, a larger
 routing block, the other path).
 A candidate's `detail` says what it runs, so that a stored choice whose tiles changed is not
 reused (selection.selector.candidates_digest).
@@ -23,14 +21,7 @@ import torch
 from moe_triton.target import gluon_kernels
 from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
-from moe_triton.tiles_nvidia import (
-    ALTERNATES,
-    FP8_ALTERNATES,
-    SELECTION_WINNERS,
-    fp8_tile_config,
-    static_tiles,
-    tile_config,
-)
+from moe_triton.tiles_nvidia import ALTERNATES, SELECTION_WINNERS, static_tiles, tile_config
 
 if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
     from task import input_t, output_t
@@ -116,27 +107,19 @@ def _cpu_candidates(config: dict) -> list[Candidate]:
     ]
 
 
-def _gpu_candidates(key: tuple, nvidia: bool, every: bool) -> list[Candidate]:
+def _gpu_candidates(key: tuple, every: bool) -> list[Candidate]:
     """The static choice, the decode table tile when the static choice runs a Gluon stage (the
-    choice before it), and the ALTERNATES that won their shape (SELECTION_WINNERS); every: the
-    static choice, the decode table tile (when the static choice is another) and ALTERNATES, then
-    on NVIDIA the fp8 table tile (when it is not the static choice) and FP8_ALTERNATES."""
+    choice before it), and the ALTERNATES that won their shape (SELECTION_WINNERS); every: all
+    ALTERNATES."""
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-    static, decode = static_tiles(*shape, fp8=nvidia, gluon=gluon_kernels(torch.device("cuda"))), tile_config(*shape)
+    static, decode = static_tiles(*shape, gluon=gluon_kernels(torch.device("cuda"))), tile_config(*shape)
     out = [Candidate("triton", run_triton, repr(static))]
-    alternates = ALTERNATES.get(key, {})
-    if static != decode and (every or getattr(static, "gluon1", 0) or getattr(static, "gluon2", 0)):
+    if static != decode:
         out.append(_triton("triton:decode", decode, False))
-    if not every:
-        return out + [_triton(f"triton:{n}", alternates[n], False) for n in SELECTION_WINNERS.get(key, ())]
-    out += [_triton(f"triton:{n}", t, False) for n, t in alternates.items()]
-    if nvidia:
-        fp8 = fp8_tile_config(*shape)
-        if fp8 != static:
-            out.append(_triton("triton:fp8", fp8, False))
-        out += [_triton(f"triton:fp8-{n}", t, False) for n, t in FP8_ALTERNATES.get(key, {}).items()]
-    return out
+    alternates = ALTERNATES.get(key, {})
+    names = alternates if every else SELECTION_WINNERS.get(key, ())
+    return out + [_triton(f"triton:{n}", alternates[n], False) for n in names]
 
 
 def candidates_for(config: dict, target: str, every: bool = False) -> list[Candidate]:
@@ -147,7 +130,7 @@ def candidates_for(config: dict, target: str, every: bool = False) -> list[Candi
     key = shape_key(config)
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     if target == "gpu":
-        return _gpu_candidates(key, nvidia=torch.version.hip is None, every=every)
+        return _gpu_candidates(key, every=every)
     table = native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     native = [
         Candidate("triton", run_triton, repr(table)),

@@ -12,15 +12,7 @@ import torch
 
 import submission
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
-from moe_triton.tiles_nvidia import (
-    ALTERNATES,
-    FP8_ALTERNATES,
-    GLUON_TUNED,
-    SELECTION_WINNERS,
-    TUNED,
-    fp8_tile_config,
-    tile_config,
-)
+from moe_triton.tiles_nvidia import ALTERNATES, GLUON_TUNED, SELECTION_WINNERS, TUNED, tile_config
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import ATOL, RTOL, check_implementation, generate_input, make_config, ref_kernel
 from selection import candidates as cands
@@ -375,10 +367,8 @@ def test_the_static_choice_is_the_first_candidate_on_every_target():
     config = make_config(7168, 256, 256, 8, 1, 16)
     key = shape_key(config)
     gpu = cands.candidates_for(config, "gpu", every=True)
-    fp8 = ["triton:fp8", *(f"triton:fp8-{n}" for n in FP8_ALTERNATES[key])]
-    assert [c.name for c in gpu] == ["triton", *(f"triton:{n}" for n in ALTERNATES[key]), *fp8]
+    assert [c.name for c in gpu] == ["triton", *(f"triton:{n}" for n in ALTERNATES[key])]
     assert gpu[0].detail == repr(tile_config(16, 7168, 256, 257, 9))
-    assert gpu[len(ALTERNATES[key]) + 1].detail == repr(fp8_tile_config(16, 7168, 256, 257, 9))
     # by default the static choice and the alternates that won the shape
     won = cands.candidates_for(config, "gpu")
     assert [c.name for c in won] == ["triton", "triton:regs1-off"] and won[1].detail == repr(
@@ -436,17 +426,6 @@ def test_the_candidate_set_comes_from_the_environment_and_bad_values_are_refused
         sel.candidate_set({"MOE_SELECT_CANDIDATES": "most"})
 
 
-def test_a_shape_whose_static_choice_is_the_fp8_path_keeps_the_decode_table_as_a_candidate(monkeypatch):
-    config = make_config(7168, 256, 256, 8, 1, 16)
-    key = shape_key(config)
-    monkeypatch.setattr(
-        cands, "static_tiles", lambda *shape, fp8, gluon: fp8_tile_config(*shape) if fp8 else tile_config(*shape)
-    )
-    names = [c.name for c in cands.candidates_for(config, "gpu", every=True)]
-    assert names[:2] == ["triton", "triton:decode"] and "triton:fp8" not in names
-    assert names[-len(FP8_ALTERNATES[key]) :] == [f"triton:fp8-{n}" for n in FP8_ALTERNATES[key]]
-
-
 def test_a_shape_whose_static_choice_is_the_gluon_stage_1_keeps_the_decode_table_as_a_candidate(monkeypatch):
     config = make_config(7168, 2048, 32, 8, 1, 512)
     key = shape_key(config)
@@ -456,14 +435,9 @@ def test_a_shape_whose_static_choice_is_the_gluon_stage_1_keeps_the_decode_table
     assert found["triton"] == repr(GLUON_TUNED[key]) and found["triton:decode"] == repr(TUNED[key])
     monkeypatch.setattr(cands, "gluon_kernels", lambda device: False)  # another GPU: the decode table alone
     assert [c.name for c in cands.candidates_for(config, "gpu")] == ["triton"]
-
-
-def test_fp8_tables_cover_the_tuned_shapes_and_their_alternates_differ():
-    assert set(FP8_ALTERNATES) == set(TUNED)
-    for key, alternates in FP8_ALTERNATES.items():
-        table = fp8_tile_config(key[4], *key[:4])
-        assert 1 <= len(alternates) <= 3 and all(t != table for t in alternates.values()), key
-        assert table.block_m == TUNED[key].block_m  # the routing block that the decode table measured
+    monkeypatch.setattr(cands, "gluon_kernels", lambda device: True)  # every: the decode tile, then every alternate
+    names = [c.name for c in cands.candidates_for(config, "gpu", every=True)]
+    assert names == ["triton", "triton:decode", *(f"triton:{n}" for n in ALTERNATES[key])]
 
 
 def test_shape_names_are_the_case_names():

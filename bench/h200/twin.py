@@ -47,9 +47,9 @@ SWEEP_BYTES_PER_WARP = 32 * 16 * 4
 
 
 def decode_launches(params: dict, tiles=None, native: bool = False) -> list:
-    """Compile (never run) every launch of one decode-path call for sm_90 (the fp8 path's with fp8 tiles,
-    the native path's with native), as the launcher launches it on the H200: the fast decode,
-    programmatic dependent launch, the tile table's register caps."""
+    """Compile (never run) every launch of one decode-path call for sm_90 (the native path's with
+    native), as the launcher launches it on the H200: the fast decode, programmatic dependent launch,
+    the tile table's register caps."""
     from bench.gfx950.driver import SM90, compile_only
     from bench.gfx950.run import compile_inputs
     from bench.h200.compile import fast_decode_on
