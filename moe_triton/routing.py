@@ -47,7 +47,6 @@ def route_and_quantize(
     native: bool = False,
     quantize: bool = True,
     launches: int = 2,
-    zero: bool = True,
     quant_blocks: int = QUANT_BLOCKS,
     hidden_bits: torch.Tensor | None = None,
 ):
@@ -57,10 +56,10 @@ def route_and_quantize(
     from the buffers pool; a1 is the decode path's bf16 buffer (in _k_slot column order), or with
     native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32]). The native path's variants:
     quantize=False writes no a1 (None; stage 1 quantizes), launches=1 does it all in one launch
-    (moe_native_route_kernel), zero=False leaves `out` as it is (stage 2 writes no atomics),
-    quant_blocks sets the 32-blocks per quantizing program (NativeTileConfig.quant_blocks);
-    hidden_bits is hidden_states viewed as int32 pairs (the native launches' view of it; made here if
-    None, given by a caller whose launches are recorded into a plan)."""
+    (moe_native_route_kernel), quant_blocks sets the 32-blocks per quantizing program
+    (NativeTileConfig.quant_blocks); hidden_bits is hidden_states viewed as int32 pairs (the native
+    launches' view of it; made here if None, given by a caller whose launches are recorded into a
+    plan)."""
     n_tokens, d_hidden = hidden_states.shape
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
@@ -107,7 +106,6 @@ def route_and_quantize(
                 COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
                 QUANT_BLOCKS=quant_blocks,
                 QUANT=quantize,
-                ZERO=zero,
                 GFX950=gfx950_converts(),
             )
             return sorted_ids, sorted_expert_ids, num_valid_ids, a1
@@ -127,7 +125,6 @@ def route_and_quantize(
             HIST_CHUNK=hist_chunk,
             QUANT_BLOCKS=quant_blocks,
             QUANT=quantize,
-            ZERO=zero,
             GFX950=gfx950_converts(),
         )
     else:
