@@ -33,7 +33,3 @@ def get_buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device
 def clear() -> None:
     """Drop every cached buffer."""
     _pool.clear()
-
-
-def pool_size() -> int:
-    return len(_pool)

@@ -12,7 +12,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from buffers import pool_size
+import buffers
 from moe_aiter import backend as ab
 from moe_aiter import inject as so
 from moe_triton.fused_moe import interpreting
@@ -30,11 +30,11 @@ DEVICE = torch.device("cpu" if INTERPRETING else "cuda")  # the double is plain 
 
 @pytest.fixture
 def dbl(monkeypatch, tmp_path):
-    ab.reset_aiter_backend()
+    aiter_double.reset_backend()
     monkeypatch.delenv(ab.AITER_QUANT_ENV, raising=False)
     double = aiter_double.install(monkeypatch, tmp_path)
     yield double
-    ab.reset_aiter_backend()
+    aiter_double.reset_backend()
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_aiter_quantizer_option(dbl, smoke_data, monkeypatch):
     calls = [a for n, a in dbl.calls if n == "aiter.fused_dynamic_mxfp4_quant_moe_sort"]
     assert [c["topk"] for c in calls] == [1, data[10].shape[1]]
     monkeypatch.setenv(ab.AITER_QUANT_ENV, "bogus")
-    ab.reset_aiter_backend()
+    aiter_double.reset_backend()
     with pytest.raises(ValueError, match=ab.AITER_QUANT_ENV):
         ab.fused_moe_aiter(data)
 
@@ -298,13 +298,13 @@ def test_buffers_and_plan_reused(dbl, smoke_data):
     data, ref = smoke_data[0]
     out1 = ab.fused_moe_aiter(data)
     ptrs = [a.data_ptr() for a in dbl.last("moe_sorting_fwd").values() if isinstance(a, torch.Tensor)]
-    n_pool = pool_size()
+    n_pool = len(buffers._pool)
     n_cfg = dbl.names().count("get_2stage_cfgs")
     out2 = ab.fused_moe_aiter(data)
     assert out2 is out1
     ok, msg = compare(out2, ref)
     assert ok, msg
-    assert pool_size() == n_pool
+    assert len(buffers._pool) == n_pool
     assert dbl.names().count("get_2stage_cfgs") == n_cfg  # metadata cached in the plan
     assert [a.data_ptr() for a in dbl.last("moe_sorting_fwd").values() if isinstance(a, torch.Tensor)] == ptrs
     # the overrides were injected once; a table swapped in by aiter gets them again
@@ -318,7 +318,7 @@ def test_buffers_and_plan_reused(dbl, smoke_data):
 @pytest.mark.parametrize("flydsl", [True, False])
 def test_branch_per_official_shape(monkeypatch, tmp_path, flydsl):
     """Plans for the seven benchmark shapes (no math): which stages, block_m, quantized or not."""
-    ab.reset_aiter_backend()
+    aiter_double.reset_backend()
     aiter_double.install(monkeypatch, tmp_path, flydsl_available=flydsl)
     try:
         for c in BENCHMARKS:
@@ -337,4 +337,4 @@ def test_branch_per_official_shape(monkeypatch, tmp_path, flydsl):
             assert plan.out.shape == (c["bs"], h) and plan.stage1_out.shape == (c["bs"], topk, i)
             assert plan.sorted_ids.numel() == c["bs"] * topk + e * plan.block_m - topk
     finally:
-        ab.reset_aiter_backend()
+        aiter_double.reset_backend()

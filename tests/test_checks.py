@@ -27,10 +27,10 @@ def _mismatched_row():
 @pytest.fixture
 def double_with_mismatched_row(monkeypatch, tmp_path):
     monkeypatch.setenv("MOE_AITER_QUANT", "aiter")
-    aiter_backend.reset_aiter_backend()
+    aiter_double.reset_backend()
     dbl = aiter_double.install(monkeypatch, tmp_path, csv_rows=[_mismatched_row()])
     yield dbl
-    aiter_backend.reset_aiter_backend()
+    aiter_double.reset_backend()
 
 
 def test_both_flags_a_row_that_passes_only_because_the_reference_reads_it(double_with_mismatched_row):
@@ -44,11 +44,11 @@ def test_both_flags_a_row_that_passes_only_because_the_reference_reads_it(double
 
 def test_both_passes_a_correct_output(monkeypatch, tmp_path):
     monkeypatch.setenv("MOE_AITER_QUANT", "aiter")
-    aiter_backend.reset_aiter_backend()
+    aiter_double.reset_backend()
     aiter_double.install(monkeypatch, tmp_path)
     data = generate_input(**SMOKE0)
     assert checks.make_check("both")(data, aiter_backend.fused_moe_aiter(data)) == (True, "")
-    aiter_backend.reset_aiter_backend()
+    aiter_double.reset_backend()
 
 
 @pytest.mark.parametrize(("check", "rc"), [("a4w4", 1), ("leaderboard", 0), ("both", 1)])
