@@ -3,7 +3,7 @@
 """The leaderboard entry point: custom_kernel(data) runs the layer on the best backend here.
 
 Backends: "aiter" (the 2-stage aiter pipeline with the shape-override table, MI355X / gfx950 with
-aiter importable; the default there, except for the shapes that backend_table gives to triton),
+aiter importable; the default there),
 "aiter-fused" (the leaderboard template's single aiter.fused_moe call), "triton" (the Triton
 kernels: the native MXFP4 path on gfx950, the decode path elsewhere; the default where aiter is
 not, run by Triton's CPU interpreter when there is no GPU) and "reference" (the torch
@@ -33,7 +33,6 @@ if not torch.cuda.is_available():
 
 from moe_triton.env import native_forced  # noqa: E402
 from problem.validation import validate_inputs  # noqa: E402
-from selection.backend_table import backend_for  # noqa: E402
 from selection.candidates import BACKEND_RUNNERS, candidates_for, platform  # noqa: E402
 from selection.selector import budget_s, candidate_set, select_mode  # noqa: E402
 
@@ -79,26 +78,22 @@ def _aiter_missing() -> str | None:
     return "aiter is not importable here" if platform() == "gfx950" else "no ROCm gfx950 GPU here"
 
 
-def _backend(forced: str | None, config: dict | None) -> str:
+def _backend(forced: str | None) -> str:
     if forced in AITER_BACKENDS and (why := _aiter_missing()):
         raise ValueError(
             f"MOE_BACKEND={forced}: {why}; aiter runs only on an MI355X (ROCm, gfx950) with aiter installed: "
             "unset MOE_BACKEND or set it to triton"
         )
-    backend = forced or default_backend()
-    if not forced and backend == "aiter" and config is not None:
-        return backend_for(config)
-    return backend
+    return forced or default_backend()
 
 
 def _selecting(forced: str | None, mode: str) -> bool:
     return not forced and (platform() != "cpu" if mode == "auto" else mode == "1")
 
 
-def selected_backend(config: dict | None = None) -> str:
-    """MOE_BACKEND if set (the aiter backends refused where aiter cannot run), else the default;
-    where the default is aiter, backend_table may pick triton for the shape of `config`."""
-    return _backend(settings()[0], config)
+def selected_backend() -> str:
+    """MOE_BACKEND if set (the aiter backends refused where aiter cannot run), else the default."""
+    return _backend(settings()[0])
 
 
 def selection_on() -> bool:
@@ -115,7 +110,7 @@ def selector():
     from selection.selector import Selector, candidate_set
 
     def candidates(config: dict):
-        return candidates_for(config, selected_backend(config), platform(), every=candidate_set() == "all")
+        return candidates_for(config, platform(), every=candidate_set() == "all")
 
     return Selector(candidates, store=ChoiceFile(default_path(), stamp(Path(__file__).resolve().parent)))
 
@@ -131,7 +126,7 @@ def custom_kernel(data: "input_t") -> "output_t":
     forced, mode = settings()
     if _selecting(forced, mode):
         return selector()(data)
-    return BACKEND_RUNNERS[_backend(forced, data[-1])](data)
+    return BACKEND_RUNNERS[_backend(forced)](data)
 
 
 if __name__ == "__main__":

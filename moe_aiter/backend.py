@@ -71,11 +71,6 @@ class AiterPlan:
     )
 
 
-def reset_aiter_backend() -> None:
-    """Forget the imported aiter, the injected table and every plan (tests; a changed env)."""
-    _AB_STATE.update(aiter=None, fm=None, table=None, plans={})
-
-
 def _ab_modules():
     """(aiter, aiter.fused_moe), imported on first use."""
     if _AB_STATE["aiter"] is None:

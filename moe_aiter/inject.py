@@ -2,8 +2,8 @@
 
 The table is plain data: one row per benchmark shape, keyed exactly as aiter f3be04a keys its
 tuned-fmoe table, so it can be injected into `aiter.fused_moe.cfg_2stages` at run time
-(`inject`) or written as a tuned_fmoe CSV for AITER_CONFIG_FMOE (`write_csv`). Importing this
-module does not import aiter.
+(`inject`) or written as a tuned_fmoe CSV for AITER_CONFIG_FMOE (bench/tune/aiter_csv.py). Importing
+this module does not import aiter.
 
 How aiter f3be04a uses a row (file:line at f3be04a12a0cfd6b5e2c7a94edc774f1bc24460d)
 ---------------------------------------------------------------------------------------
@@ -82,13 +82,9 @@ MI355X (none was available); they are correct by construction, not tuned (`pytho
 re-derives them by timing every valid row there).
 """
 
-import csv
 import importlib
 import inspect
-import os
 import re
-from importlib.util import find_spec
-from pathlib import Path
 
 from moe_aiter.catalogue import AITER_COMMIT, CK_A4W4_GEMM1_INSTANCES, CK_A4W4_GEMM2_INSTANCES
 from shape_overrides import OVERRIDE_ROWS
@@ -114,22 +110,6 @@ AITER_KEY_FIELDS = (
     "q_type",
     "use_g1u1",
     "doweight_stage1",
-)
-# The columns of aiter/configs/tuned_fmoe.csv (line 1) plus `_tag` (as in dsv3_fp4_tuned_fmoe.csv).
-AITER_FMOE_CSV_COLUMNS = AITER_KEY_FIELDS + (
-    "block_m",
-    "ksplit",
-    "us1",
-    "kernelName1",
-    "err1",
-    "us2",
-    "kernelName2",
-    "err2",
-    "us",
-    "run_1stage",
-    "tflops",
-    "bw",
-    "_tag",
 )
 OVERRIDE_ROW_FIELDS = ("block_m", "ksplit", "kernelName1", "kernelName2", "run_1stage")
 
@@ -170,17 +150,6 @@ def flydsl_moe_kernel_name(stage: int, tile_m: int, tile_n: int, tile_k: int, mo
     """FlyDSL kernel name for fp4 activations, fp4 weights, bf16 out (moe_kernels.py:14-28 format)."""
     name = f"flydsl_moe{stage}_afp4_wfp4_bf16_t{tile_m}x{tile_n}x{tile_k}"
     return f"{name}_{mode}" if mode else name
-
-
-CK_S1_32 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[0])
-CK_S1_32_SMALL = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[3])  # 64x32x32x128 (dsv3 table, most tokens)
-CK_S1_64 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[1])
-CK_S1_128 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[2])  # the seed submission's choice; needs block_m 128
-CK_S2_32 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[3])  # aiter's own stage 2 for block_m 32 (dsv3 table)
-CK_S2_64 = ck_moe_kernel_name(2, CK_A4W4_GEMM2_INSTANCES[1])
-FLY_S2_16 = flydsl_moe_kernel_name(2, 16, 128, 128)  # the seed submission's choice; unusable (see docstring)
-FLY_S2_32 = flydsl_moe_kernel_name(2, 32, 128, 256)
-FLY_S2_64 = flydsl_moe_kernel_name(2, 64, 128, 256)
 
 
 def aiter_key(
@@ -501,74 +470,3 @@ def inject(
     fused_moe_module.cfg_2stages = table
     fused_moe_module.get_2stage_cfgs.cache_clear()
     return table
-
-
-def write_csv(
-    path,
-    cu_num: int = OVERRIDE_CU_NUM,
-    overrides: dict | None = None,
-    with_fallback: bool = True,
-    fallbacks: dict | None = None,
-):
-    """Write the rows in aiter's tuned_fmoe CSV format (+ `_tag`), for AITER_CONFIG_FMOE.
-
-    Timing columns are 0, so that in a merged list (AITER_CONFIG_FMOE=aiter_config_fmoe(path),
-    aiter/jit/core.py:182-247, which keeps the lowest `us` per key) these rows win. With
-    with_fallback, each FlyDSL row also gets a `flydsl_fallback` row naming its CK stage 2, used by
-    aiter when FlyDSL is unavailable (aiter/fused_moe.py:719-738). Empty kernel names (ksplit > 1
-    rows) read back as NaN in pandas; aiter does not look at them on that branch. Returns path.
-    """
-    table_rows = OVERRIDES if overrides is None else overrides
-    fallbacks = FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks
-    validate(table_rows, fallbacks=fallbacks)
-    records = []
-    for key, row in table_rows.items():
-        base = dict(zip(AITER_KEY_FIELDS, (int(cu_num),) + tuple(key[1:]), strict=True))
-        base["use_g1u1"] = int(base["use_g1u1"])
-        base["doweight_stage1"] = int(base["doweight_stage1"])
-        record = {
-            **base,
-            "block_m": row["block_m"],
-            "ksplit": row["ksplit"],
-            "us1": 0,
-            "kernelName1": row["kernelName1"],
-            "err1": "",
-            "us2": 0,
-            "kernelName2": row["kernelName2"],
-            "err2": "",
-            "us": 0,
-            "run_1stage": int(bool(row["run_1stage"])),
-            "tflops": 0,
-            "bw": 0,
-            "_tag": "",
-        }
-        records.append(record)
-        fallback = fallbacks.get(key)
-        if with_fallback and fallback and row["kernelName2"].startswith("flydsl_"):
-            records.append({**record, "kernelName2": fallback, "_tag": "flydsl_fallback"})
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(AITER_FMOE_CSV_COLUMNS), lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(records)
-    return path
-
-
-def aiter_config_fmoe(csv_path, aiter_root=None) -> str:
-    """The AITER_CONFIG_FMOE value that adds the CSV at `csv_path` to the files aiter merges without it.
-
-    Unset, aiter f3be04a merges aiter/configs/tuned_fmoe.csv with every model_configs file whose
-    name holds `tuned_fmoe` and whose path does not hold `untuned` (aiter/jit/core.py:255-269; the
-    dsv3 fp4 table lives there); set, it merges only the files listed (:273). So the list is
-    those files, then this CSV. aiter_root: the folder holding the `aiter` package (aiter's
-    AITER_ROOT_DIR), found with importlib (without importing aiter) when None.
-    """
-    if aiter_root is None:
-        spec = find_spec("aiter")
-        if spec is None or not spec.submodule_search_locations:
-            raise RuntimeError("aiter_config_fmoe: aiter is not installed here; pass aiter_root")
-        aiter_root = Path(next(iter(spec.submodule_search_locations))).parent
-    configs = Path(aiter_root) / "aiter" / "configs"
-    model_files = sorted(
-        str(p) for p in (configs / "model_configs").glob("*tuned_fmoe*") if p.is_file() and "untuned" not in str(p)
-    )
-    return os.pathsep.join([str(configs / "tuned_fmoe.csv"), *model_files, str(Path(csv_path).resolve())])

@@ -1,12 +1,11 @@
 """The Triton backend's entry point, fused_moe_triton: it picks the path and its tiles and runs the
 shape's plan; routing, stage 1 and stage 2 in four launches (six with a tail tile), no host sync.
 
-Three paths, each launched by its own module beside its kernels: the decode path (decode.py,
-kernels/decode.py: fp4 weights decoded to bf16 in registers, bf16 MMAs; the NVIDIA one), the fp8
-path (fp8.py, kernels/fp8.py: e4m3 MMAs on operands with the scales folded in, NVIDIA; run for an
-Fp8TileConfig) and the native path (native.py, kernels/native.py: tl.dot_scaled on packed MXFP4
-operands, gfx950's scaled MFMAs), chosen automatically on a gfx950 device and selectable anywhere
-(`native=True`, or MOE_TRITON_NATIVE=1 / 0), where Triton emulates dot_scaled. The routing
+Two paths, each launched by its own module beside its kernels: the decode path (decode.py,
+kernels/decode.py: fp4 weights decoded to bf16 in registers, bf16 MMAs; the NVIDIA one, with the
+Gluon stages on sm_90) and the native path (native.py, kernels/native.py: tl.dot_scaled on packed
+MXFP4 operands, gfx950's scaled MFMAs), chosen automatically on a gfx950 device and selectable
+anywhere (`native=True`, or MOE_TRITON_NATIVE=1 / 0), where Triton emulates dot_scaled. The routing
 launches all share are routing.py's, the per-shape plans plan.py's, the target probes and launch
 options target.py's.
 
@@ -20,11 +19,10 @@ bf16 atomically into the output, as the runner's aiter kernel does.
 import torch
 
 from moe_triton.decode import _decode_plan
-from moe_triton.fp8 import _fp8_plan
 from moe_triton.native import _fused_moe_native
 from moe_triton.plan import _DecodePlan, planned_call
-from moe_triton.target import fast_decode, gluon_kernels, interpreting, native_default, pdl_enabled
-from moe_triton.tiles import Fp8TileConfig, NativeTileConfig, TileConfig
+from moe_triton.target import gluon_kernels, interpreting, native_default, pdl_enabled
+from moe_triton.tiles import NativeTileConfig, TileConfig
 from moe_triton.tiles_nvidia import static_tiles
 
 
@@ -36,16 +34,14 @@ def fused_moe_triton(
     w2_scale: torch.Tensor,
     topk_weights: torch.Tensor,
     topk_ids: torch.Tensor,
-    config: dict | None = None,
-    tiles: TileConfig | Fp8TileConfig | NativeTileConfig | None = None,
+    tiles: TileConfig | NativeTileConfig | None = None,
     native: bool | None = None,
 ) -> torch.Tensor:
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
-    2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the inputs against
-    config (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
+    2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the input tuple
+    (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
     path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py). Off the
-    native path, an Fp8TileConfig runs the fp8 path (fp8.py) and a TileConfig the decode
-    path; without tiles, the static table (tiles_nvidia.static_tiles) picks."""
+    native path, without tiles, the static table (tiles_nvidia.static_tiles) picks."""
     if native is None:
         native = native_default(hidden_states.device)
     if native:
@@ -59,7 +55,6 @@ def fused_moe_triton(
         n_experts, two_inter, _ = w1.shape
         device = hidden_states.device
         shape = (n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1])
-        cfg = tiles or static_tiles(*shape, fast_decode(device), gluon_kernels(device))
-        return (_fp8_plan if isinstance(cfg, Fp8TileConfig) else _decode_plan)(*inputs, cfg)
+        return _decode_plan(*inputs, tiles or static_tiles(*shape, gluon_kernels(device)))
 
     return planned_call(key, build, inputs, interpret)

@@ -1,16 +1,15 @@
 """The native path's launcher (kernels/native.py: tl.dot_scaled on packed MXFP4 operands, gfx950's
 scaled MFMAs; Triton emulates dot_scaled elsewhere): its tile checks, the routing and a1
-(routing.route_and_quantize; none where stage 1 routes its own block), stage 1, stage 2 and with
-stage2_store "slots" the sum of each token's slot rows, recorded into the shape's plan (plan.py).
-Scratch: a2 as fp4 bytes and e8m0 scales, the slot rows and the split-K partials, from the buffers
-pool.
+(routing.route_and_quantize; none where stage 1 routes its own block), stage 1 and stage 2,
+recorded into the shape's plan (plan.py). Scratch: a2 as fp4 bytes and e8m0 scales, from the
+buffers pool.
 """
 
 import torch
 import triton
 
 from buffers import get_buffer
-from moe_triton.kernels.native import moe_native_reduce_kernel, moe_native_stage1_kernel, moe_native_stage2_kernel
+from moe_triton.kernels.native import moe_native_stage1_kernel, moe_native_stage2_kernel
 from moe_triton.plan import _DecodePlan, _launch, planned_call, record_plan
 from moe_triton.routing import route_and_quantize, routing_buffers, routing_capacity
 from moe_triton.target import amd_options, gfx950_converts, interpreting, silu_options
@@ -22,18 +21,6 @@ from moe_triton.tiles_amd import native_tile_config
 # gfx950, 128 did not) and output elements zeroed per step.
 OWN_ROUTE_COMPARES = 4096
 ZERO_BLOCK = 1024
-# stage2_store "slots": output columns per program of the launch that sums each token's slot rows.
-REDUCE_BLOCK = 2048
-
-
-def native_launches(cfg: NativeTileConfig) -> int:
-    """Kernel launches of one native-path call under these tiles: the routing's, then stage 1
-    and stage 2, and the slot rows' sum with stage2_store "slots"."""
-    return cfg.route_launches + 2 + (cfg.stage2_store == "slots")
-
-
-STAGE2_STORES = ("atomic", "slots")
-STORE_CACHES = ("", ".wt", ".cs")
 
 
 def _check_native_tiles(cfg, d_hidden: int, d_inter: int) -> None:
@@ -43,16 +30,8 @@ def _check_native_tiles(cfg, d_hidden: int, d_inter: int) -> None:
         raise ValueError(f"tiles: route_launches must be 0, 1 or 2, got {cfg.route_launches}")
     if cfg.route_launches == 0 and not cfg.fused_quant:
         raise ValueError("tiles: route_launches 0 (stage 1 routes its own block) needs fused_quant")
-    if type(cfg.split_k1) is not int or cfg.split_k1 < 1:
-        raise ValueError(f"tiles: split_k1 must be an int >= 1, got {cfg.split_k1!r}")
-    if cfg.stage2_store not in STAGE2_STORES:
-        raise ValueError(f"tiles: stage2_store must be one of {', '.join(STAGE2_STORES)}, got {cfg.stage2_store!r}")
-    if cfg.store_cache not in STORE_CACHES:
-        raise ValueError(f"tiles: store_cache must be one of {STORE_CACHES}, got {cfg.store_cache!r}")
     if type(cfg.quant_blocks) is not int or cfg.quant_blocks < 1 or cfg.quant_blocks & (cfg.quant_blocks - 1):
         raise ValueError(f"tiles: quant_blocks must be a power of 2, got {cfg.quant_blocks!r}")
-    if cfg.store_cache and cfg.stage2_store != "slots":
-        raise ValueError("tiles: store_cache applies to the plain stores of stage2_store 'slots' only")
     if d_hidden % cfg.block_k1 or d_inter % cfg.block_k2:
         raise ValueError(
             f"tiles: block_k1 {cfg.block_k1} and block_k2 {cfg.block_k2} must divide d_hidden {d_hidden} "
@@ -71,8 +50,8 @@ def _fused_moe_native(
     tiles: NativeTileConfig | None,
 ) -> torch.Tensor:
     """fused_moe_triton's native path: the routing and a1 (route_and_quantize; none with
-    route_launches 0), then stage 1 and stage 2 on packed MXFP4 operands (moe_native_kernels),
-    and with stage2_store "slots" the sum of each token's slot rows. Its launches are recorded
+    route_launches 0), then stage 1 and stage 2 on packed MXFP4 operands (moe_native_kernels).
+    Its launches are recorded
     into a plan at the first call of a shape and tiles and replayed after, as the decode path's
     are (direct launches on a GPU: half the JIT launches' host time per call, docs/gfx950.md)."""
     inputs = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
@@ -94,34 +73,17 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     column_tiles = triton.cdiv(d_inter, cfg.block_n1)
-    slots = cfg.stage2_store == "slots"
-    split_tiles = n_blocks * column_tiles if cfg.split_k1 > 1 else 0
-    partial_elements = split_tiles * cfg.split_k1 * 2 * cfg.block_n1 * block_m
-    # The native kernels address within an expert, a1, a2, the output, the slot rows and the
-    # split-K partials with 32-bit offsets.
-    largest = max(
-        (n_slots if slots else n_tokens) * d_hidden,
-        n_blocks * block_m * d_inter // 2,
-        2 * d_inter * d_hidden // 2,
-        partial_elements,
-    )
+    # The native kernels address within an expert, a1, a2 and the output with 32-bit offsets.
+    largest = max(n_tokens * d_hidden, n_blocks * block_m * d_inter // 2, 2 * d_inter * d_hidden // 2)
     if largest >= 2**31:
         raise ValueError(f"hidden_states: {n_tokens} tokens of this shape exceed the native path's 32-bit offsets")
     device = hidden_states.device
     a2 = get_buffer("a2_fp4", (n_blocks * block_m, d_inter // 2), torch.uint8, device)
     a2_scale = get_buffer("a2_scale", (n_blocks * block_m, d_inter // 32), torch.uint8, device)
-    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
-    # stage2_store "slots": stage 2 stores into one row per slot, the last launch sums them into
-    # out (every element written, so nothing is zeroed).
-    slot_rows = get_buffer("slot_rows", (n_slots, d_hidden), acc_dtype, device) if slots else None
-    if split_tiles:
-        partials = get_buffer("split_partials", (partial_elements,), torch.float32, device)
-        arrivals = get_buffer("split_arrivals", (split_tiles,), torch.int32, device, kept_zero=True)
     amd = amd_options(cfg.nonkdim, cfg.waves_per_eu)
     own_route = cfg.route_launches == 0
 
     def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes, hidden_bits):
-        stage2_out = slot_rows if slots else out
         if own_route:  # stage 1 routes its own block into these
             sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
             a1 = None
@@ -135,16 +97,13 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                 native=True,
                 quantize=not cfg.fused_quant,
                 launches=cfg.route_launches,
-                zero=not slots,
                 quant_blocks=cfg.quant_blocks,
                 hidden_bits=hidden_bits,
             )
-        # Unused without split-K: any pointers.
-        split_bufs = (partials, arrivals) if split_tiles else (a2_scale, num_valid_ids)
         # With fused_quant stage 1 reads the hidden states' bf16 bits as int32 pairs (and no scales).
         _launch(
             moe_native_stage1_kernel,
-            (n_blocks, column_tiles * cfg.split_k1),
+            (n_blocks, column_tiles),
             *(a1 or (hidden_bits, hidden_bits)),
             w1_bytes,
             w1_scale_bytes,
@@ -160,7 +119,6 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
             n_slots,
             d_hidden,
             d_inter,
-            *split_bufs,
             TOPK=topk,
             BLOCK_M=block_m,
             BLOCK_N=cfg.block_n1,
@@ -169,15 +127,12 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
             W_CACHE=cfg.weight_cache,
             QUANT_A=cfg.fused_quant,
             ROUTE=own_route,
-            ZERO=not slots,
-            SPLIT_K=cfg.split_k1,
             # Only a stage 1 that routes itself reads these: 1 otherwise, so that shapes of one hidden
             # size share its kernels (one compile per tile).
             EXPERT_BINS=triton.next_power_of_2(n_experts + 1) if own_route else 1,
             SLOT_CHUNK=min(OWN_ROUTE_COMPARES // block_m, triton.next_power_of_2(n_slots)) if own_route else 1,
             ZERO_BLOCK=ZERO_BLOCK,
             GFX950=gfx950_converts(),
-            AMD=bool(amd),
             **silu_options(),
             INTERPRET=interpreting(),
             num_warps=cfg.warps1,
@@ -191,7 +146,7 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
             a2_scale,
             w2_bytes,
             w2_scale_bytes,
-            stage2_out,
+            out,
             topk_weights,
             sorted_ids,
             sorted_expert_ids,
@@ -208,24 +163,9 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
             EVEN_N=d_hidden % cfg.block_n2 == 0,
             XCDS=cfg.xcds,
             W_CACHE=cfg.weight_cache,
-            SLOTS=slots,
-            STORE_CACHE=cfg.store_cache,
             num_warps=cfg.warps2,
             num_stages=cfg.stages2,
             **amd,
         )
-        if slots:
-            _launch(
-                moe_native_reduce_kernel,
-                (n_tokens, triton.cdiv(d_hidden, REDUCE_BLOCK)),
-                stage2_out,
-                topk_ids,
-                out,
-                d_hidden,
-                TOPK=topk,
-                TOPK_BINS=triton.next_power_of_2(topk),
-                BLOCK=REDUCE_BLOCK,
-                STORE_CACHE=cfg.store_cache,
-            )
 
     return record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native=True)

@@ -1,4 +1,4 @@
-"""The per-shape plans of every path (decode, fp8, native): a shape's first call runs its launches
+"""The per-shape plans of every path (decode, native): a shape's first call runs its launches
 as written (buffers from the pool, grids, constexprs); _launch records each one into a _DecodePlan,
 which later calls of the shape replay with their own tensors: no tile lookup, buffer lookups or
 argument building per call. On a GPU the replay launches the CompiledKernel that the first call's
@@ -185,8 +185,8 @@ def record_plan(
     """A first call of a shape: launch_all(out, w1, w2, w1_scale, w2_scale) (the weights as bytes;
     native: and the hidden states as int32 pairs, the native launches' view) makes its launches
     through _launch, which records them into the shape's plan (plan.first_out holds this call's
-    output). The decode, fp8 and native paths build their plans so; direct launches on NVIDIA GPUs
-    (the decode and fp8 paths) and on any GPU (the native path)."""
+    output). The decode and native paths build their plans so; direct launches on NVIDIA GPUs
+    (the decode path) and on any GPU (the native path)."""
     global _recording
     device = hidden_states.device
     acc_dtype = torch.float32 if interpreting() else torch.bfloat16

@@ -48,7 +48,6 @@ def route_and_quantize(
     native: bool = False,
     quantize: bool = True,
     launches: int = 2,
-    zero: bool = True,
     quant_blocks: int = QUANT_BLOCKS,
     hidden_bits: torch.Tensor | None = None,
 ):
@@ -58,10 +57,10 @@ def route_and_quantize(
     from the buffers pool; a1 is the decode path's bf16 buffer (in _k_slot column order), or with
     native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32]). The native path's variants:
     quantize=False writes no a1 (None; stage 1 quantizes), launches=1 does it all in one launch
-    (moe_native_route_kernel), zero=False leaves `out` as it is (stage 2 writes no atomics),
-    quant_blocks sets the 32-blocks per quantizing program (NativeTileConfig.quant_blocks);
-    hidden_bits is hidden_states viewed as int32 pairs (the native launches' view of it; made here if
-    None, given by a caller whose launches are recorded into a plan)."""
+    (moe_native_route_kernel), quant_blocks sets the 32-blocks per quantizing program
+    (NativeTileConfig.quant_blocks); hidden_bits is hidden_states viewed as int32 pairs (the native
+    launches' view of it; made here if None, given by a caller whose launches are recorded into a
+    plan)."""
     n_tokens, d_hidden = hidden_states.shape
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
@@ -108,7 +107,6 @@ def route_and_quantize(
                 COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
                 QUANT_BLOCKS=quant_blocks,
                 QUANT=quantize,
-                ZERO=zero,
                 GFX950=gfx950_converts(),
             )
             return sorted_ids, sorted_expert_ids, num_valid_ids, a1
@@ -128,7 +126,6 @@ def route_and_quantize(
             HIST_CHUNK=hist_chunk,
             QUANT_BLOCKS=quant_blocks,
             QUANT=quantize,
-            ZERO=zero,
             GFX950=gfx950_converts(),
         )
     else:
@@ -163,7 +160,7 @@ def histogram_chunks(n_slots: int) -> tuple[int, int]:
 
 
 def launch_route(topk_ids, chunk_counts, routing: tuple, n_experts: int, block_m: int, pdl: dict) -> None:
-    """Launch 2 of the decode and fp8 paths: moe_route_kernel places each expert's slots from the
+    """Launch 2 of the decode path: moe_route_kernel places each expert's slots from the
     chunk histograms into the routing arrays (routing_buffers)."""
     n_tokens, topk = topk_ids.shape
     n_slots = n_tokens * topk

@@ -1,7 +1,7 @@
 """What the Triton backend compiles for, asked in one place: the interpreter, the NVIDIA fast decode,
 gfx950 and its fp4 converts, whose silu the kernels reproduce, and the launch options that follow
 from the target (AMD's, programmatic dependent launch, register caps). Every path's launcher
-(decode.py, fp8.py, native.py, routing.py) reads these; this module imports none of them.
+(decode.py, native.py, routing.py) reads these; this module imports none of them.
 """
 
 import functools

@@ -27,12 +27,6 @@ of the tail launch decoding them again (docs/triton.md, "The fold").
 
 NativeTileConfig (native gfx950 path, kernels/native.py): the same tile fields without the
 NVIDIA-only ones, plus the AMD backend's options and the kernel variants.
-
-Fp8TileConfig (the fp8 path, kernels/fp8.py, NVIDIA): the decode path's fields (block_k2 must
-divide d_inter), plus acc_k, the k of a run of wgmmas that accumulate in the tensor core before an fp32 add
-(Triton's max_num_imprecise_acc; 32, one k32 wgmma, is the exact setting; 0 leaves Triton's default,
-which on sm_90 never adds in fp32), and decode_stage2: stage 2 on the decode path's kernel (bf16
-MMAs; stage 1 then writes the decode path's bf16 a2), the fp8 stage 1 before it.
 """
 
 from typing import NamedTuple
@@ -71,18 +65,11 @@ class NativeTileConfig(NamedTuple):
     consecutive routing blocks of a column tile (moe_triton.kernels.native.xcd_program); weight_cache
     is tl.load's cache modifier for the weights (".cg": streaming); fused_quant has stage 1
     quantize the bf16 hidden states itself (no a1 buffer; gfx950's fp4 converts, mxfp4/convert.py,
-    every column tile repeating it); route_launches counts the launches
-    before stage 1 (2: histograms then placement, 1: one launch that does both, 0: stage 1
-    routes its own block and zeroes the output, with fused_quant only). split_k1 > 1 splits
-    stage 1's K loop over that many programs per tile: each stores its partial sums, and the one
-    that arrives last (an arrival counter per tile, kept zero between calls) adds them in split
-    order and runs the epilogue. stage2_store is how stage 2 writes: "atomic" adds into the
-    zeroed output, "slots" stores each sorted row's weighted product into its slot's row of a
-    [slots, d_hidden] buffer, and one more launch sums each token's rows into the output (no
-    zeroing, no atomics); store_cache is the cache modifier of those plain stores (".wt"
-    write-through, ".cs" streaming; "slots" only). quant_blocks is how many 32-element blocks of
-    the hidden states each quantizing program of the routing launches takes (a power of 2; the
-    decode path's 16 by default: fewer, longer programs where tiny ones take several rounds)."""
+    every column tile repeating it); route_launches counts the launches before stage 1 (2:
+    histograms then placement, 1: one launch that does both, 0: stage 1 routes its own block and
+    zeroes the output, with fused_quant only). quant_blocks is how many 32-element blocks of the
+    hidden states each quantizing program of the routing launches takes (a power of 2; the decode
+    path's 16 by default: fewer, longer programs where tiny ones take several rounds)."""
 
     block_m: int
     block_n1: int
@@ -100,25 +87,4 @@ class NativeTileConfig(NamedTuple):
     weight_cache: str = ""
     fused_quant: bool = False
     route_launches: int = 2
-    split_k1: int = 1
-    stage2_store: str = "atomic"
-    store_cache: str = ""
     quant_blocks: int = 16
-
-
-class Fp8TileConfig(NamedTuple):
-    block_m: int
-    block_n1: int
-    block_k1: int
-    warps1: int
-    stages1: int
-    block_n2: int
-    block_k2: int
-    warps2: int
-    stages2: int
-    n_tiles2: int
-    max_regs1: int = 0
-    tail_m: int = 0
-    max_regs2: int = 0
-    acc_k: int = 32
-    decode_stage2: bool = False

@@ -88,9 +88,8 @@ NATIVE_VARIANTS: dict[str, dict] = {
     # route1 with the weights loaded non-temporally (".cg" compiles to sc0 nt): for shapes where
     # each weight tile is read by one program (about one routing block per expert).
     "route1-cg": dict(route_launches=1, weight_cache=".cg"),
-    # Both GEMMs' programs in XCD order: consecutive blocks of one expert at one column tile run on
-    # one die and read its weight tile through one L2; GEMM loops as the row.
-    "xcd8": dict(xcds=8),
+    # route1 with both GEMMs' programs in XCD order: consecutive blocks of one expert at one column
+    # tile run on one die and read its weight tile through one L2; GEMM loops as the row.
     "route1-xcd8": dict(route_launches=1, xcds=8),
     # The 32x32x64 scaled MFMA (nonkdim 32) at blocks of 32 rows or more, same work per step: on
     # 3.6 stage 1 71 / 4 / 17 against 94 / 8 / 37 (32 rows) and 100 / 8 / 23 against 151 / 16 / 67
@@ -105,11 +104,9 @@ NATIVE_VARIANTS: dict[str, dict] = {
     "quant0": dict(fused_quant=True, route_launches=0),
     "quant0-cg": dict(fused_quant=True, route_launches=0, weight_cache=".cg"),
     "quant0-xcd8": dict(fused_quant=True, route_launches=0, xcds=8),
-    # At 32 and 64 rows: 256 weight rows over 8 waves halve the column tiles that repeat the
-    # quantization and the rows each wave quantizes (4 waves: 26-28 VALU per MFMA, 8: 13-14).
-    "quant0-wide": dict(fused_quant=True, route_launches=0, block_n1=128, warps1=8),
-    # The same on 16-row blocks (the 16-row rows' stage 1, its K step and stages too, which the
-    # searched E-33 rows' deeper stage 1 would overfill the LDS with): more blocks, 15 VALU per MFMA.
+    # quant0 on 16-row blocks with 256 weight rows over 8 waves (the 16-row rows' stage 1, its K step
+    # and stages too, which the searched E-33 rows' deeper stage 1 would overfill the LDS with): at
+    # the 32- and 64-row shapes fewer column tiles repeat the quantization, 15 VALU per MFMA.
     "quant0-m16": dict(fused_quant=True, route_launches=0, block_m=16, block_n1=128, block_k1=256, warps1=8, stages1=2),
 }
 
@@ -117,7 +114,7 @@ NATIVE_VARIANTS: dict[str, dict] = {
 # Which variants suit which shape: shapes of about one block per expert take streaming; shapes with
 # several blocks per expert (or a shared expert of 8-16 blocks) the XCD order; 32 rows and more the
 # 32x32 MFMA. The two-launch variants (quant0*) are in every shape's list: at 16-row blocks the
-# row's tiles, at 32 rows the row's, the wide stage 1 or 16-row blocks, at 64 rows (where each
+# row's tiles, at 32 rows the row's or 16-row blocks, at 64 rows (where each
 # wave quantizes 64 values per K step and d_inter / block_n1 column tiles repeat it) the best
 # two-launch one only. Each shape's names are in the order of the offline ESTIMATE's ranking
 # (bench/results/gfx950/native-triton-3.6.0-ranking.json, ties as listed): the selection tries

@@ -1,13 +1,10 @@
 """The NVIDIA tiles. The decode path's (also what the CPU interpreter and non-gfx950 ROCm GPUs run):
 TUNED holds the H200 sweep's winners (bench/tune/tiles.py --sweep, bench/NOTES.md), other shapes
 get default_config; ALTERNATES are the first-call selection's other candidates. GLUON_TUNED: the
-shapes whose stage 1 runs on the Gluon kernel on sm_90 GPUs (static_tiles). The fp8 path's
-(kernels/fp8.py): FP8_TUNED and fp8_default_config, FP8_ALTERNATES beside them in the selection.
-STATIC_FP8 names the shapes whose static choice (no selection, MOE_SELECT=0) is the fp8 path on an
-NVIDIA GPU: none until the H200 benchmark says so (bench/h200/fp8_check.py).
+shapes whose stage 1 runs on the Gluon kernel on sm_90 GPUs (static_tiles).
 """
 
-from moe_triton.tiles import Fp8TileConfig, TileConfig, default_block_m
+from moe_triton.tiles import TileConfig, default_block_m
 
 # bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6), the decode with the
 # cheaper nibble placement (bench/notes/decode-path-5-7.md); block_n1 counts h columns. tail_m from
@@ -134,8 +131,8 @@ ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, TileConfig]] = {
 # The ALTERNATES that have won their shape in the first-call selection on the H200 (2026-12-01,
 # bench/results/selection-host-job.md: E-257 bs-16 regs1-off and E-33 bs-128 block-m-64 in the cold
 # run; E-33 bs-16 regs2-96 in some runs, within 1% of the table tile). With the static choice they
-# are the selection's default candidates on NVIDIA (docs/selection.md); the other ALTERNATES and the
-# fp8 path's tiles, which won no shape, run with MOE_SELECT_CANDIDATES=all.
+# are the selection's default candidates on NVIDIA (docs/selection.md); the other ALTERNATES, which
+# won no shape, run with MOE_SELECT_CANDIDATES=all.
 SELECTION_WINNERS: dict[tuple[int, int, int, int, int], tuple[str, ...]] = {
     (7168, 256, 257, 9, 16): ("regs1-off",),
     (7168, 512, 33, 9, 16): ("regs2-96",),
@@ -143,71 +140,10 @@ SELECTION_WINNERS: dict[tuple[int, int, int, int, int], tuple[str, ...]] = {
 }
 
 
-# The fp8 path's tiles. Measured on the H200 (docs/triton.md, "The fp8 path": per-kernel times, 2026-12-01)
-# its stage 2 was slower than the decode path's on every shape timed, so the table runs the fp8
-# stage 1 before the decode path's stage 2 (decode_stage2, with the decode table's stage-2 tile);
-# its stage-1 tiles come from the offline sm_90 compile (python -m bench.h200.compile: no spills),
-# untuned. bench/h200/fp8_check.py sweep times others and prints rows for this table.
-FP8_TUNED: dict[tuple[int, int, int, int, int], Fp8TileConfig] = {
-    (7168, 256, 257, 9, 16): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 4, decode_stage2=True),
-    (7168, 256, 257, 9, 128): Fp8TileConfig(16, 32, 256, 4, 3, 64, 256, 4, 2, 8, decode_stage2=True),
-    (7168, 256, 257, 9, 512): Fp8TileConfig(32, 32, 256, 4, 3, 64, 256, 4, 2, 8, max_regs2=72, decode_stage2=True),
-    (7168, 512, 33, 9, 16): Fp8TileConfig(16, 32, 256, 4, 3, 128, 256, 4, 2, 1, max_regs2=88, decode_stage2=True),
-    (7168, 512, 33, 9, 128): Fp8TileConfig(32, 32, 256, 4, 3, 128, 256, 4, 2, 4, decode_stage2=True),
-    (7168, 512, 33, 9, 512): Fp8TileConfig(64, 32, 256, 4, 3, 64, 256, 4, 2, 4, decode_stage2=True),
-    (7168, 2048, 33, 9, 512): Fp8TileConfig(128, 32, 256, 8, 3, 128, 128, 4, 2, 1, tail_m=32, decode_stage2=True),
-}
-
-# Other fp8 tiles per shape for the selection: "both-fp8" runs stage 2 on fp8 MMAs too (MXFP4 a2
-# decoded per K step); "acc0" is the table tile with Triton's default fp8 accumulation (the
-# tensor core's own, never promoted to fp32: not exact, docs/triton.md) and e4m3 activations
-# pipelined straight into shared memory: 13-14% faster in stage 1 where measured.
-FP8_ALTERNATES: dict[tuple[int, int, int, int, int], dict[str, Fp8TileConfig]] = {
-    key: {
-        "both-fp8": tiles._replace(
-            decode_stage2=False,
-            block_n2=64,
-            block_k2=256,
-            warps2=4 if tiles.block_m < 128 else 8,
-            stages2=2,
-            n_tiles2=min(8, max(1, tiles.n_tiles2)),
-            max_regs2=0,
-        ),
-        "acc0": tiles._replace(acc_k=0),
-    }
-    for key, tiles in FP8_TUNED.items()
-}
-
-# Shapes whose static choice on an NVIDIA GPU is the fp8 path (FP8_TUNED's tile); filled
-# from the H200 benchmark. Empty: the decode path everywhere until then.
-STATIC_FP8: frozenset[tuple[int, int, int, int, int]] = frozenset()
-
-
-def fp8_default_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> Fp8TileConfig:
-    """The fp8 table's pattern: an fp8 stage 1 of 64 interleaved weight rows per program (two warp
-    groups and tail tiles for large routing blocks) before the decode default rule's stage 2."""
-    block_m = default_block_m(n_tokens, n_experts, topk)
-    decode = default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
-    warps1 = 8 if block_m >= 128 else 4
-    return Fp8TileConfig(
-        block_m, 32, 256, warps1, 3, *decode[5:10], tail_m=decode.tail_m, max_regs2=decode.max_regs2, decode_stage2=True
-    )
-
-
-def fp8_tile_config(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int) -> Fp8TileConfig:
-    tuned = FP8_TUNED.get((d_hidden, d_inter, n_experts, topk, n_tokens))
-    return tuned or fp8_default_config(n_tokens, d_hidden, d_inter, n_experts, topk)
-
-
-def static_tiles(
-    n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int, fp8: bool, gluon: bool = False
-) -> TileConfig | Fp8TileConfig:
-    """The static choice of a shape: the fp8 table's tile where STATIC_FP8 names the shape and the
-    fp8 path can run (fp8: an NVIDIA GPU), the Gluon stage 1's where GLUON_TUNED does and it can run
-    (gluon: an sm_90 GPU), else the decode table's."""
+def static_tiles(n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int, gluon: bool) -> TileConfig:
+    """The static choice of a shape: the Gluon stages' tile where GLUON_TUNED names the shape and
+    they can run (gluon: an sm_90 GPU), else the decode table's."""
     key = (d_hidden, d_inter, n_experts, topk, n_tokens)
-    if fp8 and key in STATIC_FP8:
-        return fp8_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     if gluon and key in GLUON_TUNED:
         return GLUON_TUNED[key]
     return tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)

@@ -157,15 +157,6 @@ def shuffle_weight(w: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def unshuffle_weight(w: torch.Tensor) -> torch.Tensor:
-    """Inverse of shuffle_weight."""
-    u = as_uint8(w, "w")
-    if u.dim() < 2 or u.shape[-2] % 16 or u.shape[-1] % 32:
-        raise ValueError(f"w: needs [..., N, Kb] with N % 16 == 0 and Kb % 32 == 0, got {tuple(u.shape)}")
-    tiled = u.reshape(-1, u.shape[-2] // 16, u.shape[-1] // 32, 2, 16, 16)
-    return tiled.permute(0, 1, 4, 2, 3, 5).contiguous().view(w.shape).view(w.dtype)
-
-
 def shuffle_scales(s: torch.Tensor) -> torch.Tensor:
     """SPEC 3.5 (aiter e8m0_shuffle) of a 2-D scale [m, n]: padded to [ceil256(m), ceil8(n)]
     (the padding is filled with zero bytes where aiter leaves garbage), then tiled."""
@@ -178,13 +169,3 @@ def shuffle_scales(s: torch.Tensor) -> torch.Tensor:
     padded[:m, :n] = u
     out = padded.view(pm // 32, 2, 16, pn // 8, 2, 4).permute(0, 3, 5, 2, 4, 1).contiguous()
     return out.view(pm, pn).view(s.dtype)
-
-
-def unshuffle_scales(s: torch.Tensor, rows: int | None = None, cols: int | None = None) -> torch.Tensor:
-    """Inverse of shuffle_scales, trimmed to [rows, cols] (default: the whole padded tensor)."""
-    u = as_uint8(s, "s")
-    if u.dim() != 2 or u.shape[0] % 32 or u.shape[1] % 8:
-        raise ValueError(f"s: expected a shuffled 2-D scale [32a, 8b], got shape {tuple(u.shape)}")
-    pm, pn = u.shape
-    out = u.view(pm // 32, pn // 8, 4, 16, 2, 2).permute(0, 5, 3, 1, 4, 2).reshape(pm, pn)
-    return out[: pm if rows is None else rows, : pn if cols is None else cols].contiguous().view(s.dtype)

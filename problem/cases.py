@@ -41,7 +41,7 @@ def case_name(case: dict) -> str:
 
 
 def table_key(case: dict) -> tuple[int, int, int, int, int]:
-    """The tables' shape key of a case (selection.backend_table.shape_key of its config): d_hidden, d_inter,
+    """The tables' shape key of a case (selection.candidates.shape_key of its config): d_hidden, d_inter,
     experts and experts per token with the shared ones counted, tokens."""
     shared = case["nsharedexperts"]
     experts, topk = case["nroutedexperts"] + shared, case["nexpertspertoken"] + shared

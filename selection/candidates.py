@@ -1,14 +1,12 @@
 """What the selection measures per shape (docs/selection.md): the backends custom_kernel can run,
 and per target the candidates, the static choice first (it is the incumbent).
 
-Targets: "gfx950-aiter" (an MI355X with aiter importable: the static backend, then the other of
-aiter / native Triton, the template's aiter.fused_moe and moe_triton.tiles_amd.NATIVE_ALTERNATES),
+Targets: "gfx950-aiter" (an MI355X with aiter importable: aiter, the static backend there, then the
+template's aiter.fused_moe, native Triton and moe_triton.tiles_amd.NATIVE_ALTERNATES),
 "gfx950" (no aiter: the native table tile and NATIVE_ALTERNATES), "gpu" (NVIDIA and other GPUs:
 the static choice (tiles_nvidia.static_tiles) and the ALTERNATES that have won their shape,
 tiles_nvidia.SELECTION_WINNERS; with MOE_SELECT_CANDIDATES=all the decode path's table tile and every
-ALTERNATE, and on NVIDIA the fp8 path's table tile and FP8_ALTERNATES last, which the budget drops
-first), "cpu"
-(Triton's interpreter: small alternatives that CI can afford, the decode table tile, a larger
+ALTERNATE), "cpu" (Triton's interpreter: small alternatives that CI can afford, the decode table tile, a larger
 routing block, the other path).
 A candidate's `detail` says what it runs, so that a stored choice whose tiles changed is not
 reused (selection.selector.candidates_digest).
@@ -23,18 +21,17 @@ import torch
 from moe_triton.target import gluon_kernels
 from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
-from moe_triton.tiles_nvidia import (
-    ALTERNATES,
-    FP8_ALTERNATES,
-    SELECTION_WINNERS,
-    fp8_tile_config,
-    static_tiles,
-    tile_config,
-)
-from selection.backend_table import shape_key
+from moe_triton.tiles_nvidia import ALTERNATES, SELECTION_WINNERS, static_tiles, tile_config
 
 if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
     from task import input_t, output_t
+
+
+def shape_key(config: dict) -> tuple[int, int, int, int, int]:
+    """The tables' key of an input tuple's config dict (SPEC 2): (d_hidden, d_inter, experts, topk,
+    tokens), the shared experts counted, as in moe_triton's tile tables."""
+    n_experts = config["n_routed_experts"] + config["n_shared_experts"]
+    return (config["d_hidden"], config["d_expert"], n_experts, config["total_top_k"], config["bs"])
 
 
 class Candidate(NamedTuple):
@@ -46,10 +43,8 @@ class Candidate(NamedTuple):
 def run_triton(data: "input_t", tiles=None, native: bool | None = None) -> "output_t":
     from moe_triton.fused_moe import fused_moe_triton
 
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(
-        hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=native
-    )
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles=tiles, native=native)
 
 
 def run_reference(data: "input_t") -> "output_t":
@@ -112,38 +107,30 @@ def _cpu_candidates(config: dict) -> list[Candidate]:
     ]
 
 
-def _gpu_candidates(key: tuple, nvidia: bool, every: bool) -> list[Candidate]:
+def _gpu_candidates(key: tuple, every: bool) -> list[Candidate]:
     """The static choice, the decode table tile when the static choice runs a Gluon stage (the
-    choice before it), and the ALTERNATES that won their shape (SELECTION_WINNERS); every: the
-    static choice, the decode table tile (when the static choice is another) and ALTERNATES, then
-    on NVIDIA the fp8 table tile (when it is not the static choice) and FP8_ALTERNATES."""
+    choice before it), and the ALTERNATES that won their shape (SELECTION_WINNERS); every: all
+    ALTERNATES."""
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-    static, decode = static_tiles(*shape, fp8=nvidia, gluon=gluon_kernels(torch.device("cuda"))), tile_config(*shape)
+    static, decode = static_tiles(*shape, gluon=gluon_kernels(torch.device("cuda"))), tile_config(*shape)
     out = [Candidate("triton", run_triton, repr(static))]
-    alternates = ALTERNATES.get(key, {})
-    if static != decode and (every or getattr(static, "gluon1", 0) or getattr(static, "gluon2", 0)):
+    if static != decode:
         out.append(_triton("triton:decode", decode, False))
-    if not every:
-        return out + [_triton(f"triton:{n}", alternates[n], False) for n in SELECTION_WINNERS.get(key, ())]
-    out += [_triton(f"triton:{n}", t, False) for n, t in alternates.items()]
-    if nvidia:
-        fp8 = fp8_tile_config(*shape)
-        if fp8 != static:
-            out.append(_triton("triton:fp8", fp8, False))
-        out += [_triton(f"triton:fp8-{n}", t, False) for n, t in FP8_ALTERNATES.get(key, {}).items()]
-    return out
+    alternates = ALTERNATES.get(key, {})
+    names = alternates if every else SELECTION_WINNERS.get(key, ())
+    return out + [_triton(f"triton:{n}", alternates[n], False) for n in names]
 
 
-def candidates_for(config: dict, static_backend: str, target: str, every: bool = False) -> list[Candidate]:
-    """The candidates of one shape, static_backend's (the choice without selection) first; every
+def candidates_for(config: dict, target: str, every: bool = False) -> list[Candidate]:
+    """The candidates of one shape, the choice without selection first; every
     (MOE_SELECT_CANDIDATES=all): on NVIDIA and other GPUs also those that never won a shape."""
     if target == "cpu":
         return _cpu_candidates(config)
     key = shape_key(config)
     d_hidden, d_inter, n_experts, topk, n_tokens = key
     if target == "gpu":
-        return _gpu_candidates(key, nvidia=torch.version.hip is None, every=every)
+        return _gpu_candidates(key, every=every)
     table = native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     native = [
         Candidate("triton", run_triton, repr(table)),
@@ -151,7 +138,4 @@ def candidates_for(config: dict, static_backend: str, target: str, every: bool =
     ]
     if target == "gfx950":
         return native
-    aiter = [Candidate("aiter", run_aiter), Candidate("aiter-fused", run_aiter_fused)]
-    if static_backend == "triton":
-        return [native[0], *aiter, *native[1:]]
-    return [*aiter, *native]
+    return [Candidate("aiter", run_aiter), Candidate("aiter-fused", run_aiter_fused), *native]

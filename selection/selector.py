@@ -20,8 +20,7 @@ import torch
 
 from problem.cases import case_name
 from reference import ATOL, RTOL, compare, ref_kernel
-from selection.backend_table import shape_key
-from selection.candidates import Candidate
+from selection.candidates import Candidate, shape_key
 
 SELECT_ENV = "MOE_SELECT"
 SELECT_VALUES = ("auto", "1", "0")

@@ -33,7 +33,7 @@ import types
 import torch
 import torch.nn.functional as F
 
-from mxfp4.codec import dequantize, quantize_activation, unshuffle_scales, unshuffle_weight
+from mxfp4.codec import as_uint8, dequantize, quantize_activation
 
 FP4 = torch.float4_e2m1fn_x2
 E8M0 = torch.float8_e8m0fnu
@@ -167,6 +167,25 @@ def _dbl_u8(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.uint8) if t.dtype != torch.uint8 else t
 
 
+def unshuffle_weight(w: torch.Tensor) -> torch.Tensor:
+    """Inverse of mxfp4.codec.shuffle_weight: what aiter's preshuffled kernels read, row-major."""
+    u = as_uint8(w, "w")
+    if u.dim() < 2 or u.shape[-2] % 16 or u.shape[-1] % 32:
+        raise ValueError(f"w: needs [..., N, Kb] with N % 16 == 0 and Kb % 32 == 0, got {tuple(u.shape)}")
+    tiled = u.reshape(-1, u.shape[-2] // 16, u.shape[-1] // 32, 2, 16, 16)
+    return tiled.permute(0, 1, 4, 2, 3, 5).contiguous().view(w.shape).view(w.dtype)
+
+
+def unshuffle_scales(s: torch.Tensor, rows: int | None = None, cols: int | None = None) -> torch.Tensor:
+    """Inverse of mxfp4.codec.shuffle_scales, trimmed to [rows, cols] (default: the whole padded tensor)."""
+    u = as_uint8(s, "s")
+    if u.dim() != 2 or u.shape[0] % 32 or u.shape[1] % 8:
+        raise ValueError(f"s: expected a shuffled 2-D scale [32a, 8b], got shape {tuple(u.shape)}")
+    pm, pn = u.shape
+    out = u.view(pm // 32, pn // 8, 4, 16, 2, 2).permute(0, 5, 3, 1, 4, 2).reshape(pm, pn)
+    return out[: pm if rows is None else rows, : pn if cols is None else cols].contiguous().view(s.dtype)
+
+
 def _dbl_weights(w: torch.Tensor, w_scale: torch.Tensor, shuffled: bool) -> torch.Tensor:
     """fp32 [E, N, K] from fp4 [E, N, K/2] and the 2-D e8m0 scale of [E*N, K/32]. A kernel that
     assumes the preshuffled layout reads shuffled tensors right; one that does not (shuffled=False)
@@ -294,6 +313,14 @@ def packaged_rows() -> list:
         dict(common, token=1, block_m=32, kernelName1=k1, kernelName2=k2),
         dict(common, token=16384, block_m=128, kernelName1=k1, kernelName2=k2, _tag="flydsl_fallback"),
     ]
+
+
+def reset_backend() -> None:
+    """moe_aiter.backend forgets the aiter it imported, the table it injected and every plan, so
+    that its next call takes the double installed now."""
+    from moe_aiter import backend
+
+    backend._AB_STATE.update(aiter=None, fm=None, table=None, plans={})
 
 
 def install(monkeypatch, tmp_path, flydsl_available: bool = True, cu_num: int = 256, csv_rows=None) -> AiterDouble:

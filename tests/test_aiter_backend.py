@@ -7,11 +7,12 @@ import subprocess
 import sys
 
 import aiter_double
+import aiter_names as names
 import pytest
 import torch
 import torch.nn.functional as F
 
-from buffers import pool_size
+import buffers
 from moe_aiter import backend as ab
 from moe_aiter import inject as so
 from moe_triton.fused_moe import interpreting
@@ -29,11 +30,11 @@ DEVICE = torch.device("cpu" if INTERPRETING else "cuda")  # the double is plain 
 
 @pytest.fixture
 def dbl(monkeypatch, tmp_path):
-    ab.reset_aiter_backend()
+    aiter_double.reset_backend()
     monkeypatch.delenv(ab.AITER_QUANT_ENV, raising=False)
     double = aiter_double.install(monkeypatch, tmp_path)
     yield double
-    ab.reset_aiter_backend()
+    aiter_double.reset_backend()
 
 
 @pytest.fixture(scope="module")
@@ -173,7 +174,7 @@ def test_aiter_quantizer_option(dbl, smoke_data, monkeypatch):
     calls = [a for n, a in dbl.calls if n == "aiter.fused_dynamic_mxfp4_quant_moe_sort"]
     assert [c["topk"] for c in calls] == [1, data[10].shape[1]]
     monkeypatch.setenv(ab.AITER_QUANT_ENV, "bogus")
-    ab.reset_aiter_backend()
+    aiter_double.reset_backend()
     with pytest.raises(ValueError, match=ab.AITER_QUANT_ENV):
         ab.fused_moe_aiter(data)
 
@@ -227,7 +228,7 @@ def test_mismatched_row_is_wrong_in_the_double(dbl, smoke_data):
     fm = dbl.fused_moe
     ab.ensure_overrides()
     key = smoke_key(data)
-    fm.cfg_2stages[key] = dict(block_m=32, ksplit=0, kernelName1=so.CK_S1_128, kernelName2="", run_1stage=False)
+    fm.cfg_2stages[key] = dict(block_m=32, ksplit=0, kernelName1=names.CK_S1_128, kernelName2="", run_1stage=False)
     fm.get_2stage_cfgs.cache_clear()
     ok, _ = compare(ab.fused_moe_aiter(data), ref)
     assert not ok
@@ -271,7 +272,7 @@ def test_exact_arguments(dbl, smoke_data, monkeypatch):
     assert srt["num_valid_ids"].shape == (2,) and srt["moe_buf"] is out
 
     s1c = dbl.last("ck_moe_stage1_fwd")
-    assert s1c["kernelName"] == so.CK_S1_32 and s1c["block_m"] == 32 and s1c["topk"] == topk
+    assert s1c["kernelName"] == names.CK_S1_32 and s1c["block_m"] == 32 and s1c["topk"] == topk
     assert s1c["hidden_states"].dtype == FP4 and s1c["hidden_states"].shape == (m, h // 2)
     assert s1c["a1_scale"].dtype == E8M0 and s1c["a1_scale"].shape[1] == -(-(h // 32) // 8) * 8
     assert s1c["w1_scale"].dtype == E8M0 and s1c["w1_scale"].data_ptr() == s1.data_ptr()
@@ -297,13 +298,13 @@ def test_buffers_and_plan_reused(dbl, smoke_data):
     data, ref = smoke_data[0]
     out1 = ab.fused_moe_aiter(data)
     ptrs = [a.data_ptr() for a in dbl.last("moe_sorting_fwd").values() if isinstance(a, torch.Tensor)]
-    n_pool = pool_size()
+    n_pool = len(buffers._pool)
     n_cfg = dbl.names().count("get_2stage_cfgs")
     out2 = ab.fused_moe_aiter(data)
     assert out2 is out1
     ok, msg = compare(out2, ref)
     assert ok, msg
-    assert pool_size() == n_pool
+    assert len(buffers._pool) == n_pool
     assert dbl.names().count("get_2stage_cfgs") == n_cfg  # metadata cached in the plan
     assert [a.data_ptr() for a in dbl.last("moe_sorting_fwd").values() if isinstance(a, torch.Tensor)] == ptrs
     # the overrides were injected once; a table swapped in by aiter gets them again
@@ -317,7 +318,7 @@ def test_buffers_and_plan_reused(dbl, smoke_data):
 @pytest.mark.parametrize("flydsl", [True, False])
 def test_branch_per_official_shape(monkeypatch, tmp_path, flydsl):
     """Plans for the seven benchmark shapes (no math): which stages, block_m, quantized or not."""
-    ab.reset_aiter_backend()
+    aiter_double.reset_backend()
     aiter_double.install(monkeypatch, tmp_path, flydsl_available=flydsl)
     try:
         for c in BENCHMARKS:
@@ -336,4 +337,4 @@ def test_branch_per_official_shape(monkeypatch, tmp_path, flydsl):
             assert plan.out.shape == (c["bs"], h) and plan.stage1_out.shape == (c["bs"], topk, i)
             assert plan.sorted_ids.numel() == c["bs"] * topk + e * plan.block_m - topk
     finally:
-        ab.reset_aiter_backend()
+        aiter_double.reset_backend()

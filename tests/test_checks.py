@@ -10,6 +10,7 @@ from moe_aiter import inject as so
 from moe_triton.target import interpreting
 from reference import generate_input
 from tests import aiter_double
+from tests import aiter_names as names
 
 SMOKE0 = dict(dhidden=512, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=8, seed=1)
 
@@ -19,16 +20,17 @@ def _mismatched_row():
     it computes, aiter's fused_moe computes the same."""
     key = so.aiter_key(8, 256, 9, model_dim=512, topk=5)
     row = dict(zip(so.AITER_KEY_FIELDS, key, strict=True))
-    return dict(row, block_m=32, ksplit=0, kernelName1=so.CK_S1_128, kernelName2=so.CK_S2_32, us=1.0, run_1stage=0)
+    kernels = dict(kernelName1=names.CK_S1_128, kernelName2=names.CK_S2_32)
+    return dict(row, block_m=32, ksplit=0, **kernels, us=1.0, run_1stage=0)
 
 
 @pytest.fixture
 def double_with_mismatched_row(monkeypatch, tmp_path):
     monkeypatch.setenv("MOE_AITER_QUANT", "aiter")
-    aiter_backend.reset_aiter_backend()
+    aiter_double.reset_backend()
     dbl = aiter_double.install(monkeypatch, tmp_path, csv_rows=[_mismatched_row()])
     yield dbl
-    aiter_backend.reset_aiter_backend()
+    aiter_double.reset_backend()
 
 
 def test_both_flags_a_row_that_passes_only_because_the_reference_reads_it(double_with_mismatched_row):
@@ -42,11 +44,11 @@ def test_both_flags_a_row_that_passes_only_because_the_reference_reads_it(double
 
 def test_both_passes_a_correct_output(monkeypatch, tmp_path):
     monkeypatch.setenv("MOE_AITER_QUANT", "aiter")
-    aiter_backend.reset_aiter_backend()
+    aiter_double.reset_backend()
     aiter_double.install(monkeypatch, tmp_path)
     data = generate_input(**SMOKE0)
     assert checks.make_check("both")(data, aiter_backend.fused_moe_aiter(data)) == (True, "")
-    aiter_backend.reset_aiter_backend()
+    aiter_double.reset_backend()
 
 
 @pytest.mark.parametrize(("check", "rc"), [("a4w4", 1), ("leaderboard", 0), ("both", 1)])

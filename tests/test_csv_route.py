@@ -1,10 +1,12 @@
-"""The AITER_CONFIG_FMOE route (moe_aiter.inject.write_csv + aiter_config_fmoe) gives aiter the same
+"""The AITER_CONFIG_FMOE route (bench/tune/aiter_csv.py: write_csv + aiter_config_fmoe) gives aiter the same
 table as inject, model_configs rows included; listing only tuned_fmoe.csv and the CSV would drop
 them (aiter/jit/core.py get_config_file merges only the listed files once the variable is set)."""
 
 import aiter_double
+import aiter_names as names
 import pytest
 
+from bench.tune import aiter_csv
 from moe_aiter import inject as so
 
 COMMON = aiter_double.OFFICIAL_ROW_FIELDS
@@ -18,7 +20,7 @@ def _aiter_root(tmp_path):
     root = tmp_path / "aiter_root"
     configs = root / "aiter" / "configs"
     (configs / "model_configs").mkdir(parents=True)
-    k1, k2 = so.CK_S1_32_SMALL, so.CK_S2_32
+    k1, k2 = names.CK_S1_32_SMALL, names.CK_S2_32
     cols = [c for c in aiter_double.DOUBLE_CSV_COLUMNS if c != "_tag"]
     base = [dict(COMMON, token=64, inter_dim=4096, expert=8, block_m=64, us=640.0, kernelName1=k1, kernelName2=k2)]
     _write(configs / "tuned_fmoe.csv", cols, base)
@@ -77,8 +79,8 @@ def routes(monkeypatch, tmp_path):
 @pytest.mark.parametrize("flydsl", [True, False])
 def test_exported_route_gives_the_injected_table(routes, monkeypatch, tmp_path, flydsl):
     root, injected, fresh = routes
-    csv_path = so.write_csv(tmp_path / "moe_overrides.csv")
-    monkeypatch.setenv("AITER_CONFIG_FMOE", so.aiter_config_fmoe(csv_path, aiter_root=root))
+    csv_path = aiter_csv.write_csv(tmp_path / "moe_overrides.csv")
+    monkeypatch.setenv("AITER_CONFIG_FMOE", aiter_csv.aiter_config_fmoe(csv_path, aiter_root=root))
     dbl = fresh("csv")
     exported = _rows(_table(dbl))
     assert exported == injected
@@ -94,7 +96,7 @@ def test_exported_route_gives_the_injected_table(routes, monkeypatch, tmp_path, 
 
 def test_listing_only_tuned_fmoe_drops_the_model_configs_rows(routes, monkeypatch, tmp_path):
     root, injected, fresh = routes
-    csv_path = so.write_csv(tmp_path / "moe_overrides.csv")
+    csv_path = aiter_csv.write_csv(tmp_path / "moe_overrides.csv")
     monkeypatch.setenv("AITER_CONFIG_FMOE", f"{root}/aiter/configs/tuned_fmoe.csv:{csv_path}")
     exported = _rows(_table(fresh("old")))
     assert so.aiter_key(1, 256, 257) in injected and so.aiter_key(1, 256, 257) not in exported
@@ -102,9 +104,27 @@ def test_listing_only_tuned_fmoe_drops_the_model_configs_rows(routes, monkeypatc
 
 def test_aiter_config_fmoe_lists_aiters_files_then_ours(tmp_path):
     root = _aiter_root(tmp_path)
-    parts = so.aiter_config_fmoe(tmp_path / "o.csv", aiter_root=root).split(":")
+    parts = aiter_csv.aiter_config_fmoe(tmp_path / "o.csv", aiter_root=root).split(":")
     assert parts == [
         f"{root}/aiter/configs/tuned_fmoe.csv",
         f"{root}/aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv",
         str((tmp_path / "o.csv").resolve()),
     ]
+
+
+def test_the_documented_command_writes_the_csv_and_prints_the_variable(tmp_path, monkeypatch, capsys):
+    """`export AITER_CONFIG_FMOE=$(python -m bench.tune.aiter_csv moe_overrides.csv)` (docs/aiter.md)."""
+    root = _aiter_root(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert aiter_csv.main(["moe_overrides.csv", "--aiter-root", str(root)]) == 0
+    value = capsys.readouterr().out.strip()
+    assert value == aiter_csv.aiter_config_fmoe("moe_overrides.csv", aiter_root=root)
+    assert value.endswith(str(tmp_path / "moe_overrides.csv")) and (tmp_path / "moe_overrides.csv").is_file()
+
+
+def test_without_aiter_the_command_says_so_in_one_line_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(aiter_csv, "find_spec", lambda name: None)
+    assert aiter_csv.main([str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["python -m bench.tune.aiter_csv: error: aiter is not installed here; pass its folder (--aiter-root)"]
+    assert not (tmp_path / "o.csv").exists()

@@ -15,8 +15,8 @@ from reference import generate_input
 
 
 def run(data):
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, native=False)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, native=False)
 
 
 # Few experts: a plan is recorded and replayed the same way for any shape, and each call here

@@ -402,51 +402,6 @@ def test_estimate_adds_gaps_streamed_weights_compute_rounds_and_activations():
     assert est.floor_ratio == pytest.approx(est.estimate_us / est.floor2_us)
 
 
-def test_estimate_counts_split_k_partials_and_slot_rows_as_their_launches_bytes():
-    """Split-K: each stage-1 program writes its fp32 partial and reads one on average, and waits three
-    round trips longer; stage2_store "slots": stage 2 writes a bf16 row per slot, the reduction reads them."""
-    from types import SimpleNamespace
-
-    from bench.gfx950.estimate import estimate
-
-    params = dict(dhidden=1024, dexpert=512, nroutedexperts=1, nexpertspertoken=1, nsharedexperts=0, bs=2)
-    m = model.MI355X
-    split = {"BLOCK_M": 16, "BLOCK_N": 64, "SPLIT_K": 2}
-
-    def call(stage1, stage2, reduce=None):
-        launches = [
-            (_report("moe_native_stage1_kernel"), SimpleNamespace(grid=(1, 16, 1), constexprs=stage1)),
-            (_report("moe_native_stage2_kernel"), SimpleNamespace(grid=(1, 4, 1), constexprs=stage2)),
-        ]
-        if reduce:
-            reduction = _report("moe_native_reduce_kernel", gemm=False, waves=8)
-            launches.append((reduction, SimpleNamespace(grid=(2, 1, 1), constexprs=reduce)))
-        return estimate(params, launches, gap_us=0.0, fraction=1.0)
-
-    plain = call({"BLOCK_M": 16, "BLOCK_N": 64}, {"BLOCK_M": 16})
-    splitk = call(split, {"BLOCK_M": 16})
-    w1 = 2 * 512 * 1024 * 17 / 32
-    programs = splitk.per_launch[0].programs  # 16 column tiles x splits of the 1 block in the 2 it can take
-    assert programs == plain.per_launch[0].programs == 8
-    partials = programs * 2 * (2 * 64 * 16 * 4)  # a write and a read of one partial per program
-    in_flight = 2 * 16 * 128 * 17 / 32
-    rate = model.stream_seconds(m.with_options(0, 1), 1.0, programs, 2.0, in_flight)
-    assert plain.per_launch[0].bytes_us == pytest.approx(w1 * rate * 1e6)
-    assert splitk.per_launch[0].bytes_us == pytest.approx((w1 + partials) * rate * 1e6)
-    extra = 3 * m.latency_s * 1e6  # the stores, the arrival, the partials' loads, at L0 each
-    assert splitk.per_launch[0].compute_us == pytest.approx(plain.per_launch[0].compute_us + extra)
-    slots = call({"BLOCK_M": 16}, {"BLOCK_M": 16, "SLOTS": True}, {"TOPK": 1, "BLOCK": 2048})
-    rows = 2 * 1 * 1024 * 2  # 2 tokens x 1 slot x H, bf16
-    assert slots.per_launch[1].bytes_us > call({"BLOCK_M": 16}, {"BLOCK_M": 16}).per_launch[1].bytes_us
-    assert slots.per_launch[2].bytes_us == pytest.approx(
-        model.stream_seconds(m.with_options(0, 1), rows, 2, 8 * 4 / 4, 2048 * 2) * 1e6
-    )
-    assert slots.per_launch[1].bytes_us == pytest.approx(
-        model.stream_seconds(m.with_options(0, 1), 1024 * 512 * 17 / 32 + rows, 2, 2.0, in_flight) * 1e6
-    )
-    assert slots.launches == 3
-
-
 def test_gemm_programs_are_the_grid_times_the_expected_share_of_its_blocks():
     from bench.gfx950.estimate import programs
 
@@ -579,10 +534,9 @@ def test_the_estimates_capacity_is_the_launchers():
 
 
 def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp_path):
-    """The launcher's own count (moe_triton.native.native_launches) against the launches the check saw, for
-    variants given as --extra-variants."""
+    """The launches of one native call (the routing's, then stage 1 and stage 2) against those the check
+    saw, for variants given as --extra-variants."""
     from moe_triton import tiles_amd
-    from moe_triton.native import native_launches
 
     kernel_variants = {
         "xcd": {"xcds": 8},
@@ -600,11 +554,11 @@ def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp
     table = tiles_amd.native_tile_config(8, 512, 256, 9, 5)
     rows = {line.split(" | ")[1]: line for line in md.read_text().splitlines() if "| H512-I256" in line}
     for name, fields in {"table": {}, **kernel_variants}.items():
-        launches = native_launches(table._replace(**fields))
+        launches = table._replace(**fields).route_launches + 2
         assert f" | {launches} | " in rows[name], (name, rows[name])
         kernels = [line for line in md.read_text().splitlines() if line.startswith(f"| smoke0 | {name} | ")]
         assert len(kernels) == launches + 1  # its launches and its case row
-    assert {native_launches(table._replace(**f)) for f in kernel_variants.values()} == {2, 3, 4}
+    assert {table._replace(**f).route_launches + 2 for f in kernel_variants.values()} == {2, 3, 4}
 
 
 def test_extra_variants_name_only_tile_fields(tmp_path):

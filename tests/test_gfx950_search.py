@@ -41,7 +41,7 @@ def test_stage_tiles_divide_their_k():
 
 
 def _stage1(**fields):
-    return {"block_n1": 128, "block_k1": 256, "warps1": 8, "stages1": 2, "split_k1": 1, **fields}
+    return {"block_n1": 128, "block_k1": 256, "warps1": 8, "stages1": 2, **fields}
 
 
 def test_the_lds_floor_drops_tiles_that_cannot_hold_two_waves_per_simd():
@@ -65,20 +65,19 @@ def test_the_lds_floor_holds_the_activation_tiles_as_triton_3_6_allocates_them()
 
 
 def test_the_bound_is_the_models_launch_time_without_issue_at_the_best_occupancy():
-    tile = _stage1(stages1=3, split_k1=2)
+    tile = _stage1(stages1=3)
     params, machine = E33_BS16, model.MI355X
     grid = search.stage_grid(1, params, 16, tile)
-    assert grid == (capacity(params, 16), 4 * 2, 1)  # d_inter 512 over 128 columns, 2 splits
+    assert grid == (capacity(params, 16), 4, 1)  # d_inter 512 over 128 columns
     mean, variance = gemm_programs(grid, {"BLOCK_M": 16}, params)
-    steps = 7168 / 256 / 2  # each split runs half of the K steps
-    partial = 2 * 128 * 16 * 4
+    steps = 7168 / 256
     work = model.ProgramWork(
         issue=0.0,
         matrix=steps * 2 * 256 * 16 * 256 / (8 * 4096),
-        memory=steps * machine.step_latency_cycles / 2 + 3 * machine.latency_s * machine.clock_hz,
+        memory=steps * machine.step_latency_cycles / 2,
         warps=8,
     )
-    nbytes = search.est.stage_weight_bytes("stage1", params) + mean * 2 * partial
+    nbytes = search.est.stage_weight_bytes("stage1", params)
     in_flight = 2 * (256 + 16) * 256 * (1 / 2 + 1 / 32)
     want = min(
         model.launch_time(machine, model.LaunchWork(mean, variance, 4 * w / 8, work, nbytes, in_flight)).seconds
@@ -96,14 +95,13 @@ def test_the_quantizing_stage_1s_bound_counts_one_convert_per_two_elements():
     assert plain < bound < guess
 
 
-def test_deeper_pipelines_and_split_k_lower_the_bound_where_few_programs_stream():
+def test_deeper_pipelines_lower_the_bound_where_few_programs_stream():
     # E-33 bs-16: ~131 stage-1 programs over 256 CUs, latency-bound at 2 stages.
     two, three = (search.stage_bound(1, E33_BS16, 16, _stage1(stages1=s)) for s in (2, 3))
-    split = search.stage_bound(1, E33_BS16, 16, _stage1(split_k1=2))
-    assert three < two and split < two
+    assert three < two
     # Never below the weights at the achievable bandwidth.
     floor = search.est.stage_weight_bytes("stage1", E33_BS16) / model.MI355X.bandwidth_bytes_per_s * 1e6
-    assert min(two, three, split) >= floor * 0.999
+    assert min(two, three) >= floor * 0.999
 
 
 def test_branch_and_bound_stops_once_no_bound_left_is_below_the_keep_th_best():
@@ -158,12 +156,11 @@ def test_combinations_add_the_modes_launches_and_pick_the_best_of_each_launch_co
 
 
 def test_combination_names_say_what_runs():
-    cfg = NativeTileConfig(32, 64, 256, 4, 3, 128, 256, 8, 2, 2, nonkdim=32, route_launches=1, split_k1=2)
-    assert search.describe(cfg) == "r1-m32-128x256w4s3k2-128x256w8s2t2-nk32"
-    slots = cfg._replace(route_launches=0, stage2_store="slots", split_k1=1)
-    assert search.describe(slots) == "q0-m32-128x256w4s3-128x256w8s2t2-nk32-slots"
+    cfg = NativeTileConfig(32, 64, 256, 4, 3, 128, 256, 8, 2, 2, nonkdim=32, route_launches=1)
+    assert search.describe(cfg) == "r1-m32-128x256w4s3-128x256w8s2t2-nk32"
+    assert search.describe(cfg._replace(route_launches=0)) == "q0-m32-128x256w4s3-128x256w8s2t2-nk32"
     # The routing launches' quant_blocks where it differs from the decode path's 16.
-    assert search.describe(cfg._replace(quant_blocks=128)) == "r1-m32-128x256w4s3k2-128x256w8s2t2-nk32-q128"
+    assert search.describe(cfg._replace(quant_blocks=128)) == "r1-m32-128x256w4s3-128x256w8s2t2-nk32-q128"
     assert search.tiles_of(cfg, search.Group(64), "route2", {}, {}, 256).quant_blocks == 256
 
 

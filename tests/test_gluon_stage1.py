@@ -29,8 +29,8 @@ E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
 
 
 def run(data, tiles):
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles=tiles, native=False)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
 
 
 # ------------------------------------------------------------------------------- the tiling, in torch
@@ -189,8 +189,8 @@ def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
     for key, tiles in GLUON_TUNED.items():
         d_hidden, d_inter, n_experts, topk, n_tokens = key
         shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-        assert static_tiles(*shape, fp8=True, gluon=True) == tiles and (tiles.gluon1 or tiles.gluon2)
-        assert static_tiles(*shape, fp8=True, gluon=False) == TUNED[key]
+        assert static_tiles(*shape, gluon=True) == tiles and (tiles.gluon1 or tiles.gluon2)
+        assert static_tiles(*shape, gluon=False) == TUNED[key]
         # the routing as measured; each stage the decode table's or a Gluon one
         assert (tiles.block_m, tiles.tail_m) == (TUNED[key].block_m, TUNED[key].tail_m)
         stage1 = ("block_n1", "block_k1", "warps1", "stages1", "max_regs1")
@@ -210,7 +210,7 @@ def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
     ids=["smoke0", "smoke1", "smoke2", *ODD_SHAPES],
 )
 def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_references(case, block_n):
-    from bench.h200.fp8_check import poison
+    from bench.h200.harness import poison
 
     data = generate_input(**case)
     before = [t.clone() for t in data[:-1]]
@@ -263,7 +263,7 @@ def test_fold_needs_the_gluon_stage_1_and_tail_tiles(monkeypatch):
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize("case", [SMOKE[2], small_case(bs=40, nroutedexperts=4)], ids=["smoke2", "bs40"])
 def test_on_the_gpu_the_fold_gives_the_decode_paths_a2_bit_for_bit(case, block_n):
-    from bench.h200.fp8_check import poison
+    from bench.h200.harness import poison
 
     data = generate_input(**case)
     tiles = case_tiles(data)._replace(block_m=32, tail_m=16)

@@ -158,7 +158,7 @@ def test_bad_gluon_stage_2_tiles_are_refused_in_one_line(monkeypatch):
     ids=["smoke0", "smoke1", "smoke2", *ODD_SHAPES],
 )
 def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_references(case, block_n):
-    from bench.h200.fp8_check import poison
+    from bench.h200.harness import poison
 
     data = generate_input(**case)
     before = [t.clone() for t in data[:-1]]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bench.h200.fp8_check import excess
+from bench.h200.harness import excess
 from mxfp4.codec import E2M1_VALUES, _unpack, dequantize
 from problem.cases import SMOKE
 from reference import compare, generate_input, ref_kernel, silu_and_mul
@@ -43,7 +43,7 @@ def test_the_module_imports_without_humming_and_names_its_entries():
     assert result.stdout.strip() == "[]"
     assert set(peer.PEERS) == {"humming-w4a8", "humming-w4a16"}
     assert set(peer.EXTRA_PEERS) == {"humming-w4a8-g128"}
-    assert peer.prepare is peer.PEERS["humming-w4a8"][0]
+    assert peer.PEERS["humming-w4a8"][0] is peer.prepare_w4a8
     assert all(run is peer.run for _, run in (*peer.PEERS.values(), *peer.EXTRA_PEERS.values()))
 
 

@@ -6,6 +6,7 @@ import struct
 import oracle
 import pytest
 import torch
+from aiter_double import unshuffle_scales, unshuffle_weight
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -463,7 +464,7 @@ def test_shuffle_weight(seed, lead, n16, kb32, as_fp4):
     assert shuffled.dtype == w.dtype and shuffled.shape == w.shape
     assert torch.equal(u8(shuffled), oracle.spec_shuffle_weight(raw))
     assert torch.equal(u8(shuffled), u8(w).reshape(-1, n16, 16, kb32, 2, 16).permute(0, 1, 3, 4, 2, 5).reshape(w.shape))
-    back = mxfp4.unshuffle_weight(shuffled)
+    back = unshuffle_weight(shuffled)
     assert back.dtype == w.dtype and back.shape == w.shape
     assert torch.equal(u8(back), raw)
     assert torch.equal(u8(w), raw)  # input untouched
@@ -483,7 +484,7 @@ def test_shuffle_weight_device(device):
     shuffled = mxfp4.shuffle_weight(raw.to(device).view(FP4))
     assert shuffled.device.type == device.type and shuffled.is_shuffled
     assert torch.equal(u8(shuffled).cpu(), oracle.spec_shuffle_weight(raw))
-    assert torch.equal(u8(mxfp4.unshuffle_weight(shuffled)).cpu(), raw)
+    assert torch.equal(u8(unshuffle_weight(shuffled)).cpu(), raw)
 
 
 @given(
@@ -503,9 +504,9 @@ def test_shuffle_scales(seed, m, n, as_e8m0):
     assert torch.equal(flat[oracle.spec_scale_destinations(m, n).flatten()], raw.flatten())
     if (pm, pn) == (m, n):
         assert torch.equal(u8(shuffled), raw.view(m // 32, 2, 16, n // 8, 2, 4).permute(0, 3, 5, 2, 4, 1).reshape(m, n))
-    back = mxfp4.unshuffle_scales(shuffled, m, n)
+    back = unshuffle_scales(shuffled, m, n)
     assert back.dtype == s.dtype and torch.equal(u8(back), raw)
-    whole = mxfp4.unshuffle_scales(shuffled)
+    whole = unshuffle_scales(shuffled)
     assert whole.shape == (pm, pn) and torch.equal(u8(whole)[:m, :n], raw)
     assert torch.equal(u8(s), raw)  # input untouched
 
@@ -522,4 +523,4 @@ def test_shuffle_scales_device(device):
     shuffled = mxfp4.shuffle_scales(raw.to(device).view(E8M0))
     assert shuffled.device.type == device.type and shuffled.shape == (512, 16)
     assert torch.equal(u8(shuffled).cpu().flatten()[oracle.spec_scale_destinations(300, 12).flatten()], raw.flatten())
-    assert torch.equal(u8(mxfp4.unshuffle_scales(shuffled, 300, 12)).cpu(), raw)
+    assert torch.equal(u8(unshuffle_scales(shuffled, 300, 12)).cpu(), raw)

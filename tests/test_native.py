@@ -21,7 +21,6 @@ import buffers
 from moe_triton import plan as plans
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.native import xcd_program
-from moe_triton.native import native_launches
 from moe_triton.routing import route_and_quantize
 from moe_triton.target import native_default
 from moe_triton.tiles import NativeTileConfig, TileConfig
@@ -40,8 +39,8 @@ needs_dot_scaled = pytest.mark.skipif(not HAS_DOT_SCALED, reason="this Triton's 
 
 
 def run_native(data, tiles=None):
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles, native=True)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles, native=True)
 
 
 def table_tiles(data):
@@ -92,63 +91,16 @@ def test_kernel_variants_match_reference(case, variant):
     assert_matches_reference(data, run_native(data, table_tiles(data)._replace(**variant)))
 
 
-# Split-K (stage 1's K loop over 2 or 3 programs per tile, the last adding their partial sums) and
-# stage 2's plain stores into slot rows with the last launch's sum, each composed with a routing
-# variant: two launches before stage 1, one, or stage 1 routing its own block (with fused_quant).
-# 3 splits of 128-wide K steps over H-512's 4 leave the third split empty. Small cases (H-512):
-# 5 tokens of 2 experts of 4 and a shared one, and one token.
-SPLIT_CASE = small_case(dhidden=512, bs=5, nroutedexperts=4, nexpertspertoken=2)
-SPLIT_AND_STORE = {
-    "split2-route1": (SPLIT_CASE, dict(split_k1=2, route_launches=1)),
-    "split3-k128-slots-wt": (
-        small_case(bs=1, dhidden=512),
-        dict(split_k1=3, block_k1=128, stage2_store="slots", store_cache=".wt"),
-    ),
-    "split2-quant0-slots-cs": (
-        SPLIT_CASE,
-        dict(split_k1=2, fused_quant=True, route_launches=0, stage2_store="slots", store_cache=".cs"),
-    ),
-}
+# 5 tokens of 2 experts of 4 and a shared one, at H-512.
+SMALL_CASE = small_case(dhidden=512, bs=5, nroutedexperts=4, nexpertspertoken=2)
 
 
 def _poison(data) -> None:
-    """Garbage in every scratch buffer of the pool but those kept zero between calls (KEPT_ZERO),
-    and a NaN tensor of the output's size freed, so that an element a call leaves unwritten shows."""
-    for (name, *_), buf in buffers._pool.items():
-        if name in buffers.KEPT_ZERO:
-            continue
+    """Garbage in every scratch buffer of the pool, and a NaN tensor of the output's size freed, so
+    that an element a call leaves unwritten shows."""
+    for buf in buffers._pool.values():
         buf.fill_(0x77 if buf.dtype == torch.uint8 else -7 if not buf.is_floating_point() else float("nan"))
     torch.full(data[0].shape, float("nan"), dtype=torch.float32)
-
-
-def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.uint8)
-
-
-@needs_dot_scaled
-@pytest.mark.parametrize(("case", "variant"), SPLIT_AND_STORE.values(), ids=SPLIT_AND_STORE.keys())
-def test_split_k_and_slot_stores_match_the_plain_tiles_and_reference(case, variant):
-    """On two seeds' fresh inputs, scratch and freed output memory poisoned before every call:
-    ref_kernel (bit for bit under the interpreter: the partial sums of fp4 products are exact in fp32
-    at H-512, so their order does not show; the slot rows are summed in ascending expert order, as
-    ref_kernel adds them) and, on the first, the same tiles with split_k1 1 and atomic stores (up to
-    the order of bf16 atomics on a GPU: assert_same_sums); the inputs untouched, the arrival
-    counters zero again."""
-    for seed in (case["seed"], case["seed"] + 13):
-        data = generate_input(**{**case, "seed": seed})
-        tiles = table_tiles(data)._replace(**variant)
-        inputs = [_bits(t).clone() for t in data[:11]]
-        _poison(data)
-        out = run_native(data, tiles)
-        assert_matches_reference(data, out)
-        if seed == case["seed"]:
-            _poison(data)
-            plain = run_native(data, tiles._replace(split_k1=1, stage2_store="atomic", store_cache=""))
-            assert_same_sums(out, plain, data[-1]["total_top_k"])
-        assert all(torch.equal(before, _bits(t)) for before, t in zip(inputs, data[:11], strict=True))
-        arrivals = [buf for (name, *_), buf in buffers._pool.items() if name == "split_arrivals"]
-        assert arrivals and all(not buf.any() for buf in arrivals)  # back to zero for the next call
-    assert native_launches(tiles) == tiles.route_launches + 2 + (tiles.stage2_store == "slots")
 
 
 # The routing launches' quantizing programs at more 32-blocks each (NativeTileConfig.quant_blocks:
@@ -175,11 +127,11 @@ def test_longer_quantizing_programs_and_chains_match_the_table_tile_and_referenc
 
 
 # One variant of each launch structure: two routing launches and a1, one routing launch, stage 1
-# quantizing and routing itself with split-K and the slot rows' sum.
+# quantizing and routing itself.
 PLAN_VARIANTS = {
     "route2": dict(),
     "route1-q64": dict(route_launches=1, quant_blocks=64),
-    "route0-split2-slots": dict(fused_quant=True, route_launches=0, split_k1=2, stage2_store="slots"),
+    "route0": dict(fused_quant=True, route_launches=0),
 }
 
 
@@ -187,11 +139,11 @@ PLAN_VARIANTS = {
 @pytest.mark.parametrize("variant", PLAN_VARIANTS.values(), ids=PLAN_VARIANTS.keys())
 def test_later_native_calls_replay_the_plan_with_their_own_tensors(monkeypatch, variant):
     monkeypatch.setattr(plans, "_plans", type(plans._plans)())
-    first, other = (generate_input(**{**SPLIT_CASE, "seed": seed}) for seed in (5, 6))
+    first, other = (generate_input(**{**SMALL_CASE, "seed": seed}) for seed in (5, 6))
     tiles = table_tiles(first)._replace(**variant)
     assert_matches_reference(first, run_native(first, tiles))
     (plan,) = plans._plans.values()
-    assert plan.bits and len(plan.launches) == native_launches(tiles)
+    assert plan.bits and len(plan.launches) == tiles.route_launches + 2
     _poison(other)
     assert_matches_reference(other, run_native(other, tiles))
     assert_matches_reference(first, run_native(first, tiles))
@@ -203,7 +155,7 @@ def test_a_direct_native_launch_takes_the_hidden_states_for_their_int32_view(mon
     # Stage 1 quantizing its rows reads the hidden states as int32 pairs: a direct launch passes
     # the call's hidden states there (a pointer either way), never the first call's view.
     monkeypatch.setattr(plans, "_plans", type(plans._plans)())
-    first, other = (generate_input(**{**SPLIT_CASE, "seed": seed}) for seed in (5, 6))
+    first, other = (generate_input(**{**SMALL_CASE, "seed": seed}) for seed in (5, 6))
     tiles = table_tiles(first)._replace(fused_quant=True, route_launches=0)
     run_native(first, tiles)
     (plan,) = plans._plans.values()
@@ -220,36 +172,20 @@ def test_a_direct_native_launch_takes_the_hidden_states_for_their_int32_view(mon
 @needs_dot_scaled
 def test_128_row_blocks_match_reference():
     # The E-33 bs-512 rows' routing blocks (tiles_amd), one block per expert here.
-    data = generate_input(**SPLIT_CASE)
+    data = generate_input(**SMALL_CASE)
     assert_matches_reference(data, run_native(data, table_tiles(data)._replace(block_m=128, route_launches=1)))
 
 
-def test_split_k_and_store_fields_are_checked():
+def test_tile_fields_are_checked():
     data = generate_input(**small_case())
     tiles = table_tiles(data)
     for bad, message in [
-        (dict(split_k1=0), "split_k1 must be an int >= 1, got 0"),
-        (dict(split_k1=True), "split_k1 must be an int >= 1, got True"),
-        (dict(stage2_store="rows"), "stage2_store must be one of atomic, slots, got 'rows'"),
-        (dict(stage2_store="slots", store_cache=".cg"), "store_cache must be one of"),
-        (dict(store_cache=".wt"), "store_cache applies to the plain stores of stage2_store 'slots' only"),
         (dict(block_k1=512), "block_k1 512 and block_k2 256 must divide d_hidden 256 and d_inter 256"),
         (dict(quant_blocks=48), "quant_blocks must be a power of 2, got 48"),
         (dict(quant_blocks=0), "quant_blocks must be a power of 2, got 0"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_native(data, tiles._replace(**bad))
-
-
-def test_a_buffer_kept_zero_starts_zeroed_and_is_left_alone(monkeypatch):
-    # A pool of its own: the non-zero buffer left behind must not reach the other tests' checks.
-    monkeypatch.setattr(buffers, "_pool", type(buffers._pool)())
-    monkeypatch.setattr(buffers, "KEPT_ZERO", set())
-    buf = buffers.get_buffer("test_kept_zero", (5,), torch.int32, torch.device("cpu"), kept_zero=True)
-    assert "test_kept_zero" in buffers.KEPT_ZERO and not buf.any()
-    buf.fill_(3)
-    again = buffers.get_buffer("test_kept_zero", (5,), torch.int32, torch.device("cpu"), kept_zero=True)
-    assert again is buf and again.tolist() == [3] * 5  # never zeroed on later calls
 
 
 @triton.jit
@@ -300,7 +236,6 @@ def test_stage1_routing_its_own_block_writes_the_aiter_layout(rows):
     # quant0 variants of the 32-row shapes); several blocks per expert.
     data = generate_input(**small_case(bs=70))
     tiles = table_tiles(data)._replace(fused_quant=True, route_launches=0, **rows)
-    assert native_launches(tiles) == 2
     for key, buf in list(buffers._pool.items()):
         if key[0] in ("sorted_ids", "sorted_expert_ids", "num_valid_ids"):
             buf.fill_(-7)
@@ -317,10 +252,9 @@ def test_stage1_routing_its_own_block_writes_the_aiter_layout(rows):
     assert torch.equal(pool["sorted_expert_ids"][: total // block_m].cpu(), want_experts[: total // block_m])
 
 
-def test_variant_tiles_are_checked_and_count_their_launches():
+def test_variant_tiles_are_checked():
     data = generate_input(**small_case())
     tiles = table_tiles(data)
-    assert [native_launches(tiles._replace(route_launches=r)) for r in (2, 1, 0)] == [4, 3, 2]
     with pytest.raises(ValueError, match="route_launches 0 .* needs fused_quant"):
         run_native(data, tiles._replace(route_launches=0))
     with pytest.raises(ValueError, match="route_launches must be 0, 1 or 2"):
@@ -410,9 +344,9 @@ def test_native_tiles_cover_every_official_shape():
         for name, alt in NATIVE_ALTERNATES[key].items():
             assert alt != cfg and alt._replace(**NATIVE_VARIANTS[name]) == alt, name
             assert alt.nonkdim == 16 or alt.block_m >= 32, name
-            assert native_launches(alt) == 2 + alt.route_launches
-    # Two launches for every official shape, three at most for each.
-    fewest = {key: min(map(native_launches, alts.values())) for key, alts in NATIVE_ALTERNATES.items()}
+    # Two launches for every official shape, three at most for each: the routing's, then
+    # stage 1 and stage 2.
+    fewest = {key: 2 + min(a.route_launches for a in alts.values()) for key, alts in NATIVE_ALTERNATES.items()}
     benchmarks = [table_key(case) for case in BENCHMARKS]
     assert all(fewest[key] == 2 for key in benchmarks) and max(fewest.values()) <= 3
     # The default rule: routing blocks by rows per expert, at most 64.
@@ -435,18 +369,18 @@ def test_the_h200_native_check_runs_and_writes_its_table(tmp_path):
 
 @needs_dot_scaled
 def test_the_h200_native_check_takes_extra_variants_of_the_table_tile(tmp_path, capsys):
-    # Split-K stage 1 and slot-row stores (bench/h200/native_extra.json's kinds) on a small shape.
+    # Kernel variants of the table tile (as bench/h200/native_extra_bs512_triton39.json's) on a small shape.
     import json
 
     from bench.h200.native_check import main
 
     extra = tmp_path / "extra.json"
-    variants = {"split2": {"split_k1": 2}, "slots-wt": {"stage2_store": "slots", "store_cache": ".wt"}}
+    variants = {"route1-q64": {"route_launches": 1, "quant_blocks": 64}, "fused-quant": {"fused_quant": True}}
     extra.write_text(json.dumps(variants))
-    args = ["--shapes", "smoke:1", "--seeds", "1", "--variants", "split2", "slots-wt", "--out", str(tmp_path)]
+    args = ["--shapes", "smoke:1", "--seeds", "1", "--variants", "route1-q64", "fused-quant", "--out", str(tmp_path)]
     assert main([*args, "--extra-variants", str(extra)]) == 0
     rows = json.loads((tmp_path / "native_check.json").read_text())["rows"]
-    assert [(r["variant"], r["passed"]) for r in rows] == [("split2", 1), ("slots-wt", 1)]
+    assert [(r["variant"], r["passed"], r["launches"]) for r in rows] == [("route1-q64", 1, 3), ("fused-quant", 1, 4)]
     extra.write_text(json.dumps({"x": {"bogus": 1}}))
     capsys.readouterr()
     assert main([*args, "--extra-variants", str(extra)]) == 2

@@ -116,7 +116,7 @@ def test_the_budget_stops_new_repetitions_after_the_first_timed_one():
 
 
 def test_the_ncu_command_asks_for_every_counter_on_the_three_bs512_shapes():
-    from bench.h200.fp8_check import official_cases
+    from bench.h200.harness import official_cases
     from problem.cases import BENCHMARKS, case_name
 
     command = rivals.NCU_COMMAND

@@ -12,21 +12,13 @@ import torch
 
 import submission
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
-from moe_triton.tiles_nvidia import (
-    ALTERNATES,
-    FP8_ALTERNATES,
-    GLUON_TUNED,
-    SELECTION_WINNERS,
-    TUNED,
-    fp8_tile_config,
-    tile_config,
-)
+from moe_triton.tiles_nvidia import ALTERNATES, GLUON_TUNED, SELECTION_WINNERS, TUNED, tile_config
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
 from reference import ATOL, RTOL, check_implementation, generate_input, make_config, ref_kernel
 from selection import candidates as cands
 from selection import choice_file, prerun
 from selection import selector as sel
-from selection.backend_table import shape_key
+from selection.candidates import shape_key
 
 
 @pytest.fixture(scope="module")
@@ -374,26 +366,36 @@ def test_the_cache_folder_follows_xdg_cache_home(monkeypatch, tmp_path):
 def test_the_static_choice_is_the_first_candidate_on_every_target():
     config = make_config(7168, 256, 256, 8, 1, 16)
     key = shape_key(config)
-    gpu = cands.candidates_for(config, "triton", "gpu", every=True)
-    fp8 = ["triton:fp8", *(f"triton:fp8-{n}" for n in FP8_ALTERNATES[key])]
-    assert [c.name for c in gpu] == ["triton", *(f"triton:{n}" for n in ALTERNATES[key]), *fp8]
+    gpu = cands.candidates_for(config, "gpu", every=True)
+    assert [c.name for c in gpu] == ["triton", *(f"triton:{n}" for n in ALTERNATES[key])]
     assert gpu[0].detail == repr(tile_config(16, 7168, 256, 257, 9))
-    assert gpu[len(ALTERNATES[key]) + 1].detail == repr(fp8_tile_config(16, 7168, 256, 257, 9))
     # by default the static choice and the alternates that won the shape
-    won = cands.candidates_for(config, "triton", "gpu")
+    won = cands.candidates_for(config, "gpu")
     assert [c.name for c in won] == ["triton", "triton:regs1-off"] and won[1].detail == repr(
         ALTERNATES[key]["regs1-off"]
     )
-    amd = cands.candidates_for(config, "aiter", "gfx950-aiter")
+    amd = cands.candidates_for(config, "gfx950-aiter")
     assert [c.name for c in amd[:3]] == ["aiter", "aiter-fused", "triton"]
-    assert [c.name for c in cands.candidates_for(config, "triton", "gfx950-aiter")[:3]] == [
-        "triton",
-        "aiter",
-        "aiter-fused",
-    ]
-    assert [c.name for c in cands.candidates_for(config, "triton", "gfx950")][0] == "triton"
-    names = [c.name for c in cands.candidates_for(config, "triton", "cpu")]
+    assert [c.name for c in cands.candidates_for(config, "gfx950")][0] == "triton"
+    names = [c.name for c in cands.candidates_for(config, "cpu")]
     assert names[0] == "triton" and len(set(names)) == len(names) == 3
+
+
+def test_the_static_backend_is_aiter_on_an_mi355x_for_every_shape_unless_moe_backend_names_another(monkeypatch):
+    monkeypatch.setattr(submission, "default_backend", lambda: "aiter")  # the cached probe of an MI355X with aiter
+    monkeypatch.delenv("MOE_BACKEND", raising=False)
+    assert submission.selected_backend() == "aiter"
+    monkeypatch.setenv("MOE_BACKEND", "triton")
+    assert submission.selected_backend() == "triton"
+
+
+def test_a_cases_table_key_is_its_configs_shape_key():
+    from problem.cases import SMOKE, table_key
+
+    for case in TESTS + BENCHMARKS + SMOKE:
+        shape = {k: v for k, v in case.items() if k != "seed"}
+        assert table_key(case) == shape_key(make_config(**shape))
+    assert shape_key(make_config(7168, 256, 256, 8, 1, 16)) == (7168, 256, 257, 9, 16)
 
 
 def test_the_alternates_are_runners_up_of_tuned_shapes_and_differ_from_the_table():
@@ -411,7 +413,7 @@ def test_the_default_candidates_on_a_gpu_are_the_static_choice_and_the_selection
     for case in TESTS + BENCHMARKS:
         config = make_config(**{k: v for k, v in case.items() if k != "seed"})
         key = shape_key(config)
-        names = [c.name for c in cands.candidates_for(config, "triton", "gpu")]
+        names = [c.name for c in cands.candidates_for(config, "gpu")]
         decode = ["triton:decode"] if sm90 and key in GLUON_TUNED else []
         assert names == ["triton", *decode, *(f"triton:{n}" for n in SELECTION_WINNERS.get(key, ()))]
         assert set(SELECTION_WINNERS.get(key, ())) <= set(ALTERNATES.get(key, {}))
@@ -424,34 +426,18 @@ def test_the_candidate_set_comes_from_the_environment_and_bad_values_are_refused
         sel.candidate_set({"MOE_SELECT_CANDIDATES": "most"})
 
 
-def test_a_shape_whose_static_choice_is_the_fp8_path_keeps_the_decode_table_as_a_candidate(monkeypatch):
-    config = make_config(7168, 256, 256, 8, 1, 16)
-    key = shape_key(config)
-    monkeypatch.setattr(
-        cands, "static_tiles", lambda *shape, fp8, gluon: fp8_tile_config(*shape) if fp8 else tile_config(*shape)
-    )
-    names = [c.name for c in cands.candidates_for(config, "triton", "gpu", every=True)]
-    assert names[:2] == ["triton", "triton:decode"] and "triton:fp8" not in names
-    assert names[-len(FP8_ALTERNATES[key]) :] == [f"triton:fp8-{n}" for n in FP8_ALTERNATES[key]]
-
-
 def test_a_shape_whose_static_choice_is_the_gluon_stage_1_keeps_the_decode_table_as_a_candidate(monkeypatch):
     config = make_config(7168, 2048, 32, 8, 1, 512)
     key = shape_key(config)
     monkeypatch.setattr(cands, "gluon_kernels", lambda device: True)
-    found = {c.name: c.detail for c in cands.candidates_for(config, "triton", "gpu")}
+    found = {c.name: c.detail for c in cands.candidates_for(config, "gpu")}
     assert list(found)[:2] == ["triton", "triton:decode"]
     assert found["triton"] == repr(GLUON_TUNED[key]) and found["triton:decode"] == repr(TUNED[key])
     monkeypatch.setattr(cands, "gluon_kernels", lambda device: False)  # another GPU: the decode table alone
-    assert [c.name for c in cands.candidates_for(config, "triton", "gpu")] == ["triton"]
-
-
-def test_fp8_tables_cover_the_tuned_shapes_and_their_alternates_differ():
-    assert set(FP8_ALTERNATES) == set(TUNED)
-    for key, alternates in FP8_ALTERNATES.items():
-        table = fp8_tile_config(key[4], *key[:4])
-        assert 1 <= len(alternates) <= 3 and all(t != table for t in alternates.values()), key
-        assert table.block_m == TUNED[key].block_m  # the routing block that the decode table measured
+    assert [c.name for c in cands.candidates_for(config, "gpu")] == ["triton"]
+    monkeypatch.setattr(cands, "gluon_kernels", lambda device: True)  # every: the decode tile, then every alternate
+    names = [c.name for c in cands.candidates_for(config, "gpu", every=True)]
+    assert names == ["triton", "triton:decode", *(f"triton:{n}" for n in ALTERNATES[key])]
 
 
 def test_shape_names_are_the_case_names():
@@ -652,7 +638,7 @@ def test_end_to_end_the_real_cpu_candidates_select_and_the_output_is_correct(mon
         err = capfd.readouterr().err.splitlines()
         lines = [line for line in err if line.startswith("moe-mxfp4 select")]
         assert len(lines) == 1, err
-        names = [c.name for c in cands.candidates_for(data[-1], "triton", "cpu")]
+        names = [c.name for c in cands.candidates_for(data[-1], "cpu")]
         assert lines[0].startswith(f"moe-mxfp4 select {case_name(TINY[0])}: {names[0]} ")
         assert all(f" {n} " in lines[0] for n in names) and " -> " in lines[0]
         chosen = submission.selector().choice(data[-1])

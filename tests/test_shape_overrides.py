@@ -7,10 +7,12 @@ import os
 import warnings
 
 import aiter_double
+import aiter_names as names
 import pandas as pd
 import pytest
 import torch
 
+from bench.tune import aiter_csv
 from moe_aiter import inject as so
 from problem.cases import BENCHMARKS
 
@@ -77,7 +79,7 @@ def test_key_format_is_aiters():
         str(aiter_double.QuantType.per_1x32),
     )
     assert so.AITER_KEY_FIELDS == tuple(aiter_double.DOUBLE_CSV_COLUMNS[:13])
-    assert so.AITER_FMOE_CSV_COLUMNS == tuple(aiter_double.DOUBLE_CSV_COLUMNS)
+    assert aiter_csv.AITER_FMOE_CSV_COLUMNS == tuple(aiter_double.DOUBLE_CSV_COLUMNS)
 
 
 def test_rows_are_plain_data():
@@ -108,15 +110,15 @@ def test_kernel_names_exist_at_f3be04a(dbl):
             assert row["kernelName2"] in dbl.moe_kernels._KERNEL_PARAMS  # registered without help
     assert set(so.FLYDSL_FALLBACK_KERNEL2.values()) <= set(ck2)
     # the names aiter's own dsv3 table uses resolve the same way
-    assert so.CK_S1_32 in ck1 and so.CK_S2_32 in ck2
-    assert so.FLY_S2_16 not in dbl.moe_kernels._KERNEL_PARAMS
+    assert names.CK_S1_32 in ck1 and names.CK_S2_32 in ck2
+    assert names.FLY_S2_16 not in dbl.moe_kernels._KERNEL_PARAMS
 
 
 def test_name_parsers():
-    assert so.parse_ck_moe_kernel_name(so.CK_S1_128) == dict(
+    assert so.parse_ck_moe_kernel_name(names.CK_S1_128) == dict(
         stage=1, block_size=256, MPerBlock=128, NPerBlock=128, KPerBlock=128
     )
-    assert so.parse_flydsl_moe_kernel_name(so.FLY_S2_16) == dict(
+    assert so.parse_flydsl_moe_kernel_name(names.FLY_S2_16) == dict(
         stage=2,
         a_dtype="fp4",
         b_dtype="fp4",
@@ -129,7 +131,7 @@ def test_name_parsers():
     )
     assert so.parse_flydsl_moe_kernel_name("flydsl_moe1_afp4_wfp4_bf16_t32x256x256")["stage"] == 1
     assert so.parse_ck_moe_kernel_name("flydsl_moe2_x") is None
-    assert so.parse_flydsl_moe_kernel_name(so.CK_S1_32) is None
+    assert so.parse_flydsl_moe_kernel_name(names.CK_S1_32) is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -152,15 +154,15 @@ KEY_16 = so.aiter_key(16, 512, 33)
 @pytest.mark.parametrize(
     "key, changes, message",
     [
-        (KEY_128, dict(kernelName1=so.CK_S1_128), "MPerBlock 128 != block_m 32"),  # the seed submission's rows
-        (KEY_128, dict(kernelName2=so.FLY_S2_16), "tile_m 16 != block_m 32"),
+        (KEY_128, dict(kernelName1=names.CK_S1_128), "MPerBlock 128 != block_m 32"),  # the seed submission's rows
+        (KEY_128, dict(kernelName2=names.FLY_S2_16), "tile_m 16 != block_m 32"),
         (KEY_128, dict(block_m=16, kernelName1="", kernelName2=""), "multiple of 32"),
         (KEY_128, dict(kernelName1=math.nan), "must be a str"),
         (KEY_128, dict(kernelName2=None), "must be a str"),
         (KEY_128, dict(block_m=32.0), "must be an int"),
-        (KEY_128, dict(kernelName1=so.CK_S1_32.replace("_v3_", "_v1_")), "not an a4w4 gemm1 instance"),
-        (KEY_128, dict(kernelName1=so.CK_S2_32), "not a CK stage-1"),
-        (KEY_128, dict(kernelName2=so.CK_S2_64), "MPerBlock 64 != block_m 32"),
+        (KEY_128, dict(kernelName1=names.CK_S1_32.replace("_v3_", "_v1_")), "not an a4w4 gemm1 instance"),
+        (KEY_128, dict(kernelName1=names.CK_S2_32), "not a CK stage-1"),
+        (KEY_128, dict(kernelName2=names.CK_S2_64), "MPerBlock 64 != block_m 32"),
         (KEY_128, dict(kernelName2="flydsl_moe2_afp8_wfp4_bf16_t32x128x256_atomic"), "fp4 x fp4 -> bf16"),
         (KEY_128, dict(kernelName2="something_else"), "neither"),
         (KEY_128, dict(run_1stage=True), "run_1stage"),
@@ -178,7 +180,7 @@ def test_ksplit_rows_only_when_bf16_activations_are_allowed(monkeypatch):
     with pytest.raises(ValueError, match="block_m 16 whatever"):
         so.validate(with_row(KEY_16, **dict(cktile, block_m=32)), allow_bf16_activations=True)
     with pytest.raises(ValueError, match="take no kernel names"):
-        so.validate(with_row(KEY_16, **dict(cktile, kernelName1=so.CK_S1_32)), allow_bf16_activations=True)
+        so.validate(with_row(KEY_16, **dict(cktile, kernelName1=names.CK_S1_32)), allow_bf16_activations=True)
     monkeypatch.setattr(so, "OVERRIDE_ALLOW_BF16_ACTIVATIONS", True)
     so.validate(with_row(KEY_16, **cktile))
 
@@ -187,12 +189,12 @@ def test_the_seed_submissions_rows_are_all_rejected():
     """(tokens, inter, experts): block_m, ksplit, stage 1, stage 2 as the seed submission had them."""
     start = {
         (16, 256, 257): (16, 2, "", ""),
-        (128, 256, 257): (32, 0, so.CK_S1_128, so.FLY_S2_16),
-        (512, 256, 257): (32, 0, so.CK_S1_128, so.FLY_S2_16),
+        (128, 256, 257): (32, 0, names.CK_S1_128, names.FLY_S2_16),
+        (512, 256, 257): (32, 0, names.CK_S1_128, names.FLY_S2_16),
         (16, 512, 33): (32, 2, "", ""),
-        (128, 512, 33): (32, 0, so.CK_S1_128, so.FLY_S2_16),
-        (512, 512, 33): (64, 0, so.CK_S1_128, so.FLY_S2_16),
-        (512, 2048, 33): (32, 0, so.CK_S1_128, so.FLY_S2_16),
+        (128, 512, 33): (32, 0, names.CK_S1_128, names.FLY_S2_16),
+        (512, 512, 33): (64, 0, names.CK_S1_128, names.FLY_S2_16),
+        (512, 2048, 33): (32, 0, names.CK_S1_128, names.FLY_S2_16),
     }
     for shape, (block_m, ksplit, name1, name2) in start.items():
         row = dict(block_m=block_m, ksplit=ksplit, kernelName1=name1, kernelName2=name2, run_1stage=False)
@@ -255,7 +257,7 @@ def test_inject_loads_packaged_table_keeps_other_rows(dbl):
 def test_inject_clears_cache_and_is_idempotent(dbl):
     fm = dbl.fused_moe
     before = metadata_for(fm, KEY_128)  # aiter's packaged row: CK 64x32 stage 1
-    assert before.stage1.keywords["kernelName"] != so.CK_S1_32
+    assert before.stage1.keywords["kernelName"] != names.CK_S1_32
     assert fm.get_2stage_cfgs.cache_info().currsize == 1
     table = so.inject(fm)
     assert fm.get_2stage_cfgs.cache_info().currsize == 0
@@ -263,7 +265,7 @@ def test_inject_clears_cache_and_is_idempotent(dbl):
     again = so.inject(fm)
     assert again is table and {k: dict(v) for k, v in again.items()} == snapshot
     md = metadata_for(fm, KEY_128)
-    assert md.stage1.keywords["kernelName"] == so.CK_S1_32 and md.block_m == 32
+    assert md.stage1.keywords["kernelName"] == names.CK_S1_32 and md.block_m == 32
 
 
 def test_inject_into_an_already_loaded_table(dbl):
@@ -315,9 +317,9 @@ def test_register_flydsl(dbl):
     registry = dbl.moe_kernels._KERNEL_PARAMS
     n = len(registry)
     assert so.register_flydsl(dbl.moe_kernels) == []  # the table only names registered kernels
-    table = {KEY_128: dict(so.OVERRIDES[KEY_128], kernelName2=so.FLY_S2_16)}
-    assert so.register_flydsl(dbl.moe_kernels, table) == [so.FLY_S2_16]
-    assert registry[so.FLY_S2_16] == so.parse_flydsl_moe_kernel_name(so.FLY_S2_16)
+    table = {KEY_128: dict(so.OVERRIDES[KEY_128], kernelName2=names.FLY_S2_16)}
+    assert so.register_flydsl(dbl.moe_kernels, table) == [names.FLY_S2_16]
+    assert registry[names.FLY_S2_16] == so.parse_flydsl_moe_kernel_name(names.FLY_S2_16)
     assert so.register_flydsl(dbl.moe_kernels, table) == []
     assert len(registry) == n + 1
 
@@ -331,7 +333,7 @@ def test_inject_registers_a_missing_flydsl_kernel(dbl):
 
 def test_inject_validates_first(dbl):
     with pytest.raises(ValueError, match="MPerBlock 128"):
-        so.inject(dbl.fused_moe, overrides=with_row(KEY_128, kernelName1=so.CK_S1_128))
+        so.inject(dbl.fused_moe, overrides=with_row(KEY_128, kernelName1=names.CK_S1_128))
     assert dbl.fused_moe.cfg_2stages is None
 
 
@@ -369,9 +371,9 @@ def test_inject_refuses_other_get_2stage_cfgs(dbl):
 # CSV export
 # ---------------------------------------------------------------------------------------------
 def test_write_csv_round_trips_through_aiters_loader(tmp_path):
-    path = so.write_csv(tmp_path / "overrides.csv")
+    path = aiter_csv.write_csv(tmp_path / "overrides.csv")
     df = pd.read_csv(path)
-    assert tuple(df.columns) == so.AITER_FMOE_CSV_COLUMNS
+    assert tuple(df.columns) == aiter_csv.AITER_FMOE_CSV_COLUMNS
     table = so.load_aiter_table(path)  # what aiter/fused_moe.py:708-714 builds
     assert set(table) == set(so.OVERRIDES)
     for key, row in so.OVERRIDES.items():
@@ -386,7 +388,7 @@ def test_write_csv_round_trips_through_aiters_loader(tmp_path):
 
 @pytest.mark.parametrize("flydsl", [True, False])
 def test_csv_drives_the_double_as_aiter_config(monkeypatch, tmp_path, flydsl):
-    path = so.write_csv(tmp_path / "overrides.csv")
+    path = aiter_csv.write_csv(tmp_path / "overrides.csv")
     rows = pd.read_csv(path, keep_default_na=False).to_dict("records")
     dbl = aiter_double.install(monkeypatch, tmp_path, flydsl_available=flydsl, csv_rows=rows)
     for key, row in so.OVERRIDES.items():
@@ -400,7 +402,7 @@ def test_csv_drives_the_double_as_aiter_config(monkeypatch, tmp_path, flydsl):
 def test_csv_rows_win_aiters_merge(tmp_path):
     """AITER_CONFIG_FMOE=a.csv:b.csv merges, sorts by `us` and keeps the first row per key
     (aiter/jit/core.py:182-247): our rows carry us = 0."""
-    ours = pd.read_csv(so.write_csv(tmp_path / "ours.csv"))
+    ours = pd.read_csv(aiter_csv.write_csv(tmp_path / "ours.csv"))
     packaged = pd.read_csv(aiter_double.write_tuned_csv(tmp_path / "packaged.csv", aiter_double.packaged_rows()))
     merged = pd.concat([packaged, ours], ignore_index=True)
     merged["_tag"] = merged["_tag"].fillna("")
@@ -408,7 +410,7 @@ def test_csv_rows_win_aiters_merge(tmp_path):
     merged = merged.sort_values("us").drop_duplicates(subset=keys, keep="first")
     merged.to_csv(tmp_path / "merged.csv", index=False)
     table = so.load_aiter_table(tmp_path / "merged.csv")
-    assert table[KEY_128]["kernelName1"] == so.CK_S1_32
+    assert table[KEY_128]["kernelName1"] == names.CK_S1_32
 
 
 def test_an_empty_tag_column_loads_and_merges_without_pandas_warnings(tmp_path):

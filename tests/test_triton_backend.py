@@ -84,8 +84,8 @@ def test_nan_inputs_follow_the_reference_rule(native):
         hidden[3, 32:64] = float("nan")
     data[0] = hidden
     data = tuple(data)
-    h, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    out = fused_moe_triton(h, w1, w2, w1s, w2s, topk_weights, topk_ids, config, native=native)
+    h, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    out = fused_moe_triton(h, w1, w2, w1s, w2s, topk_weights, topk_ids, native=native)
     ref = ref_kernel(data)
     assert ref[1].isfinite().all() and ref[3].isfinite().all() == ON_GPU
     if ON_GPU:
@@ -115,8 +115,8 @@ def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1, max_regs2):
         max_regs1=max_regs1,
         max_regs2=max_regs2,
     )
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles)
     assert_matches_reference(data, out)
 
 
@@ -148,17 +148,17 @@ def test_tail_blocks_on_their_own_tiles():
     ids[:, 1] = torch.where(tokens < 17, 2, torch.where(tokens < 33, 3, 4))
     ids[:, 2] = 5
     data = with_routing(data, ids)
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tail_tiles(16))
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tail_tiles(16))
     assert_matches_reference(data, out)
 
 
 @pytest.mark.parametrize("tail_m", [24, 32, 8])
 def test_tail_tiles_must_be_smaller_powers_of_two(tail_m):
     data = generate_input(**small_case())
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
     with pytest.raises(ValueError, match="tail_m"):
-        fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tail_tiles(tail_m))
+        fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tail_tiles(tail_m))
 
 
 def test_inputs_unchanged_and_new_data_on_reused_buffers():

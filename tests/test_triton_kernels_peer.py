@@ -31,7 +31,7 @@ tk_matmul = pytest.importorskip("triton_kernels.matmul_ogs")
 tk_layout = pytest.importorskip("triton_kernels.tensor_details.layout")
 
 import reference  # noqa: E402
-from bench.h200.fp8_check import excess  # noqa: E402
+from bench.h200.harness import excess  # noqa: E402
 from bench.h200.peers import triton_kernels as peer  # noqa: E402
 from mxfp4.codec import dequantize  # noqa: E402
 from problem.cases import SMOKE, TINY  # noqa: E402

@@ -13,11 +13,6 @@ times, bench.h200.twin) with the MI355X's constants, fed with what the gfx950 co
   bytes         GEMM launches: the stage's weights of the hit experts (stage 1 2I x H, stage 2 H x I,
                 half a byte each and a scale byte per 32), shared among its launches by programs;
                 in flight per program: (stages - 1) K steps of weight and activation tiles.
-  scratch       the native variants' own traffic, in the launch that moves it (scratch_bytes): split-K's
-                partial sums (each stage-1 program writes its [2 block_n, block_m] fp32 partial, the last
-                of a tile reads all of them, and waits three round trips of L0 longer: its stores, the
-                arrival, the partials' loads), stage2_store "slots"' rows (stage 2 writes one bf16 row of
-                d_hidden per slot, the reduction launch reads them back), at DRAM bandwidth (no cache).
 ESTIMATE      = launches x gap + sum over launches of max(bytes term, compute term) (averaged over the
                 block count's spread) + the activations' bytes at the achievable bandwidth.
 bytes floor   every byte (expected experts hit x bench.roofline.expert_bytes, hidden states in, the bf16
@@ -25,9 +20,8 @@ bytes floor   every byte (expected experts hit x bench.roofline.expert_bytes, hi
 floor (2)     the model's own floor: the same bytes at the achievable bandwidth and two launches' gaps.
 MFMA us       matrix-core cycles of every GEMM launch spread over 256 CUs x 4 SIMDs.
 Not modelled: L2 and MALL reuse between programs (so an XCD-aware order or a cache modifier changes
-nothing), the atomics' contention (so stage 2's bf16 atomic adds cost their issue slots only, and
-the plain stores of "slots" save nothing here), the 8 XCDs' separate L2s (and what the split-K
-arrival's write-back and invalidation of them cost), the routing's skew from uniform.
+nothing), the atomics' contention (so stage 2's bf16 atomic adds cost their issue slots only), the
+8 XCDs' separate L2s, the routing's skew from uniform.
 """
 
 from __future__ import annotations
@@ -40,8 +34,6 @@ from bench.gfx950.check import KernelReport, is_gemm
 from bench.roofline import MX_BLOCK, expert_bytes
 
 FP4_BYTES = 1 / 2 + 1 / MX_BLOCK  # an MXFP4 element with its share of the scale byte
-SLOT_ROW_BYTES = 2  # stage2_store "slots": a bf16 element per slot and column (fp32 only under the interpreter)
-SPLIT_ROUND_TRIPS = 3  # split-K's last program: its partial's stores, the arrival, the partials' loads
 
 
 @dataclass
@@ -198,26 +190,9 @@ def gemm_work(
         memory=steps * machine.step_latency_cycles / max(1, rep.num_stages - 1),
         warps=rep.num_warps,
     )
-    if int(constexprs.get("SPLIT_K", 1)) > 1:
-        work.memory += SPLIT_ROUND_TRIPS * machine.latency_s * machine.clock_hz
     weights = sum(d.m * d.k for d in rep.dots) * FP4_BYTES  # the weights are the left operand
     activations = sum(d.n * d.k for d in rep.dots) * (FP4_BYTES if all(d.scaled for d in rep.dots) else 2)
     return work, max(1, rep.num_stages - 1) * (weights + activations)
-
-
-def scratch_bytes(rep: KernelReport, constexprs: dict, programs: float, params: dict) -> tuple[float, float]:
-    """(bytes, bytes in flight per program) of a launch's own scratch traffic (module docstring): split-K's
-    partial sums in stage 1 (a write and, on average, a read of one [2 BLOCK_N, BLOCK_M] fp32 tile per
-    program), the slot rows stage 2 writes with SLOTS, and those the reduction launch reads."""
-    slot_rows = params["bs"] * (params["nexpertspertoken"] + params["nsharedexperts"]) * params["dhidden"]
-    if "reduce" in rep.name:
-        return slot_rows * SLOT_ROW_BYTES, int(constexprs["TOPK"]) * int(constexprs["BLOCK"]) * SLOT_ROW_BYTES
-    if "stage1" in rep.name and int(constexprs.get("SPLIT_K", 1)) > 1:
-        partial = 2 * int(constexprs["BLOCK_N"]) * int(constexprs["BLOCK_M"]) * 4
-        return programs * 2 * partial, 0.0
-    if "stage2" in rep.name and constexprs.get("SLOTS"):
-        return slot_rows * SLOT_ROW_BYTES, 0.0
-    return 0.0, 0.0
 
 
 def other_work(rep: KernelReport, machine: model.Machine) -> model.ProgramWork:
@@ -248,16 +223,13 @@ def estimate(
             per_stage[_stage(rep.name)] += mean
             rows.append((rep, model.LaunchWork(mean, variance, slots, work, 0.0, in_flight)))
         else:
-            programs = math.prod(launch.grid)
-            nbytes, in_flight = scratch_bytes(rep, launch.constexprs, programs, params)
-            rows.append((rep, model.LaunchWork(programs, 0.0, slots, other_work(rep, machine), nbytes, in_flight)))
+            rows.append((rep, model.LaunchWork(math.prod(launch.grid), 0.0, slots, other_work(rep, machine), 0.0, 0.0)))
     mfma = compute = 0.0
     per_launch = []
-    for (rep, work), (_, launch) in zip(rows, launches, strict=True):
+    for rep, work in rows:
         if rep.loop and rep.dots and is_gemm(rep.name):
             total = per_stage[_stage(rep.name)]
             work.nbytes = stage_weight_bytes(rep.name, params) * (work.programs / total if total else 0.0)
-            work.nbytes += scratch_bytes(rep, launch.constexprs, work.programs, params)[0]
             mfma += work.programs * work.work.warps * work.work.matrix / (machine.units * model.SIMDS_PER_CU)
         timed = model.launch_time(machine, work)
         compute += timed.compute_s * 1e6

@@ -76,7 +76,7 @@ def launch_case(params: dict, path: str, tiles=None):
     fused = _launcher()
     data = compile_inputs(params)
     validate_inputs(data)
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
     kwargs, note = {} if tiles is None else {"tiles": tiles}, f"{path} path"
     if "native" in inspect.signature(fused).parameters:
         kwargs["native"] = path == "native"
@@ -86,7 +86,7 @@ def launch_case(params: dict, path: str, tiles=None):
     os.environ["MOE_TRITON_NATIVE"] = "1" if path == "native" else "0"
     try:
         with compile_only_gfx950() as driver:
-            fused(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, **kwargs)
+            fused(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, **kwargs)
     finally:
         if previous is None:
             os.environ.pop("MOE_TRITON_NATIVE", None)

@@ -5,7 +5,7 @@ only the routing block and the AMD options (nonkdim, waves_per_eu): so per shape
 stage 1's tiles and stage 2's are searched apart, then combined with the routing launches of each
 launch count (route_launches 2 and 1 with the plain stage 1, 0 with the stage 1 that quantizes and
 routes its own block). Space (SPACE): routing blocks by the rows per expert, block_n, block_k, warps
-and stages per stage, split-K for stage 1, stage 2's tiles per program; the routing launches at
+and stages per stage, stage 2's tiles per program; the routing launches at
 the lowest of ROUTE_QUANT_BLOCKS per mode.
 
 A stage's candidates are first bounded by the model's cheap terms, no compile (stage_bound): its bytes
@@ -52,7 +52,6 @@ SPACE = {
         "block_k1": (128, 256, 512),
         "warps1": (4, 8),
         "stages1": (2, 3, 4),
-        "split_k1": (1, 2, 4),
     },
     "stage2": {
         "block_n2": (64, 128, 256),
@@ -129,7 +128,7 @@ def stage_grid(stage: int, params: dict, block_m: int, tile: dict) -> tuple[int,
     """The launcher's grid of a GEMM launch (moe_triton.native._native_plan)."""
     blocks = est.capacity(params, block_m)
     if stage == 1:
-        return (blocks, _cdiv(params["dexpert"], tile["block_n1"]) * tile["split_k1"], 1)
+        return (blocks, _cdiv(params["dexpert"], tile["block_n1"]), 1)
     return (blocks, _cdiv(_cdiv(params["dhidden"], tile["block_n2"]), tile["n_tiles2"]), 1)
 
 
@@ -163,9 +162,6 @@ def stage_bound(
     matrix = steps * 2 * rows * block_m * k / (warps * model.FLOPS_PER_SIMD_CYCLE["fp4"])
     memory = steps * machine.step_latency_cycles / max(1, stages - 1)
     nbytes = est.stage_weight_bytes(f"stage{stage}", params)
-    if stage == 1 and tile["split_k1"] > 1:
-        memory += est.SPLIT_ROUND_TRIPS * machine.latency_s * machine.clock_hz
-        nbytes += mean * 2 * (2 * tile["block_n1"] * block_m * 4)
     in_flight = max(1, stages - 1) * (_fp4_tile_bytes(rows, k) + _fp4_tile_bytes(block_m, k))
     issue = steps * model.VALU_CYCLES * valu_per_element * block_m * k / (warps * 64) if quantizes else 0.0
     work = model.ProgramWork(issue=issue, matrix=matrix, memory=memory, warps=warps)
@@ -186,15 +182,12 @@ def tiles_of(table, group: Group, mode: str, stage1: dict, stage2: dict, quant_b
 def describe(cfg) -> str:
     """A short name of a combination: routing launches, block_m, each stage's tile, the options."""
     mode = {2: "r2", 1: "r1", 0: "q0"}[cfg.route_launches]
-    s1 = f"{2 * cfg.block_n1}x{cfg.block_k1}w{cfg.warps1}s{cfg.stages1}" + (
-        f"k{cfg.split_k1}" if cfg.split_k1 > 1 else ""
-    )
+    s1 = f"{2 * cfg.block_n1}x{cfg.block_k1}w{cfg.warps1}s{cfg.stages1}"
     s2 = f"{cfg.block_n2}x{cfg.block_k2}w{cfg.warps2}s{cfg.stages2}t{cfg.n_tiles2}"
     extra = "".join(
         (
             f"-nk{cfg.nonkdim}" if cfg.nonkdim != 16 else "",
             f"-wpe{cfg.waves_per_eu}" if cfg.waves_per_eu else "",
-            "-slots" if cfg.stage2_store == "slots" else "",
             f"-q{cfg.quant_blocks}" if cfg.route_launches and cfg.quant_blocks != 16 else "",
         )
     )

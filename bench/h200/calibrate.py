@@ -40,8 +40,8 @@ def _official():
 def _decode_call(data):
     from moe_triton.fused_moe import fused_moe_triton
 
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, native=False)
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native=False)
 
 
 def _plan_grids(data) -> list[dict]:

@@ -1,15 +1,14 @@
-"""`python -m bench.h200.compile`: the NVIDIA paths compiled for sm_90 on this (CPU) machine, nothing run.
+"""`python -m bench.h200.compile`: the decode path compiled for sm_90 on this (CPU) machine, nothing run.
 
 Calls fused_moe_triton on empty CPU tensors of each official shape while a compile-only CUDA driver
 is active, with the NVIDIA fast path on (the PTX decodes, dependent launches, register caps), so
 every kernel compiles as the launcher would launch it on an H200. Per launch it reads the cubin
-(bench.h200.sass, cuobjdump from triton's package): registers per thread, local memory and
-STL/LDL (spills), shared memory, the MMA instructions (QGMMA: fp8 wgmma, HGMMA: bf16) and the
-instructions of the main loop's body.
-Compiled figures, not measurements. docs/triton.md, "The fp8 path", has its table.
+(bench.h200.sass, cuobjdump from triton's package): registers per thread, local memory and STL/LDL
+(spills), shared memory, the MMA instructions (HGMMA: bf16 wgmma) and the instructions of the main
+loop's body. Compiled figures, not measurements.
 
-    python -m bench.h200.compile                       # fp8 table tiles, every official shape
-    python -m bench.h200.compile --alternates --decode # also FP8_ALTERNATES and the decode table tile
+    python -m bench.h200.compile               # the decode table tiles, every official shape
+    python -m bench.h200.compile --alternates  # also every ALTERNATES tile
 """
 
 from __future__ import annotations
@@ -147,15 +146,10 @@ def loops(lines: list[tuple[int, str]]) -> list[list[str]]:
 
 
 def _loop_body(lines: list[tuple[int, str]]) -> list[str]:
-    """The main K loop's instructions: of the loops that hold fp8 MMAs (QGMMA: the fp8 path) or
-    else bf16 ones (HGMMA), the longest; the fallback's bf16 loop and the prepasses are shorter or
-    hold none. bench.h200.sass.split knows only HGMMA."""
-    every = loops(lines)
-    for mma in ("QGMMA", "HGMMA"):
-        found = [body for body in every if any(opcode(t) == mma for t in body)]
-        if found:
-            return max(found, key=len)
-    return []
+    """The main K loop's instructions: the longest of the loops that hold bf16 wgmmas (HGMMA); the
+    prepasses are shorter or hold none."""
+    found = [body for body in loops(lines) if any(opcode(t) == "HGMMA" for t in body)]
+    return max(found, key=len) if found else []
 
 
 SASS_DIR = os.environ.get("MOE_SASS_DIR", "")  # where to keep each kernel's SASS and PTX (debugging)
@@ -181,7 +175,6 @@ def kernel_figures(kernel) -> dict:
         "spill_instructions": every["STL"] + every["LDL"],
         "shared_bytes": kernel.metadata.shared,
         "warps": kernel.metadata.num_warps,
-        "qgmma": every["QGMMA"],
         "hgmma": every["HGMMA"],
         "loop_instructions": len(body),
         "loop_ops": dict(ops.most_common(12)),
@@ -201,43 +194,38 @@ def compile_case(case: dict, tiles) -> list[dict]:
     data = [torch.empty(shape, dtype=dtypes[0]) for dtypes, shape in expected_layout(config)]
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids = data
     with compiling_for_sm90() as driver:
-        fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=False)
+        fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles=tiles, native=False)
     return [{**kernel_figures(kernel), "grid": grid} for kernel, grid in driver.launches]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.h200.compile", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--alternates", action="store_true", help="also every FP8_ALTERNATES tile")
-    parser.add_argument("--decode", action="store_true", help="also the decode path's table tile")
+    parser.add_argument("--alternates", action="store_true", help="also every ALTERNATES tile")
     parser.add_argument("--names", nargs="*", default=[], help="only cases whose name contains one of these")
     args = parser.parse_args(argv)
     os.environ["TRITON_INTERPRET"] = "0"
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from moe_triton.tiles_nvidia import FP8_ALTERNATES, fp8_tile_config, tile_config
+    from moe_triton.tiles_nvidia import ALTERNATES, tile_config
     from problem.cases import BENCHMARKS, TESTS, case_name, table_key
 
-    print(
-        "| case | tiles | kernel | regs | local B | STL+LDL | shared B | QGMMA | HGMMA | loop instrs | loop: top ops |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| case | tiles | kernel | regs | local B | STL+LDL | shared B | HGMMA | loop instrs | loop: top ops |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     failed = 0
     for case in (*TESTS, *BENCHMARKS):
         name = case_name(case)
         if args.names and not any(n in name for n in args.names):
             continue
         d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
-        variants = {"fp8 table": fp8_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)}
+        variants = {"table": tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)}
         if args.alternates:
-            variants.update({f"fp8 {k}": v for k, v in FP8_ALTERNATES.get(table_key(case), {}).items()})
-        if args.decode:
-            variants["decode table"] = tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+            variants.update(ALTERNATES.get(table_key(case), {}))
         for label, tiles in variants.items():
             try:
                 rows = compile_case(case, tiles)
             except Exception as exc:  # a tile that does not compile is a result
                 failed += 1
-                print(f"| {name} | {label} | compile failed: {type(exc).__name__}: {str(exc)[:120]} | | | | | | | | |")
+                print(f"| {name} | {label} | compile failed: {type(exc).__name__}: {str(exc)[:120]} | | | | | | | |")
                 continue
             for r in rows:
                 if "stage" not in r["kernel"]:
@@ -246,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"| {name} | {label} | {r['kernel']} | {r['regs']} | {r['local_bytes']} | {r['spill_instructions']}"
                     f" | {r['shared_bytes']}"
-                    f" | {r['qgmma']} | {r['hgmma']} | {r['loop_instructions']} | {top} |",
+                    f" | {r['hgmma']} | {r['loop_instructions']} | {top} |",
                     flush=True,
                 )
     return 1 if failed else 0

@@ -60,11 +60,11 @@ def routed_a2(data, block_m: int):
 
 def base_tiles(case: dict):
     """(the decode table's tile, the static sm_90 tile) of an official case."""
-    from bench.h200.fp8_check import table_tiles
+    from bench.h200.harness import table_tile
     from moe_triton.tiles_nvidia import GLUON_TUNED
     from problem.cases import table_key
 
-    decode = table_tiles(case)[2]
+    decode = table_tile(case)
     return decode, GLUON_TUNED.get(table_key(case), decode)
 
 
@@ -111,7 +111,7 @@ def compare(data, tiles, ref, named: dict) -> dict:
     on every real row."""
     import torch
 
-    from bench.h200.fp8_check import excess, poison, run_tiles
+    from bench.h200.harness import excess, poison, run_tiles
 
     poison(ref.shape)
     results = {"decode": {"excess": excess(run_tiles(data, tiles), ref)}}
@@ -127,7 +127,7 @@ def compare(data, tiles, ref, named: dict) -> dict:
 
 
 def mode_smoke(args, torch) -> dict:
-    from bench.h200.fp8_check import leaderboard_input, official_cases, table_tiles
+    from bench.h200.harness import leaderboard_input, official_cases, table_tile
     from bench.tune.tiles import case_tiles
     from reference import generate_input, ref_kernel
 
@@ -138,13 +138,13 @@ def mode_smoke(args, torch) -> dict:
     print("odd", results["odd"], flush=True)
     for name, case in official_cases(args.shapes or ["I2048"]):
         data = leaderboard_input(case, 0)
-        results[name] = compare(data, table_tiles(case)[2], ref_kernel(data), variants(args, *base_tiles(case)))
+        results[name] = compare(data, table_tile(case), ref_kernel(data), variants(args, *base_tiles(case)))
         print(name, results[name], flush=True)
     return results
 
 
 def mode_check(args, torch) -> dict:
-    from bench.h200.fp8_check import leaderboard_input, official_cases, table_tiles
+    from bench.h200.harness import leaderboard_input, official_cases, table_tile
     from reference import ref_kernel
 
     results, started = {}, time.perf_counter()
@@ -155,7 +155,7 @@ def mode_check(args, torch) -> dict:
             if time.perf_counter() - started > args.budget_s:
                 break
             data = leaderboard_input(case, i)
-            for k, r in compare(data, table_tiles(case)[2], ref_kernel(data), named).items():
+            for k, r in compare(data, table_tile(case), ref_kernel(data), named).items():
                 rec[k]["seeds"] += 1
                 rec[k]["a2_differs"] += not r.get("a2_identical", True)
                 rec[k]["fails"] += r["excess"] > 1
@@ -167,7 +167,7 @@ def mode_check(args, torch) -> dict:
 
 
 def mode_time(args, torch) -> dict:
-    from bench.h200.fp8_check import leaderboard_input, official_cases, run_tiles, time_candidates
+    from bench.h200.harness import leaderboard_input, official_cases, run_tiles, time_candidates
     from bench.runner.timing import Device
     from bench.tune.tiles import kernel_times
     from problem.cases import BENCHMARKS, case_name
@@ -204,7 +204,7 @@ def mode_time(args, torch) -> dict:
 
 
 def mode_ncu(args, torch) -> dict:
-    from bench.h200.fp8_check import leaderboard_input, official_cases, profiled_call
+    from bench.h200.harness import leaderboard_input, official_cases, profiled_call
 
     done = []
     for name, case in official_cases(args.shapes or ["I2048-E32+1-k8+1-bs512"]):
@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not (torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)):
         return parser.fail("no sm_90 GPU here; gluon_check runs the Gluon stages on an H100 / H200")
-    from bench.h200.fp8_check import write_results
+    from bench.h200.harness import write_results
 
     started = time.perf_counter()
     modes = {"smoke": mode_smoke, "check": mode_check, "time": mode_time, "ncu": mode_ncu}

@@ -1,11 +1,11 @@
 """`python -m bench.h200.ncu_summary DIR --shapes NAME...`: what bounds each launch, from an Nsight
-Compute report of `python -m bench.h200.fp8_check ncu` exported as CSV.
+Compute report of the decode path's calls (`python -m bench.h200.gluon_check ncu`) exported as CSV.
 
 DIR holds raw.csv (`ncu -i REPORT --csv --page raw`) and, optionally, source_stage1.csv and
 source_stage2.csv (`--page source --print-source sass --kernel-name regex:moe_stage1`, one block per
 launch of that kernel, in launch order); each may be gzipped (NAME.csv.gz). --shapes names the
-profiled shapes in the order they ran (fp8_check prints it last): each shape's launches begin at
-its moe_prep_kernel.
+profiled shapes in the order they ran (gluon_check's ncu.json lists them): each shape's launches
+begin at its moe_prep_kernel.
 
 Per launch (launch_row): the duration, the tensor pipe's use (the wgmma flops against the SM's 4096
 bf16 flops a cycle, and its busy cycles), issue-slot use, the warps each scheduler holds and how many

@@ -87,7 +87,7 @@ def _failure(exc: BaseException) -> str:
 
 def time_shape(case: dict, peers: dict, reps: int, device, budget_s: float) -> dict:
     """{candidate: {median_us, runs, worst[, own, own_bound]}} (or {"error": ...}) over one shape's repetitions."""
-    from bench.h200.fp8_check import excess, leaderboard_input, timed
+    from bench.h200.harness import excess, leaderboard_input, timed
     from reference import ref_kernel
 
     candidates = {n: p for n, p in _with_package(peers).items() if not isinstance(p, str)}
@@ -132,7 +132,7 @@ def profile_shape(case: dict, peers: dict) -> dict:
     package's first call, its selection, before that): {candidate: "profiled" or the error}."""
     import torch
 
-    from bench.h200.fp8_check import leaderboard_input
+    from bench.h200.harness import leaderboard_input
 
     candidates = _with_package(peers)
     data = leaderboard_input(case, 0)
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in known]
     if unknown:
         return parser.fail(f"--peers {' '.join(unknown)}: unknown; known: {', '.join(known)}")
-    from bench.h200.fp8_check import official_cases
+    from bench.h200.harness import official_cases
     from problem.cases import BENCHMARKS, case_name
 
     benchmarks = {case_name(c) for c in BENCHMARKS}
@@ -236,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, case in cases:
             print(name, profile_shape(case, peers), flush=True)
         return 0
-    from bench.h200.fp8_check import write_results
+    from bench.h200.harness import write_results
     from bench.runner.timing import Device
 
     started = time.perf_counter()

@@ -420,7 +420,7 @@ def measure_shape(case: dict, reps: int, device, budget_s: float) -> dict:
     import torch
     from torch.autograd import DeviceType
 
-    from bench.h200.fp8_check import leaderboard_input
+    from bench.h200.harness import leaderboard_input
     from bench.roofline import traffic
     from bench.runner.evaluate import _kineto_lines_dropped
     from submission import custom_kernel
@@ -463,7 +463,7 @@ def profile_calls(cases: list, out: Path) -> None:
     out/ncu_calls.json, which splits the report's rows by shape."""
     import torch
 
-    from bench.h200.fp8_check import leaderboard_input
+    from bench.h200.harness import leaderboard_input
     from bench.h200.rivals import _failure
     from submission import custom_kernel
 
@@ -634,7 +634,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(brief))
         return 0
 
-    from bench.h200.fp8_check import official_cases
+    from bench.h200.harness import official_cases
     from problem.cases import BENCHMARKS, case_name
 
     if args.shapes:

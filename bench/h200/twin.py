@@ -47,9 +47,9 @@ SWEEP_BYTES_PER_WARP = 32 * 16 * 4
 
 
 def decode_launches(params: dict, tiles=None, native: bool = False) -> list:
-    """Compile (never run) every launch of one decode-path call for sm_90 (the fp8 path's with fp8 tiles,
-    the native path's with native), as the launcher launches it on the H200: the fast decode,
-    programmatic dependent launch, the tile table's register caps."""
+    """Compile (never run) every launch of one decode-path call for sm_90 (the native path's with
+    native), as the launcher launches it on the H200: the fast decode, programmatic dependent launch,
+    the tile table's register caps."""
     from bench.gfx950.driver import SM90, compile_only
     from bench.gfx950.run import compile_inputs
     from bench.h200.compile import fast_decode_on
@@ -59,13 +59,11 @@ def decode_launches(params: dict, tiles=None, native: bool = False) -> list:
 
     data = compile_inputs(params)
     validate_inputs(data)
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
     plan._plans.clear()  # a recorded plan would replay instead of launching
     try:
         with fast_decode_on(), compile_only(SM90) as driver:  # the CPU tensors stand for CUDA ones
-            fused_moe_triton(
-                hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config, tiles=tiles, native=native
-            )
+            fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles=tiles, native=native)
     finally:
         plan._plans.clear()
     return driver.launches
@@ -232,8 +230,8 @@ def call_us(data: tuple, tiles, reps: int) -> float:
     from bench.h200.calibrate import FLUSH_SHAPE
     from moe_triton.fused_moe import fused_moe_triton
 
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
-    args = (hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config)
+    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
+    args = (hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
     for _ in range(3):
         fused_moe_triton(*args, tiles=tiles, native=False)
     times = []

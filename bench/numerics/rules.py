@@ -21,7 +21,7 @@ What tells the two spellings apart, per exp and per division (counts over the wh
 import re
 
 # The package's kernels that compute h (moe_triton/kernels/silu.py's gated_h): one per path.
-H_KERNELS = ("moe_stage1_kernel", "moe_gluon_stage1_kernel", "moe_fp8_stage1_kernel", "moe_native_stage1_kernel")
+H_KERNELS = ("moe_stage1_kernel", "moe_gluon_stage1_kernel", "moe_native_stage1_kernel")
 
 
 def _count(pattern: str, text: str) -> int:

@@ -1,7 +1,7 @@
 """`python -m bench.numerics.silu_code --cases smoke`: every path's kernels compiled for both targets
 on this (CPU) machine, nothing run, and each kernel that computes h checked by bench.numerics.rules:
-sm_90 the decode path (its NVIDIA fast decode) and its Gluon stage 1, the fp8 path and the native
-path (dot_scaled emulated); gfx950 the native and the decode paths. One line per kernel; exit status
+sm_90 the decode path (its NVIDIA fast decode) and its Gluon stage 1, and the native path
+(dot_scaled emulated); gfx950 the native and the decode paths. One line per kernel; exit status
 1 if any breaks the rule.
 """
 
@@ -17,16 +17,15 @@ def compiled_h_kernels(params: dict) -> list[tuple[str, str, str, list[str]]]:
     run) for sm_90 and gfx950 as the launchers launch them there."""
     from bench.gfx950.run import launch_case
     from bench.h200.twin import decode_launches
-    from moe_triton.tiles_nvidia import GLUON_TUNED, fp8_tile_config, gluon_variant, tile_config
+    from moe_triton.tiles_nvidia import GLUON_TUNED, gluon_variant, tile_config
     from problem.cases import table_key
 
     key = table_key(params)
     d_hidden, d_inter, n_experts, topk, n_tokens = key
-    fp8 = fp8_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     decode = tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
     # the Gluon stage 1: its table tile, or the decode tile's routing with its fixed stage-1 fields
     gluon = GLUON_TUNED.get(key) or gluon_variant(decode, 64, stages=decode.stages1, parts=2)
-    paths = (("decode", decode, False), ("gluon", gluon, False), ("fp8", fp8, False), ("native", None, True))
+    paths = (("decode", decode, False), ("gluon", gluon, False), ("native", None, True))
     compiled = [
         ("sm_90", path, launch) for path, tiles, native in paths for launch in decode_launches(params, tiles, native)
     ]

@@ -30,7 +30,7 @@ from bench.runner.backends import (
 from bench.runner.case_args import UsageError, read_cases_file, secret_seed
 from bench.runner.case_args import select_cases as _select_cases
 from bench.runner.checks import CHECKS
-from bench.runner.pins import backend_rows, pin_rows, pins_text
+from bench.runner.pins import pin_rows, pins_text
 from bench.runner.timing import BENCHMARK_LIMITS, BENCHMARK_WARMUP, LEADERBOARD_LIMITS, LEADERBOARD_WARMUP, Limits
 
 MODES = ("test", "benchmark", "leaderboard", "profile", "host")
@@ -625,11 +625,6 @@ def _main(argv: list[str] | None) -> int:
     written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles) if args.out else []
     if written:
         console.print("wrote " + ", ".join(preflight.shown(p) for p in written))
-    table_rows = backend_rows(rows) if mode in report.TIMED_MODES else []
-    if table_rows:
-        console.print(
-            "rows for selection.backend_table.MI355X_BACKENDS (measured here):\n" + "\n".join(table_rows), markup=False
-        )
     pins = pin_rows(rows, amd=device == "cuda" and _is_rocm())
     pins_path = Path(args.out) / f"{mode}_pins.py" if args.out else None
     if pins:

@@ -1,6 +1,6 @@
 """Tune the aiter override table on an MI355X: `python -m bench.tune.aiter_rows --help`.
 
-For each chosen case, every valid row (moe_aiter/catalogue.py: block_m 32/64/128; the CK stage-1
+For each chosen case, every valid row (block_m 32/64/128; moe_aiter/catalogue.py's CK stage-1
 instances of that MPerBlock; as stage 2 the FlyDSL kernels of that tile_m and the CK stage-2
 instances of that MPerBlock; ksplit 0) is injected in turn into aiter's table, checked against
 reference.ref_kernel on two leaderboard-style seeds and timed the runner's way
@@ -28,16 +28,21 @@ if str(ROOT) not in sys.path:
 from bench.runner.case_args import UsageError, select_cases  # noqa: E402
 from bench.runner.preflight import UsageParser, shown  # noqa: E402
 from bench.tune import write_overrides  # noqa: E402
-from moe_aiter.catalogue import (  # noqa: E402
-    CK_A4W4_GEMM1_INSTANCES,
-    CK_A4W4_GEMM2_INSTANCES,
-    FLYDSL_STAGE2_MODES,
-    FLYDSL_STAGE2_TILE_K,
-    FLYDSL_STAGE2_TILE_M,
-    FLYDSL_STAGE2_TILE_N,
-    TUNE_BLOCK_M,
-)
+from moe_aiter.catalogue import CK_A4W4_GEMM1_INSTANCES, CK_A4W4_GEMM2_INSTANCES  # noqa: E402
 from moe_aiter.inject import ck_moe_kernel_name, flydsl_moe_kernel_name  # noqa: E402
+
+# FlyDSL stage 2 at aiter f3be04a (aiter/ops/flydsl/moe_kernels.py:63-92, registered at import by
+# :95-102): tile_m x tile_n x tile_k x mode for fp4 weights. Its stage 1 takes no fp4 activations
+# (gemm_moe_tune.py: "TODO: stage1 support fp4"), so stage 1 is always CK here.
+FLYDSL_STAGE2_TILE_M = (32, 64)
+FLYDSL_STAGE2_TILE_N = (128, 256)
+FLYDSL_STAGE2_TILE_K = (256,)
+FLYDSL_STAGE2_MODES = ("atomic", "reduce")
+# The sorting block heights a row may use with quantized activations. aiter's own tuner pairs a
+# block_m with the CK instances whose MPerBlock equals it and the FlyDSL kernels whose tile_m
+# equals it (gemm_moe_tune.py:1676, :1728, :1825, :1876); block_m 16 is out because the activation
+# quantizer needs block_m % 32 == 0 (moe_aiter/inject.py).
+TUNE_BLOCK_M = (32, 64, 128)
 
 DEFAULT_RESULTS = ROOT / "bench" / "out" / "tune_aiter.jsonl"
 DEFAULT_TABLE = ROOT / "shape_overrides.py"

@@ -60,8 +60,8 @@ STAGE2_OPTIONS = [
 
 
 def run(data, tiles, native: bool = False):
-    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, config = data
-    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, config, tiles, native=native)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles, native=native)
 
 
 def shape_key(data) -> tuple[int, int, int, int, int]:

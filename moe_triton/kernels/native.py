@@ -108,12 +108,11 @@ def _quantize_and_zero(
     d_hidden,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
-    ZERO: tl.constexpr,
     GFX950: tl.constexpr,
 ):
     """Program `program` of the a1 work: QUANT_BLOCKS 32-blocks of the hidden states taken as one
     flat array (no block straddles two rows), quantized to a1 bytes and scales when QUANT, and
-    the output elements they cover zeroed when ZERO. hidden_ptr: the bf16 bits as int32 pairs."""
+    the output elements they cover zeroed. hidden_ptr: the bf16 bits as int32 pairs."""
     blocks = program * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
     valid = blocks < n_tokens * (d_hidden // 32)
     if QUANT:
@@ -122,9 +121,8 @@ def _quantize_and_zero(
         fp4, scale = mx_convert_bf16_pairs(bits, GFX950)
         tl.store(a1_ptr + pairs, tl.reshape(fp4, (QUANT_BLOCKS, 16)), mask=valid[:, None])
         tl.store(a1_scale_ptr + blocks, tl.reshape(scale, (QUANT_BLOCKS,)), mask=valid)
-    if ZERO:
-        offs = blocks[:, None].to(tl.int64) * 32 + tl.arange(0, 32)[None, :]
-        tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=valid[:, None])
+    offs = blocks[:, None].to(tl.int64) * 32 + tl.arange(0, 32)[None, :]
+    tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=valid[:, None])
 
 
 @triton.jit
@@ -143,11 +141,10 @@ def moe_native_prep_kernel(
     HIST_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
-    ZERO: tl.constexpr,
     GFX950: tl.constexpr,
 ):
     """Programs below n_chunks count the experts of one chunk of topk_ids; the others zero the
-    output (ZERO) and, with QUANT, write a1 (_quantize_and_zero)."""
+    output and, with QUANT, write a1 (_quantize_and_zero)."""
     pid = tl.program_id(0)
     if pid < n_chunks:
         _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
@@ -162,7 +159,6 @@ def moe_native_prep_kernel(
             d_hidden,
             QUANT_BLOCKS,
             QUANT,
-            ZERO,
             GFX950,
         )
 
@@ -201,13 +197,12 @@ def moe_native_route_kernel(
     COUNT_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
-    ZERO: tl.constexpr,
     GFX950: tl.constexpr,
 ):
     """The prep and route launches in one: programs below n_experts each count the whole
     histogram (COUNT_CHUNK slots per step) and place their expert's slots
-    (moe_triton.kernels.routing._place_expert); the others zero the output (ZERO) and, with QUANT,
-    write a1."""
+    (moe_triton.kernels.routing._place_expert); the others zero the output and, with QUANT, write
+    a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
         counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
@@ -237,7 +232,6 @@ def moe_native_route_kernel(
             d_hidden,
             QUANT_BLOCKS,
             QUANT,
-            ZERO,
             GFX950,
         )
 
@@ -297,40 +291,6 @@ def _zero_share(out_ptr, n_out, ZERO_BLOCK: tl.constexpr):
 
 
 @triton.jit
-def _publish_partial(acc, partials_ptr, arrivals_ptr, tile, split, SPLIT_K: tl.constexpr, AMD: tl.constexpr):
-    """Split-K: store this program's partial sums [R, C] (fp32) as split `split` of `tile` and
-    count its arrival; whether it arrived last (then every split's sums are visible to it). One
-    thread counts, with acq_rel at device scope (agent: on gfx950 a write-back of the L2 before it
-    and an invalidation after, across the XCDs' L2s); the barrier before it makes every wave's
-    stores precede it. On AMD each wave first waits for its own stores to complete (AMD): the
-    compiled barrier waits for nothing, and a release by one wave covers only stores that have
-    reached the L2 (LLVM PRs 160501 and 161638 on the same gap in GFX10+ CU mode)."""
-    R: tl.constexpr = acc.shape[0]
-    C: tl.constexpr = acc.shape[1]
-    offs = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
-    tl.store(partials_ptr + (tile * SPLIT_K + split) * (R * C) + offs, acc)
-    if AMD:
-        tl.inline_asm_elementwise("s_waitcnt vmcnt(0)", "=v,v", [split], dtype=tl.int32, is_pure=False, pack=1)
-    tl.debug_barrier()
-    arrived = tl.atomic_add(arrivals_ptr + tile, 1, sem="acq_rel", scope="gpu")
-    return arrived == SPLIT_K - 1
-
-
-@triton.jit
-def _partials_total(partials_ptr, arrivals_ptr, tile, R: tl.constexpr, C: tl.constexpr, SPLIT_K: tl.constexpr):
-    """The last program of a split-K tile: every split's partial sums added in split order (the
-    same order whichever program arrives last), and the tile's arrival counter back to zero for
-    the next call."""
-    offs = tl.arange(0, R)[:, None] * C + tl.arange(0, C)[None, :]
-    base = partials_ptr + tile * SPLIT_K * (R * C)
-    total = tl.load(base + offs)
-    for split in tl.static_range(1, SPLIT_K):
-        total += tl.load(base + split * (R * C) + offs)
-    tl.store(arrivals_ptr + tile, 0)
-    return total
-
-
-@triton.jit
 def _stage1_epilogue(
     acc,
     a2_ptr,
@@ -383,8 +343,6 @@ def moe_native_stage1_kernel(
     n_slots,
     d_hidden,
     d_inter,
-    partials_ptr,
-    arrivals_ptr,
     TOPK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     BLOCK_N: tl.constexpr,
@@ -393,34 +351,22 @@ def moe_native_stage1_kernel(
     W_CACHE: tl.constexpr,
     QUANT_A: tl.constexpr,
     ROUTE: tl.constexpr,
-    ZERO: tl.constexpr,
-    SPLIT_K: tl.constexpr,
     EXPERT_BINS: tl.constexpr,
     SLOT_CHUNK: tl.constexpr,
     ZERO_BLOCK: tl.constexpr,
     GFX950: tl.constexpr,
-    AMD: tl.constexpr,
     JUDGE: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
     """QUANT_A: a1_ptr holds the hidden states' bf16 bits as int32 pairs, quantized here per K
     step by every column tile (a1_scale_ptr unused). ROUTE (with QUANT_A): no routing launch before this one: each
     program computes its own block's routing from topk_ids (_route_own_block), column tile 0
-    writes it for stage 2, and every program zeroes a share of the output when ZERO (stage 2
-    adds into it after this launch has finished). SPLIT_K > 1: the grid's second axis is column
-    tiles x SPLIT_K, each program a contiguous run of the K steps; partials_ptr holds
-    [tiles, SPLIT_K, 2 BLOCK_N, BLOCK_M] fp32 partial sums and arrivals_ptr one counter per tile
-    (block, column tile), zero at the call's start and again at its end (unused otherwise)."""
-    block, tile = _program_tile(XCDS)
-    if SPLIT_K > 1:
-        column, split = tile // SPLIT_K, tile % SPLIT_K
-        writes_routing = (column == 0) & (split == 0)
-    else:
-        column, split = tile, 0
-        writes_routing = column == 0
+    writes it for stage 2, and every program zeroes a share of the output (stage 2 adds into it
+    after this launch has finished)."""
+    block, column = _program_tile(XCDS)
+    writes_routing = column == 0
     if ROUTE:
-        if ZERO:
-            _zero_share(out_ptr, n_tokens * d_hidden, ZERO_BLOCK)
+        _zero_share(out_ptr, n_tokens * d_hidden, ZERO_BLOCK)
         packed, expert, n_valid = _route_own_block(
             topk_ids_ptr, block, n_tokens, n_experts, n_slots, TOPK, BLOCK_M, EXPERT_BINS, SLOT_CHUNK
         )
@@ -454,28 +400,14 @@ def moe_native_stage1_kernel(
     # Padding rows read token 0's activations instead of masked loads: a row of the product
     # depends on its own activation row only, and stage 2 adds nothing from padding rows.
     a_rows = tl.where(valid, tokens, 0)
-    if SPLIT_K > 1:
-        k_run = tl.cdiv(d_hidden // BLOCK_K, SPLIT_K) * BLOCK_K
-        k_first = split * k_run
-        k_end = tl.minimum(k_first + k_run, d_hidden)
-    else:
-        k_first, k_end = 0, d_hidden
-    for k0 in range(k_first, k_end, BLOCK_K):
+    for k0 in range(0, d_hidden, BLOCK_K):
         if QUANT_A:
             a, a_scale = _quantized_rows(a1_ptr, a_rows, d_hidden, k0, BLOCK_M, BLOCK_K, GFX950)
         else:
             a, a_scale = _mx_operand(a1_ptr, a1_scale_ptr, a_rows, d_hidden, k0, BLOCK_K, "")
         w, w_scale = _mx_operand(w_base, w_scale_base, w_rows, d_hidden, k0, BLOCK_K, W_CACHE)
         acc = _mx_step(acc, w, w_scale, a, a_scale)
-    if SPLIT_K > 1:
-        tile_id = block * (tl.num_programs(1) // SPLIT_K) + column
-        if _publish_partial(acc, partials_ptr, arrivals_ptr, tile_id, split, SPLIT_K, AMD):
-            acc = _partials_total(partials_ptr, arrivals_ptr, tile_id, 2 * BLOCK_N, BLOCK_M, SPLIT_K)
-            _stage1_epilogue(
-                acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M, BLOCK_N, GFX950, JUDGE, INTERPRET
-            )
-    else:
-        _stage1_epilogue(acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M, BLOCK_N, GFX950, JUDGE, INTERPRET)
+    _stage1_epilogue(acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M, BLOCK_N, GFX950, JUDGE, INTERPRET)
 
 
 @triton.jit
@@ -501,13 +433,8 @@ def moe_native_stage2_kernel(
     EVEN_N: tl.constexpr,
     XCDS: tl.constexpr,
     W_CACHE: tl.constexpr,
-    SLOTS: tl.constexpr,
-    STORE_CACHE: tl.constexpr,
 ):
-    """SLOTS: out_ptr is a [slots, d_hidden] buffer (slot = token x TOPK + k) and each row's
-    weighted product is stored plainly into its slot's row (a sorted row is one slot: no two
-    programs write one element), with tl.store's cache modifier STORE_CACHE; otherwise it is the
-    zeroed output, which the rows are added into atomically."""
+    """out_ptr is the zeroed output, which the rows are added into atomically."""
     block, column = _program_tile(XCDS)
     if _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
         return
@@ -520,11 +447,7 @@ def moe_native_stage2_kernel(
     # the per-row and per-column offsets (32-bit) stay the same from tile to tile.
     w_base = w2_ptr + expert * d_hidden * (d_inter // 2)
     w_scale_base = w2_scale_ptr + expert * d_hidden * (d_inter // 32)
-    if SLOTS:
-        out_rows = tokens * TOPK + (packed >> 24)
-    else:
-        out_rows = tokens
-    out_offs = out_rows[:, None] * d_hidden + tl.arange(0, BLOCK_N)[None, :]
+    out_offs = tokens[:, None] * d_hidden + tl.arange(0, BLOCK_N)[None, :]
     # N_TILES output tiles per program (the routing and setup paid once), each a K loop over
     # d_inter; when d_inter fits one K step the activation tile is read once per program.
     # Padding rows of a2 hold stage 1's values of token 0 and add nothing (masked below). A last
@@ -555,42 +478,4 @@ def moe_native_stage2_kernel(
                 w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, k0, BLOCK_K, W_CACHE)
                 acc = _mx_step(acc, w, w_scale, a, a_scale)
         y = tl.trans(acc) * weight[:, None]
-        if SLOTS:
-            tl.store(
-                out_ptr + tile * BLOCK_N + out_offs,
-                y.to(out_ptr.dtype.element_ty),
-                mask=mask,
-                cache_modifier=STORE_CACHE,
-            )
-        else:
-            tl.atomic_add(out_ptr + tile * BLOCK_N + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask, sem="relaxed")
-
-
-@triton.jit
-def moe_native_reduce_kernel(
-    slot_rows_ptr,
-    topk_ids_ptr,
-    out_ptr,
-    d_hidden,
-    TOPK: tl.constexpr,
-    TOPK_BINS: tl.constexpr,
-    BLOCK: tl.constexpr,
-    STORE_CACHE: tl.constexpr,
-):
-    """stage2_store "slots": out[token, cols] = the sum of the token's TOPK slot rows (stage 2's
-    weighted products, [slots, d_hidden]) in fp32, in ascending expert order as
-    reference.ref_kernel adds them, rounded once; a program per token and BLOCK columns, stored
-    with STORE_CACHE. TOPK_BINS: TOPK rounded up to a power of two."""
-    token = tl.program_id(0)
-    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    mask = cols < d_hidden
-    k = tl.arange(0, TOPK_BINS)
-    ids = tl.load(topk_ids_ptr + token * TOPK + k, mask=k < TOPK, other=2**30)
-    # The token's experts are distinct: slot k's rank among them is its place in expert order.
-    rank = tl.sum((ids[None, :] < ids[:, None]).to(tl.int32), axis=1)
-    total = tl.zeros((BLOCK,), dtype=tl.float32)
-    for place in tl.static_range(TOPK):
-        slot = token * TOPK + tl.sum(tl.where(rank == place, k, 0), axis=0)
-        total += tl.load(slot_rows_ptr + slot * d_hidden + cols, mask=mask).to(tl.float32)
-    total = total.to(out_ptr.dtype.element_ty)
-    tl.store(out_ptr + token * d_hidden + cols, total, mask=mask, cache_modifier=STORE_CACHE)
+        tl.atomic_add(out_ptr + tile * BLOCK_N + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask, sem="relaxed")

@@ -1,9 +1,9 @@
 """Peer adapter: the layer computed with vLLM's humming kernels (humming-kernels 0.1.20, Apache-2.0;
 github.com/vllm-project/humming) on an NVIDIA GPU, Hopper (sm_90) in mind.
 
-PEERS maps a name to (prepare, run); prepare and run at module level are the first entry's, for
-bench/h200/fp8_check.py's --peer-adapter. `python -m bench.h200.peers.humming` prints what humming
-finds on the machine (compiler, CUDA toolkits, which of its dependencies it imported) as JSON.
+PEERS maps a name to (prepare, run) (bench.h200.rivals times each). `python -m bench.h200.peers.humming`
+prints what humming finds on the machine (compiler, CUDA toolkits, which of its dependencies it
+imported) as JSON.
 
   prepare(data) -> state   untimed: the package's MXFP4 weights loaded as humming's "mxfp4" weight
                            schema bit for bit (the fp4 bytes and e8m0 bytes as they are, no
@@ -409,8 +409,6 @@ def prepare_w4a16(data) -> Layer:
 def prepare_w4a8_g128(data) -> Layer:
     return _prepare(data, "humming-w4a8-g128")
 
-
-prepare = prepare_w4a8
 
 PEERS = {
     "humming-w4a8": (prepare_w4a8, run),

@@ -1,8 +1,7 @@
 """Peer adapter: the layer computed with OpenAI's triton_kernels (python/triton_kernels of triton v3.6.0,
 MIT; carried uncommitted in .peers/, .peers/SOURCE.txt names the commit) on an NVIDIA Hopper GPU.
 
-PEERS maps a name to (prepare, run); prepare and run at module level are the first entry's, for
-bench/h200/fp8_check.py's --peer-adapter.
+PEERS maps a name to (prepare, run) (bench.h200.rivals times each).
 
   prepare(data) -> state   untimed: the package's MXFP4 weights re-laid, bit for bit (no
                            requantization), in the Hopper layouts matmul_ogs reads (HopperMXValueLayout,

@@ -1,0 +1,150 @@
+"""What the H200 tools (gluon_check, rivals) share: the official shapes, leaderboard-style inputs
+(generate_input with seed + 13 i), the tolerance's excess, poisoned scratch, one call timed the
+leaderboard's way, one call between cudaProfilerStart and Stop, and the MODE.json / MODE.md they write.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+
+TOLERANCE = 0.05  # the leaderboard's atol and rtol (SPEC 4)
+SEED_STEP = 13
+
+
+def official_cases(selectors: list[str]) -> list[tuple[str, dict]]:
+    """(name, case) of the official shapes, TESTS then BENCHMARKS, those matching any selector
+    (a substring of the name, or an index into that list); all without selectors."""
+    from problem.cases import BENCHMARKS, TESTS, case_name
+
+    cases = [(case_name(c), c) for c in (*TESTS, *BENCHMARKS)]
+    if not selectors:
+        return cases
+    return [
+        (n, c) for i, (n, c) in enumerate(cases) if any(s == str(i) or (not s.isdigit() and s in n) for s in selectors)
+    ]
+
+
+def table_tile(case: dict):
+    """The decode table's tile of a case."""
+    from moe_triton.tiles_nvidia import tile_config
+    from problem.cases import table_key
+
+    d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
+    return tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+
+
+def run_tiles(data, tiles):
+    from moe_triton.fused_moe import fused_moe_triton
+
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
+
+
+def excess(out, ref, atol: float = TOLERANCE) -> float:
+    """max |out - ref| / (atol + rtol |ref|) (the check passes below 1); infinite where NaN or Inf
+    positions differ or out has the wrong shape."""
+    import torch
+
+    if out.shape != ref.shape:
+        return math.inf
+    got, want = out.float(), ref.float()
+    mismatch = (torch.isnan(got) ^ torch.isnan(want)) | (torch.isposinf(got) ^ torch.isposinf(want))
+    mismatch |= torch.isneginf(got) ^ torch.isneginf(want)
+    if bool(mismatch.any()):
+        return math.inf
+    finite = torch.isfinite(want)
+    ratio = (got - want).abs() / (atol + TOLERANCE * want.abs())
+    return float(ratio[finite].max()) if bool(finite.any()) else 0.0
+
+
+def poison(out_shape) -> None:
+    """Every scratch buffer of the pool filled with 0xFF bytes (NaN in bf16, 255 in bytes, -1 in
+    ints), and a NaN tensor of the output's size freed just before the call, whose memory the
+    caching allocator hands to the next output of that size: an element a kernel fails to write,
+    or scratch it reads before writing, shows."""
+    import torch
+
+    from buffers import _pool
+
+    for buf in _pool.values():
+        buf.view(torch.uint8).fill_(0xFF)
+    bait = torch.full(out_shape, float("nan"), dtype=torch.bfloat16, device="cuda")
+    del bait
+
+
+def leaderboard_input(case: dict, i: int):
+    from reference import generate_input
+
+    return generate_input(**{**case, "seed": case["seed"] + SEED_STEP * i})
+
+
+def timed(device, fn) -> tuple[object, float]:
+    """(output, us) of one call the leaderboard's way: synchronize, flush, events around the call."""
+    device.synchronize()
+    device.flush()
+    timer = device.timer()
+    timer.start()
+    out = fn()
+    timer.stop()
+    device.synchronize()
+    return out, timer.elapsed_ns() / 1e3
+
+
+def time_candidates(case: dict, candidates: dict, reps: int, device) -> dict:
+    """Median us of each candidate (name -> tiles) over reps leaderboard-style inputs (the same
+    inputs for all, each call after its own flush), every output checked; the first input (i = 0)
+    warms up."""
+    from reference import ref_kernel
+
+    times = {k: [] for k in candidates}
+    worst = dict.fromkeys(candidates, 0.0)
+    for i in range(reps + 1):
+        data = leaderboard_input(case, i)
+        ref = ref_kernel(data)
+        for label, tiles in candidates.items():
+            out, us = timed(device, lambda t=tiles, d=data: run_tiles(d, t))
+            worst[label] = max(worst[label], excess(out, ref))
+            if i:
+                times[label].append(us)
+        del data, ref
+    return {k: {"median_us": statistics.median(v), "runs": len(v), "worst": worst[k]} for k, v in times.items()}
+
+
+def profiled_call(data, tiles) -> None:
+    """One layer call with these tiles between cudaProfilerStart and Stop (what Nsight Compute
+    with --profile-from-start off profiles), after one outside them that compiles and records."""
+    import torch
+
+    run_tiles(data, tiles)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    run_tiles(data, tiles)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+
+
+def write_results(out: Path, mode: str, results: dict, lines: list[str], started: float, argv) -> None:
+    """MODE.json (the results and the run's device, versions, wall time and arguments) and MODE.md
+    (that line and the table) under out; the table printed last."""
+    import torch
+    import triton
+
+    from bench.runner.preflight import shown
+
+    meta = {
+        "device": torch.cuda.get_device_name(0),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "wall_s": round(time.perf_counter() - started, 1),
+        "argv": sys.argv[1:] if argv is None else argv,
+    }
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{mode}.json").write_text(json.dumps({"meta": meta, "results": results}, indent=1, default=str))
+    (out / f"{mode}.md").write_text("\n".join([f"{mode}: {meta}", "", *lines]) + "\n")
+    print("\n".join(lines))
+    print(f"wrote {shown(out / mode)}.json and .md ({meta['wall_s']} s)")
