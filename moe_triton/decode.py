@@ -11,7 +11,7 @@ import triton
 
 from buffers import get_buffer
 from moe_triton.kernels.decode import moe_stage1_kernel, moe_stage2_kernel
-from moe_triton.plan import _DecodePlan, _launch, record_plan
+from moe_triton.plan import DecodePlan, launch, record_plan
 from moe_triton.routing import route_and_quantize, routing_capacity
 from moe_triton.target import fast_decode, gluon_kernels, interpreting, pdl_options, register_cap, silu_options
 
@@ -88,7 +88,7 @@ def gluon_registers(max_regs: int, num_wg: int) -> dict:
     return {"maxnreg": max_regs, "MMA_REGS": mma, "LOADER_REGS": loader}
 
 
-def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "_DecodePlan":
+def decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "DecodePlan":
     """The decode path's first call of a shape: its launches, recorded into its plan."""
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
@@ -120,7 +120,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
         stage1_args += (n_tokens, d_hidden, d_inter)
         for rows in row_tiles:
             if cfg.gluon1:
-                _launch(
+                launch(
                     moe_gluon_stage1_kernel,
                     (n_blocks, d_inter // cfg.block_n1),
                     *stage1_args,
@@ -138,7 +138,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     **gluon_registers(cfg.max_regs1, cfg.block_n1 // 32),
                 )
             else:
-                _launch(
+                launch(
                     moe_stage1_kernel,
                     (n_blocks, triton.cdiv(d_inter, cfg.block_n1)),
                     *stage1_args,
@@ -159,7 +159,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
         stage2_args += (n_tokens, d_hidden, d_inter)
         for rows in row_tiles:
             if cfg.gluon2:
-                _launch(
+                launch(
                     moe_gluon_stage2_kernel,
                     (n_blocks, d_hidden // (cfg.block_n2 * cfg.n_tiles2)),
                     *stage2_args,
@@ -177,7 +177,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     **gluon_registers(cfg.max_regs2, cfg.block_n2 // 64),
                 )
             else:
-                _launch(
+                launch(
                     moe_stage2_kernel,
                     (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
                     *stage2_args,

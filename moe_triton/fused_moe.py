@@ -18,9 +18,9 @@ bf16 atomically into the output, as the runner's aiter kernel does.
 
 import torch
 
-from moe_triton.decode import _decode_plan
-from moe_triton.native import _fused_moe_native
-from moe_triton.plan import _DecodePlan, planned_call
+from moe_triton.decode import decode_plan
+from moe_triton.native import fused_moe_native
+from moe_triton.plan import DecodePlan, planned_call
 from moe_triton.target import gluon_kernels, interpreting, native_default, pdl_enabled
 from moe_triton.tiles import NativeTileConfig, TileConfig
 from moe_triton.tiles_nvidia import static_tiles
@@ -45,16 +45,16 @@ def fused_moe_triton(
     if native is None:
         native = native_default(hidden_states.device)
     if native:
-        return _fused_moe_native(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles)
+        return fused_moe_native(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles)
     inputs = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
     interpret = interpreting()
     key = (hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, pdl_enabled(), interpret)
 
-    def build() -> "_DecodePlan":
+    def build() -> "DecodePlan":
         n_tokens, d_hidden = hidden_states.shape
         n_experts, two_inter, _ = w1.shape
         device = hidden_states.device
         shape = (n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1])
-        return _decode_plan(*inputs, tiles or static_tiles(*shape, gluon_kernels(device)))
+        return decode_plan(*inputs, tiles or static_tiles(*shape, gluon_kernels(device)))
 
     return planned_call(key, build, inputs, interpret)

@@ -37,7 +37,7 @@ def run(data, tiles):
 
 
 def k_slot(cols: torch.Tensor) -> torch.Tensor:
-    """kernels/decode.py's _k_slot."""
+    """kernels/decode.py's k_slot."""
     r = cols % 32
     return cols - r + (((r >> 1) & 1) << 4) + ((r & 1) << 3) + ((r >> 3) << 1) + ((r >> 2) & 1)
 
@@ -48,7 +48,7 @@ def ring_row(r: torch.Tensor, d_inter: int) -> torch.Tensor:
 
 
 def decoded_slot(words: torch.Tensor, scale_words: torch.Tensor, step: int) -> torch.Tensor:
-    """A ring slot's weights [rows, 128] at K step `step` in _k_slot order, times 2^-FAST_EXP, as
+    """A ring slot's weights [rows, 128] at K step `step` in k_slot order, times 2^-FAST_EXP, as
     the MMA warps decode them: word t of 32-block j holds slots 32 j + 16 s + 8 h + 2 t + b (code
     4 b + 2 s + h), its scale byte j of the step's int32 of scales."""
     rows = words.shape[0]
