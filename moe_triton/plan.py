@@ -21,7 +21,7 @@ from triton.compiler import CompiledKernel
 from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
-from moe_triton.target import fast_decode, interpreting, targets_amd
+from moe_triton import target
 
 MAX_PLANS = 16  # shapes whose plans are kept (least recently used dropped first)
 # Direct launches on the NVIDIA path; MOE_TRITON_DIRECT=0 keeps the JIT launches (to compare).
@@ -189,7 +189,7 @@ def record_plan(
     (the decode path) and on any GPU (the native path)."""
     global _recording
     device = hidden_states.device
-    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
+    acc_dtype = torch.float32 if target.interpreting() else torch.bfloat16
     out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
     weights = tuple(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale))
     bits = (hidden_states.view(torch.int32),) if native else ()
@@ -200,11 +200,17 @@ def record_plan(
     finally:
         _recording = None
     launches = [_Launch(*launch, call_tensors) for launch in recorded]
-    gpu = device.type == "cuda" and not interpreting()
-    direct = DIRECT_LAUNCH and (gpu if native else fast_decode(device))
+    gpu = device.type == "cuda" and not target.interpreting()
+    direct = DIRECT_LAUNCH and (gpu if native else target.fast_decode(device))
     raw = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
     plan = DecodePlan(
-        launches, tuple(hidden_states.shape), acc_dtype, direct=direct, bits=native, inputs=raw, amd=targets_amd()
+        launches,
+        tuple(hidden_states.shape),
+        acc_dtype,
+        direct=direct,
+        bits=native,
+        inputs=raw,
+        amd=target.targets_amd(),
     )
     plan.first_out = out
     return plan

@@ -15,6 +15,7 @@ from bench.h200.gluon_check import routed_a2
 from bench.tune.tiles import case_tiles
 from buffers import _pool
 from moe_triton import decode as decode_launcher
+from moe_triton import target
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.decode import FAST_EXP
 from moe_triton.routing import routing_buffers, routing_capacity
@@ -156,7 +157,7 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
     if not ON_SM90:
         with pytest.raises(ValueError, match=r"^tiles: gluon1 needs an NVIDIA sm_90 GPU"):
             run(data, tiles)
-        monkeypatch.setattr(decode_launcher, "gluon_kernels", lambda device: True)
+        monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     for bad, field in ((tiles._replace(gluon1=3), "gluon1 must be"), (tiles._replace(block_n1=96), "block_n1")):
         with pytest.raises(ValueError, match=r"^tiles: gluon1") as err:
             run(data, bad)
@@ -253,7 +254,7 @@ def test_gluon_check_refuses_a_variant_the_kernel_does_not_take_in_one_line(argv
 
 def test_fold_needs_the_gluon_stage_1_and_tail_tiles(monkeypatch):
     data = generate_input(**small_case())
-    monkeypatch.setattr(decode_launcher, "gluon_kernels", lambda device: True)
+    monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2)._replace(fold1=1, tail_m=0)
     with pytest.raises(ValueError, match=r"^tiles: fold1 needs gluon1 and tail_m, not 2 and 0$"):
         run(data, tiles)
