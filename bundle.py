@@ -1,14 +1,9 @@
 """Write the package as ONE submission file for the leaderboard: `python bundle.py [-o PATH]`.
 
-The file carries the source of every project module that submission.py reaches through any import
-(top level or inside functions, `import m`, `from pkg import m`, `from m import x`, relative), each
-module whole, its imports of project modules moved under one private package, moe_mxfp4_<hash>.
-On import it writes them there, under $XDG_CACHE_HOME (else ~/.cache)/moe-mxfp4/bundles/, once
-per content, and runs submission.py's code in its own namespace (docs/bundle.md). Project modules
-are the .py files at the root (task.py excepted: the runner provides it) and the packages there
-(bench/ and tests/ excepted). A bad option is one line and exit status 2; a package that cannot be
-bundled (a missing project module, a dynamic import of one, an import the leaderboard cannot
-satisfy) one line and exit status 1, nothing written.
+The file carries every project module that submission.py reaches through any import, each whole,
+its imports of project modules moved under one private package, moe_mxfp4_<hash>, which it writes
+under the cache on import before it runs submission.py's code (docs/bundle.md). A bad option is
+one line and exit status 2; a package that cannot be bundled one line and exit status 1.
 """
 
 from __future__ import annotations
@@ -16,6 +11,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import inspect
+import itertools
 import re
 import subprocess
 import sys
@@ -24,13 +20,10 @@ from pathlib import Path
 
 DIRECTIVES = ("#!POPCORN leaderboard amd-moe-mxfp4", "#!POPCORN gpu MI355X")
 ALLOWED_PACKAGES = frozenset({"torch", "triton", "numpy", "pandas", "aiter", "task"})
-PROVIDED_MODULES = frozenset({"task"})  # beside the submission on the server; never bundled
-NOT_MODULES = frozenset({"bundle", "setup", "conftest"})
+NOT_MODULES = frozenset({"bundle", "setup", "conftest", "task"})  # task: beside the submission on the server
 NOT_PACKAGES = frozenset({"bench", "tests"})  # the package's tools and tests, never bundled
-# Files beside the submission on the leaderboard (the runner's eval.py imports utils, reference and
-# task), and the libraries `python -m bench` imports after putting a submission file's folder first
-# on sys.path: an output named like one of these, or like a module the bundle imports (the standard
-# library, ALLOWED_PACKAGES) or a project module, would be imported in its place.
+# Beside the submission on the leaderboard (eval.py imports them) or imported by `python -m bench` after
+# the submission's folder: an output named like one of these (or a module the bundle imports) replaces it.
 RUNNER_MODULES = frozenset({"eval", "utils", "reference", "task", "rich", "matplotlib", "hypothesis", "pytest"})
 BUNDLES_DIR = "bundles"  # in the cache's moe-mxfp4 folder, beside the selection's choices.json
 PACKAGE_PREFIX = "moe_mxfp4_"
@@ -38,7 +31,7 @@ DYNAMIC = ("import_module", "__import__")  # calls that import a module named by
 
 
 class BundleError(Exception):
-    pass
+    """A package that cannot be bundled (exit status 1)."""
 
 
 class UsageError(BundleError):
@@ -47,8 +40,7 @@ class UsageError(BundleError):
 
 def project_modules(root: Path) -> dict[str, Path]:
     """Dotted module name -> file, for the root's modules and packages (a package's is its __init__.py)."""
-    out = {p.stem: p for p in sorted(root.glob("*.py")) if p.stem.isidentifier()}
-    out = {name: p for name, p in out.items() if name not in NOT_MODULES | PROVIDED_MODULES}
+    out = {p.stem: p for p in sorted(root.glob("*.py")) if p.stem.isidentifier() and p.stem not in NOT_MODULES}
     todo = [(d, d.name) for d in sorted(root.iterdir()) if d.is_dir() and d.name not in NOT_PACKAGES]
     while todo:
         folder, name = todo.pop(0)
@@ -82,13 +74,13 @@ def imports(name: str, tree: ast.Module, modules: dict[str, Path], where: str) -
                 raise BundleError(f"{where}:{node.lineno}: dynamic import of project module {target!r}")
     for module, node in named:
         parts = module.split(".")
+        parents = [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
         if parts[0] not in tops:
             others.add(parts[0])
-            continue
-        for i in range(1, len(parts) + 1):
-            if ".".join(parts[:i]) not in modules:
-                raise BundleError(f"{where}:{node.lineno}: no project module {'.'.join(parts[:i])}")
-            found.add(".".join(parts[:i]))
+        elif missing := [m for m in parents if m not in modules]:
+            raise BundleError(f"{where}:{node.lineno}: no project module {missing[0]}")
+        else:
+            found.update(parents)
     return found, others
 
 
@@ -104,9 +96,8 @@ def _import_line(alias: ast.alias, package: str, tops: set[str]) -> str:
 
 def prefixed(source: str, tree: ast.Module, package: str, tops: set[str]) -> str:
     """The source with every absolute import of a project module moved under `package`, line numbers kept."""
-    data, starts = source.encode(), [0]
-    for line in data.splitlines(keepends=True):
-        starts.append(starts[-1] + len(line))
+    data = source.encode()
+    starts = [0, *itertools.accumulate(len(line) for line in data.splitlines(keepends=True))]
     edits = []
     for node in ast.walk(tree):
         begin = starts[getattr(node, "lineno", 1) - 1] + getattr(node, "col_offset", 0)
@@ -123,9 +114,9 @@ def prefixed(source: str, tree: ast.Module, package: str, tops: set[str]) -> str
 
 
 def load(package: str, sources: dict[str, str], entry: str):
-    """The bundle's loader (its source is copied into the bundle): write the package's files under the
-    cache (else the temporary folder), each only if it differs, to a temporary file renamed over it so
-    that processes sharing the folder never read half a file; the cache on sys.path; the entry's code."""
+    """The bundle's loader (copied into it): each file written under the cache (else the temporary
+    folder) where missing or different, through a temporary file renamed over it (no process reads
+    half a file); that folder on sys.path; the entry's code returned."""
     import importlib
     import os
     import sys
@@ -145,7 +136,7 @@ def load(package: str, sources: dict[str, str], entry: str):
                 os.makedirs(os.path.dirname(path), exist_ok=True)
                 with open(f"{path}.{os.getpid()}.tmp", "w", encoding="utf-8", newline="") as f:
                     f.write(text)
-                os.replace(f"{path}.{os.getpid()}.tmp", path)
+                os.replace(f.name, path)
             break
         except OSError as exc:
             error = f"{exc.strerror or exc} ({exc.filename})"
@@ -184,10 +175,14 @@ def bundle(root: str | Path = ".", entry: str = "submission", directives=True, b
     for name in sorted(trees):
         sources[files[name]] = prefixed(originals[files[name]], trees[name], package, tops)
         _parse(sources[files[name]], f"{files[name]} (its imports moved)")
-    git = _git_describe(root)
+    try:  # the commit, where root is a git checkout
+        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
+        git = f" (git {r.stdout.strip()})" if r.returncode == 0 and r.stdout.strip() else ""
+    except OSError:
+        git = ""
     lines = [*DIRECTIVES] if directives else []
     about = (
-        f"ONE-FILE BUNDLE of moe-mxfp4{f' ({git})' if git else ''}, written by bundle.py: edit the package. On "
+        f"ONE-FILE BUNDLE of moe-mxfp4{git}, written by bundle.py: edit the package. On "
         f"import it writes these modules to the cache's moe-mxfp4/{BUNDLES_DIR}/{package}/ and runs {entry}.py's "
         f"code here (docs/bundle.md): {', '.join(sorted(trees))}."
     )
@@ -216,14 +211,6 @@ def _parse(text: str, where: str) -> ast.Module:
         raise BundleError(f"{where}:{exc.lineno}: {exc.msg}") from None
 
 
-def _git_describe(root: Path) -> str | None:
-    try:
-        r = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True)
-    except OSError:
-        return None
-    return f"git {r.stdout.strip()}" if r.returncode == 0 and r.stdout.strip() else None
-
-
 def validate(text: str, directives: bool = True) -> None:
     """The bundle compiles, imports only the standard library and ALLOWED_PACKAGES, and (with
     directives) starts with both #!POPCORN lines."""
@@ -244,8 +231,16 @@ def shadowed_modules(root: str | Path = ".") -> frozenset[str]:
     return frozenset((set(sys.stdlib_module_names) | ALLOWED_PACKAGES | RUNNER_MODULES | project) - {"submission"})
 
 
-def check_output_name(out: Path, root: str | Path = ".") -> None:
-    """-o names a file whose module name (its stem) shadows nothing the bundle or the runner imports."""
+def check_paths(out: Path, root: Path) -> None:
+    """The usage errors of -o and --root, before anything is bundled: -o a folder, below a file or
+    named like a module it would shadow (see RUNNER_MODULES); --root no folder."""
+    existing = next(folder for folder in out.parents if folder.exists())
+    if out.is_dir():
+        raise UsageError(f"-o {out}: a folder; give the file to write, e.g. -o {out / 'submission.py'}")
+    if not existing.is_dir():
+        raise UsageError(f"-o {out}: {existing} is a file, not a folder")
+    if not root.is_dir():
+        raise UsageError(f"--root {root}: {'not a folder' if root.exists() else 'no such folder'}")
     if out.suffix == ".py" and out.stem in shadowed_modules(root):
         raise UsageError(
             f"-o {out}: a file named {out.name} would be imported instead of the module {out.stem} "
@@ -264,41 +259,25 @@ def backends(root: str | Path = ".") -> tuple[str, ...]:
     raise BundleError("submission.py: no BACKENDS tuple")
 
 
-def write(out: Path, text: str) -> None:
-    """The bundle at `out`, its folder created; a path that cannot be written is a usage error."""
-    existing = next(folder for folder in out.parents if folder.exists())
-    if not existing.is_dir():
-        raise UsageError(f"-o {out}: {existing} is a file, not a folder")
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-    except OSError as exc:
-        raise UsageError(f"-o {out}: cannot write it ({exc.strerror or exc})") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     here = Path(__file__).resolve().parent
     from bench.runner.preflight import UsageParser, shown
 
-    p = UsageParser(
-        prog="bundle.py",
-        description=__doc__.split("\n\n")[0],
-        epilog="Submit: popcorn-cli submit --gpu MI355X --leaderboard amd-moe-mxfp4 --mode leaderboard "
-        "dist/submission.py",
-    )
+    submit = "popcorn-cli submit --gpu MI355X --leaderboard amd-moe-mxfp4 --mode leaderboard dist/submission.py"
+    p = UsageParser(prog="bundle.py", description=__doc__.split("\n\n")[0], epilog=f"Submit: {submit}")
     p.add_argument("-o", "--output", default=str(here / "dist" / "submission.py"), help="default: dist/submission.py")
     p.add_argument("--root", default=str(here), help="package root (default: this file's folder)")
     p.add_argument("--backend", help="pin the bundle's backend (MOE_BACKEND, e.g. triton) to time it on its own")
     args = p.parse_args(argv)
     out, root = Path(args.output), Path(args.root)
     try:
-        if out.is_dir():
-            raise UsageError(f"-o {out}: a folder; give the file to write, e.g. -o {out / 'submission.py'}")
-        if not root.is_dir():
-            raise UsageError(f"--root {root}: {'not a folder' if root.exists() else 'no such folder'}")
-        check_output_name(out, root)
+        check_paths(out, root)
         text = bundle(root, backend=args.backend)
-        write(out, text)
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+        except OSError as exc:
+            raise UsageError(f"-o {out}: cannot write it ({exc.strerror or exc})") from None
     except BundleError as exc:
         print(f"bundle.py: error: {exc}", file=sys.stderr)
         return 2 if isinstance(exc, UsageError) else 1

@@ -15,7 +15,7 @@ MoE stages:
   num_valid_ids[0] are not written (aiter leaves them uninitialised too).
 
 Numerics are SPEC 3.3 bit for bit, without aiter's saturating `s.to(uint8) + 127` cast: the byte
-is computed as s + 127 in integers, by mxfp4_kernels' encoder on the inputs' bit patterns (exact
+is computed as s + 127 in integers, by mxfp4.encode's encoder on the inputs' bit patterns (exact
 for subnormals, -0 and tiny negatives on every backend). Inf/NaN follow mxfp4.codec.quantize_activation,
 which follows aiter's kernel: NaNs are left out of the block amax (aiter's tl.max ignores them), a
 NaN element gets code 7 with its sign bit, a block of NaNs only gets byte 254 (s = 127), and so
@@ -39,19 +39,16 @@ import triton.language as tl
 
 from buffers import get_buffer
 from moe_triton.target import interpreting
+from mxfp4.codec import E8M0_DTYPE, FP4_DTYPE, MX_BLOCK
 from mxfp4.encode import mx_encode_pairs, mx_scale_byte
 
-MXQ_BLOCK = 32  # elements per e8m0 scale (fixed by MXFP4)
-MXQ_ROWS = 32  # rows of one e8m0_shuffle tile
-MXQ_GROUPS = 8  # 32-element groups of one e8m0_shuffle tile
-MXQ_NUM_WARPS = 4
-
-_Q_FP4 = getattr(torch, "float4_e2m1fn_x2", torch.uint8)
-_Q_E8M0 = getattr(torch, "float8_e8m0fnu", torch.uint8)
+SCALE_TILE_ROWS = 32  # rows of one e8m0_shuffle tile
+SCALE_TILE_GROUPS = 8  # 32-element groups of one e8m0_shuffle tile
+_NUM_WARPS = 4
 
 
 @triton.jit
-def _q_load_bits(x_ptr, src64, stride_x, pcol, mask2, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr, MANT: tl.constexpr):
+def _load_bits(x_ptr, src64, stride_x, pcol, mask2, BLOCK_R: tl.constexpr, BLOCK_G: tl.constexpr, MANT: tl.constexpr):
     """(even, odd) element bit patterns as int32 [R, G, 16], 0 where masked. pcol [P = 16 G]: the
     element-pair index along the row (contiguous, so the loads vectorize); mask2 [R, P]."""
     if MANT == 7:  # bf16: x_ptr holds int32 pairs, element 2j in the low half
@@ -66,7 +63,7 @@ def _q_load_bits(x_ptr, src64, stride_x, pcol, mask2, BLOCK_R: tl.constexpr, BLO
 
 
 @triton.jit
-def _q_mxfp4_sort_kernel(
+def _mxfp4_quant_sort_kernel(
     x_ptr,  # int32: bf16 bit pairs [rows, cols/2], or fp32 bits [rows, cols]
     fp4_ptr,  # uint8 [rows, cols/2]
     scale_ptr,  # uint8, (n_sort_rows/32, n_col_tiles, 4, 16, 4) contiguous
@@ -98,7 +95,7 @@ def _q_mxfp4_sort_kernel(
         # token order: every row of x, quantized once
         row = pid_r * BLOCK_R + r_idx
         ok = (row < n_rows)[:, None] & pcol_ok[None, :]
-        raw_even, raw_odd = _q_load_bits(x_ptr, row.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
+        raw_even, raw_odd = _load_bits(x_ptr, row.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
         packed = tl.reshape(mx_encode_pairs(raw_even, raw_odd, MANT)[0], (BLOCK_R, BLOCK_G * 16))
         tl.store(fp4_ptr + row.to(tl.int64)[:, None] * stride_fp4 + pcol[None, :], packed, mask=ok)
     else:
@@ -114,7 +111,7 @@ def _q_mxfp4_sort_kernel(
             else:
                 src = token * TOPK + ((ids >> 24) & 0xFF)
             ok = (in_sort & (token < token_num))[:, None] & pcol_ok[None, :]
-            raw_even, raw_odd = _q_load_bits(x_ptr, src.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
+            raw_even, raw_odd = _load_bits(x_ptr, src.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
             sbyte = mx_scale_byte(raw_even & mag_mask, raw_odd & mag_mask, MANT)
             # e8m0_shuffle tiling (SPEC 3.5) of the [n_sort_rows, 8 * n_col_tiles] scale matrix: in
             # the 256-byte tile of (row // 32, group // 8), row r = 16a + b and group g = 4d + e
@@ -128,17 +125,17 @@ def _q_mxfp4_sort_kernel(
             tl.store(scale_ptr + row_part[:, None] + grp_part[None, :], sbyte.to(tl.uint8), mask=s_mask)
 
 
-def _q_blocks(n_rows: int, n_cols: int, device) -> tuple[int, int]:
+def _program_blocks(n_rows: int, n_cols: int, device) -> tuple[int, int]:
     """(rows, 32-groups) per program: one 32 x 256 tile on a GPU; in Triton's CPU interpreter,
     whose cost is per operation, not per element, far fewer and larger programs."""
     if torch.device(device).type == "cpu" or interpreting():
-        rows = min(512, max(MXQ_ROWS, triton.next_power_of_2(n_rows)))
-        groups = min(64, max(MXQ_GROUPS, triton.next_power_of_2(n_cols // MXQ_BLOCK)))
+        rows = min(512, max(SCALE_TILE_ROWS, triton.next_power_of_2(n_rows)))
+        groups = min(64, max(SCALE_TILE_GROUPS, triton.next_power_of_2(n_cols // MX_BLOCK)))
         return rows, groups
-    return MXQ_ROWS, MXQ_GROUPS
+    return SCALE_TILE_ROWS, SCALE_TILE_GROUPS
 
 
-def _q_bits_view(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+def _bits_view(x: torch.Tensor) -> tuple[torch.Tensor, int]:
     """int32 view of x's bits and its mantissa width: bf16 as pairs [rows, cols/2], fp32 as is
     (fp16 goes through an exact fp32 copy)."""
     if x.dtype == torch.bfloat16:
@@ -172,10 +169,10 @@ def fused_dynamic_mxfp4_quant_moe_sort(
     if x.dim() != 2:
         raise ValueError(f"x: expected 2-D [rows, cols], got shape {tuple(x.shape)}")
     n_rows, n_cols = x.shape
-    if n_cols % MXQ_BLOCK:
-        raise ValueError(f"x: cols must be a multiple of {MXQ_BLOCK}, got {n_cols}")
-    if block_size % MXQ_ROWS:
-        raise ValueError(f"block_size must be a multiple of {MXQ_ROWS} (aiter asserts it too), got {block_size}")
+    if n_cols % MX_BLOCK:
+        raise ValueError(f"x: cols must be a multiple of {MX_BLOCK}, got {n_cols}")
+    if block_size % SCALE_TILE_ROWS:
+        raise ValueError(f"block_size must be a multiple of {SCALE_TILE_ROWS} (aiter asserts it too), got {block_size}")
     if topk < 1:
         raise ValueError(f"topk must be >= 1, got {topk}")
     need_rows = token_num * (topk if topk > 1 else 1)
@@ -185,11 +182,11 @@ def fused_dynamic_mxfp4_quant_moe_sort(
         raise ValueError("sorted_ids: expected a contiguous 1-D int32 tensor")
     if num_valid_ids.dtype != torch.int32 or num_valid_ids.numel() < 1:
         raise ValueError("num_valid_ids: expected an int32 tensor holding at least [padded_total]")
-    bits, mant = _q_bits_view(x)
+    bits, mant = _bits_view(x)
 
     n_sorted = sorted_ids.numel()
-    n_sort_blocks = triton.cdiv(n_sorted, MXQ_ROWS)
-    n_col_tiles = triton.cdiv(n_cols, MXQ_BLOCK * MXQ_GROUPS)
+    n_sort_blocks = triton.cdiv(n_sorted, SCALE_TILE_ROWS)
+    n_col_tiles = triton.cdiv(n_cols, MX_BLOCK * SCALE_TILE_GROUPS)
     fp4_shape = (n_rows, n_cols // 2)
     scale_shape = (n_sort_blocks, n_col_tiles, 4, 16, 4)
     if out is None:
@@ -203,11 +200,11 @@ def fused_dynamic_mxfp4_quant_moe_sort(
     if scales.numel() != n_sort_blocks * n_col_tiles * 256 or not scales.is_contiguous():
         raise ValueError(f"out_scales: expected a contiguous tensor of shape {scale_shape}")
 
-    block_r, block_g = _q_blocks(max(n_rows, n_sorted), n_cols, x.device)
-    n_sort_rows = n_sort_blocks * MXQ_ROWS
+    block_r, block_g = _program_blocks(max(n_rows, n_sorted), n_cols, x.device)
+    n_sort_rows = n_sort_blocks * SCALE_TILE_ROWS
     n_row_programs = triton.cdiv(n_rows, block_r)
-    grid = (n_row_programs + triton.cdiv(n_sort_rows, block_r), triton.cdiv(n_cols, MXQ_BLOCK * block_g))
-    _q_mxfp4_sort_kernel[grid](
+    grid = (n_row_programs + triton.cdiv(n_sort_rows, block_r), triton.cdiv(n_cols, MX_BLOCK * block_g))
+    _mxfp4_quant_sort_kernel[grid](
         bits,
         fp4,
         scales,
@@ -226,6 +223,6 @@ def fused_dynamic_mxfp4_quant_moe_sort(
         MANT=mant,
         BLOCK_R=block_r,
         BLOCK_G=block_g,
-        num_warps=MXQ_NUM_WARPS,
+        num_warps=_NUM_WARPS,
     )
-    return fp4.view(_Q_FP4), scales.view(_Q_E8M0).view(-1, n_col_tiles * MXQ_GROUPS)
+    return fp4.view(FP4_DTYPE), scales.view(E8M0_DTYPE).view(-1, n_col_tiles * SCALE_TILE_GROUPS)

@@ -39,11 +39,12 @@ import torch
 
 from buffers import get_buffer
 from moe_aiter.inject import inject
-from quant import MXQ_BLOCK, MXQ_GROUPS, MXQ_ROWS, fused_dynamic_mxfp4_quant_moe_sort
+from mxfp4.codec import MX_BLOCK
+from quant import SCALE_TILE_GROUPS, SCALE_TILE_ROWS, fused_dynamic_mxfp4_quant_moe_sort
 
 AITER_QUANT_ENV = "MOE_AITER_QUANT"  # "project" (default): quant.py; "aiter": aiter's Triton kernel
 
-_AB_STATE = {"aiter": None, "fm": None, "table": None, "plans": {}}
+_STATE = {"aiter": None, "fm": None, "table": None, "plans": {}}
 
 
 class AiterPlan:
@@ -71,35 +72,35 @@ class AiterPlan:
     )
 
 
-def _ab_modules():
+def _aiter_modules():
     """(aiter, aiter.fused_moe), imported on first use."""
-    if _AB_STATE["aiter"] is None:
+    if _STATE["aiter"] is None:
         aiter = importlib.import_module("aiter")
         # the module itself, whatever `aiter.fused_moe` may name as an attribute
         fm = importlib.import_module("aiter.fused_moe")
-        _AB_STATE.update(aiter=aiter, fm=fm)
-    return _AB_STATE["aiter"], _AB_STATE["fm"]
+        _STATE.update(aiter=aiter, fm=fm)
+    return _STATE["aiter"], _STATE["fm"]
 
 
 def ensure_overrides():
     """Inject the override table unless aiter still holds the table injected last; returns aiter.fused_moe."""
-    _aiter, fm = _ab_modules()
-    if _AB_STATE["table"] is None or fm.cfg_2stages is not _AB_STATE["table"]:
-        _AB_STATE["table"] = inject(fm)
-        _AB_STATE["plans"] = {}  # metadata cached from the previous table is stale
+    _aiter, fm = _aiter_modules()
+    if _STATE["table"] is None or fm.cfg_2stages is not _STATE["table"]:
+        _STATE["table"] = inject(fm)
+        _STATE["plans"] = {}  # metadata cached from the previous table is stale
     return fm
 
 
 def install_overrides(overrides: dict, fallbacks: dict | None = None):
     """Inject `overrides` in place of the package's table and forget every plan (the tuner tries
     its candidates this way, one after the other); returns aiter.fused_moe."""
-    _aiter, fm = _ab_modules()
-    _AB_STATE["table"] = inject(fm, overrides=overrides, fallbacks=fallbacks)
-    _AB_STATE["plans"] = {}
+    _aiter, fm = _aiter_modules()
+    _STATE["table"] = inject(fm, overrides=overrides, fallbacks=fallbacks)
+    _STATE["plans"] = {}
     return fm
 
 
-def _ab_quant_choice():
+def _quant_choice():
     choice = os.environ.get(AITER_QUANT_ENV, "project").strip().lower() or "project"
     if choice not in ("project", "aiter"):
         raise ValueError(f"{AITER_QUANT_ENV}={choice!r}: expected 'project' or 'aiter'")
@@ -118,17 +119,17 @@ def aiter_plan(
     """The cached plan for a shape (built on first use, after the overrides are injected)."""
     fm = ensure_overrides()
     key = (n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, intermediate_pad)  # torch.Size hashes as a tuple
-    plan = _AB_STATE["plans"].get(key)
+    plan = _STATE["plans"].get(key)
     if plan is None:
-        plan = _ab_build_plan(
+        plan = _build_plan(
             fm, n_tokens, topk, tuple(w1_shape), tuple(w2_shape), torch.device(device), hidden_pad, intermediate_pad
         )
-        _AB_STATE["plans"][key] = plan
+        _STATE["plans"][key] = plan
     return plan
 
 
-def _ab_build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, intermediate_pad) -> AiterPlan:
-    aiter = _AB_STATE["aiter"]
+def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, intermediate_pad) -> AiterPlan:
+    aiter = _STATE["aiter"]
     dtypes = aiter.dtypes
     n_experts, model_dim, inter_dim = fm.get_inter_dim(tuple(w1_shape), tuple(w2_shape))
     if w1_shape[1] != 2 * inter_dim:
@@ -167,11 +168,11 @@ def _ab_build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, i
     plan.num_valid_ids = get_buffer("aiter_num_valid_ids", (2,), torch.int32, device)
     plan.out = get_buffer("aiter_out", (n_tokens, model_dim), torch.bfloat16, device)
     plan.stage1_out = get_buffer("aiter_stage1_out", (n_tokens, topk, inter_dim), torch.bfloat16, device)
-    plan.quant = _ab_quant_choice() if plan.quantized else None
+    plan.quant = _quant_choice() if plan.quantized else None
     plan.a1_fp4 = plan.a1_scales = plan.a2_fp4 = plan.a2_scales = None
     if plan.quant == "project":
-        sort_blocks = -(-max_padded // MXQ_ROWS)
-        tile = MXQ_BLOCK * MXQ_GROUPS
+        sort_blocks = -(-max_padded // SCALE_TILE_ROWS)
+        tile = MX_BLOCK * SCALE_TILE_GROUPS
         plan.a1_fp4 = get_buffer("aiter_a1_fp4", (n_tokens, model_dim // 2), torch.uint8, device)
         plan.a1_scales = get_buffer(
             "aiter_a1_scales", (sort_blocks, -(-model_dim // tile), 4, 16, 4), torch.uint8, device
@@ -183,7 +184,7 @@ def _ab_build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, i
     return plan
 
 
-def _ab_shuffled(w: torch.Tensor) -> torch.Tensor:
+def _marked_shuffled(w: torch.Tensor) -> torch.Tensor:
     """w itself if it carries is_shuffled, else a view of it that does (the input is left alone)."""
     if getattr(w, "is_shuffled", False):
         return w
@@ -192,7 +193,7 @@ def _ab_shuffled(w: torch.Tensor) -> torch.Tensor:
     return view
 
 
-def _ab_quantize(plan: AiterPlan, x, token_num, topk, out, out_scales):
+def _quantize(plan: AiterPlan, x, token_num, topk, out, out_scales):
     if plan.quant == "project":
         return fused_dynamic_mxfp4_quant_moe_sort(
             x,
@@ -229,9 +230,9 @@ def fused_moe_aiter(data):
         config["d_hidden_pad"] - config["d_hidden"],
         config["d_expert_pad"] - config["d_expert"],
     )
-    aiter = _AB_STATE["aiter"]
-    w1 = _ab_shuffled(w1)
-    w2 = _ab_shuffled(w2)
+    aiter = _STATE["aiter"]
+    w1 = _marked_shuffled(w1)
+    w2 = _marked_shuffled(w2)
     e8m0 = plan.e8m0
     w1_scale = w1_scale if w1_scale.dtype == e8m0 else w1_scale.view(e8m0)
     w2_scale = w2_scale if w2_scale.dtype == e8m0 else w2_scale.view(e8m0)
@@ -254,7 +255,7 @@ def fused_moe_aiter(data):
         0,
     )
     if plan.quantized:
-        a1, a1_scale = _ab_quantize(plan, hidden, n_tokens, 1, plan.a1_fp4, plan.a1_scales)
+        a1, a1_scale = _quantize(plan, hidden, n_tokens, 1, plan.a1_fp4, plan.a1_scales)
     else:
         a1, a1_scale = hidden, None
     a2 = md.stage1(
@@ -272,7 +273,7 @@ def fused_moe_aiter(data):
         sorted_weights=None,
     )
     if plan.quantized:
-        a2, a2_scale = _ab_quantize(plan, a2.view(-1, plan.inter_dim), n_tokens, topk, plan.a2_fp4, plan.a2_scales)
+        a2, a2_scale = _quantize(plan, a2.view(-1, plan.inter_dim), n_tokens, topk, plan.a2_fp4, plan.a2_scales)
         a2 = a2.view(n_tokens, topk, -1)
     else:
         a2_scale = None

@@ -114,7 +114,7 @@ AITER_KEY_FIELDS = (
 OVERRIDE_ROW_FIELDS = ("block_m", "ksplit", "kernelName1", "kernelName2", "run_1stage")
 
 # get_2stage_cfgs's parameters at f3be04a (aiter/fused_moe.py:675-691).
-_SO_CFG_PARAMS = (
+_CFG_PARAMS = (
     "token",
     "model_dim",
     "inter_dim",
@@ -135,14 +135,14 @@ _SO_CFG_PARAMS = (
 # The name suffixes for this problem: Nswizzle always 0 (gen_instances.py:865), Quant3 =
 # QuantType.per_1x32, stage 1 without routed weight (doweight_stage1 False), stage 2 with it,
 # element ops MulABScaleShuffled / MulABScaleExpertWeightShuffled (gemm_moe_ck2stages_common.py:425, :491).
-_SO_CK1_SUFFIX = "MulABScaleShuffled_v{v}_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16"
-_SO_CK2_SUFFIX = "MulABScaleExpertWeightShuffled_v{v}_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16"
+_CK1_SUFFIX = "MulABScaleShuffled_v{v}_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16"
+_CK2_SUFFIX = "MulABScaleExpertWeightShuffled_v{v}_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16"
 
 
 def ck_moe_kernel_name(stage: int, instance: tuple) -> str:
     """aiter's CK 2-stage kernel name (kernelInstanceGEMM1/2.name) of an a4w4 instance tuple."""
     block, m, n, k, mw, nw, ver = instance
-    suffix = (_SO_CK1_SUFFIX if stage == 1 else _SO_CK2_SUFFIX).format(v=ver)
+    suffix = (_CK1_SUFFIX if stage == 1 else _CK2_SUFFIX).format(v=ver)
     return f"moe_ck2stages_gemm{stage}_{block}x{m}x{n}x{k}_{mw}x{nw}_{suffix}"
 
 
@@ -201,10 +201,10 @@ def table_from_rows(rows) -> tuple[dict, dict]:
 # kernelName2 when FlyDSL is unavailable.
 OVERRIDES, FLYDSL_FALLBACK_KERNEL2 = table_from_rows(OVERRIDE_ROWS)
 
-_SO_CK_RE = re.compile(
+_CK_NAME_RE = re.compile(
     r"^moe_ck2stages_gemm(?P<stage>[12])_(?P<block>\d+)x(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)_(?P<mw>\d+)x(?P<nw>\d+)_"
 )
-_SO_FLY_RE = re.compile(
+_FLYDSL_NAME_RE = re.compile(
     r"^flydsl_moe(?P<stage>[12])_a(?P<a>[a-z0-9]+)_w(?P<b>[a-z0-9]+)_(?P<out>[a-z0-9]+)"
     r"_t(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)(?:_(?P<mode>atomic|reduce))?$"
 )
@@ -212,7 +212,7 @@ _SO_FLY_RE = re.compile(
 
 def parse_ck_moe_kernel_name(name: str) -> dict | None:
     """Tile fields of a CK 2-stage kernel name, or None if it is not one."""
-    match = _SO_CK_RE.match(name)
+    match = _CK_NAME_RE.match(name)
     if not match:
         return None
     g = {k: int(v) for k, v in match.groupdict().items()}
@@ -227,7 +227,7 @@ def parse_ck_moe_kernel_name(name: str) -> dict | None:
 
 def parse_flydsl_moe_kernel_name(name: str) -> dict | None:
     """FlyDSL registry entry (the fields of aiter/ops/flydsl/moe_kernels.py:51-60, :80-90) for a name."""
-    match = _SO_FLY_RE.match(name)
+    match = _FLYDSL_NAME_RE.match(name)
     if not match:
         return None
     g = match.groupdict()
@@ -247,17 +247,17 @@ def parse_flydsl_moe_kernel_name(name: str) -> dict | None:
     return params
 
 
-def _so_known_ck_names(stage: int) -> set:
+def _known_ck_names(stage: int) -> set:
     instances = CK_A4W4_GEMM1_INSTANCES if stage == 1 else CK_A4W4_GEMM2_INSTANCES
     return {ck_moe_kernel_name(stage, inst) for inst in instances}
 
 
-def _so_ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: str) -> list[str]:
+def _ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: str) -> list[str]:
     """Why a CK stage-`stage` kernel name does not fit a row (empty when it does)."""
     ck = parse_ck_moe_kernel_name(name)
     if ck is None or ck["stage"] != stage:
         return [f"{key}: kernelName{stage} {name!r} is {what} kernel name"]
-    if name not in _so_known_ck_names(stage):
+    if name not in _known_ck_names(stage):
         return [f"{key}: kernelName{stage} {name!r} is not an a4w4 gemm{stage} instance at aiter {AITER_COMMIT[:7]}"]
     if ck["MPerBlock"] != block_m:
         return [f"{key}: kernelName{stage} MPerBlock {ck['MPerBlock']} != block_m {block_m}"]
@@ -311,7 +311,7 @@ def row_problems(
     if block_m <= 0 or block_m % 32:
         problems.append(f"{key}: block_m={block_m} must be a positive multiple of 32 when activations are quantized")
     if name1:
-        problems += _so_ck_name_problems(key, 1, name1, block_m, "not a CK stage-1")
+        problems += _ck_name_problems(key, 1, name1, block_m, "not a CK stage-1")
     elif block_m not in (32, 64, 128):
         problems.append(f"{key}: no heuristic CK stage 1 for block_m={block_m} (gen_instances.py:276-293)")
     if name2.startswith("flydsl_"):
@@ -328,12 +328,12 @@ def row_problems(
         fallback = (FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks).get(key)
         if fallback is not None:
             ck_fb = parse_ck_moe_kernel_name(fallback)
-            if fallback not in _so_known_ck_names(2) or ck_fb["MPerBlock"] != block_m:
+            if fallback not in _known_ck_names(2) or ck_fb["MPerBlock"] != block_m:
                 problems.append(
                     f"{key}: FlyDSL fallback {fallback!r} is not an a4w4 gemm2 instance of MPerBlock {block_m}"
                 )
     elif name2:
-        problems += _so_ck_name_problems(key, 2, name2, block_m, "neither a CK stage-2 nor a FlyDSL")
+        problems += _ck_name_problems(key, 2, name2, block_m, "neither a CK stage-2 nor a FlyDSL")
     elif block_m not in (32, 64, 128):
         problems.append(f"{key}: no heuristic CK stage 2 for block_m={block_m} (gen_instances.py:628-660)")
     return problems
@@ -394,8 +394,8 @@ def check_aiter_layout(fused_moe_module) -> None:
     if cfg is None or not hasattr(cfg, "cache_clear"):
         raise RuntimeError(f"{where}.get_2stage_cfgs is missing or not lru_cached")
     params = tuple(inspect.signature(cfg).parameters)
-    if params != _SO_CFG_PARAMS:
-        raise RuntimeError(f"{where}.get_2stage_cfgs takes {params}, not aiter {AITER_COMMIT[:7]}'s {_SO_CFG_PARAMS}")
+    if params != _CFG_PARAMS:
+        raise RuntimeError(f"{where}.get_2stage_cfgs takes {params}, not aiter {AITER_COMMIT[:7]}'s {_CFG_PARAMS}")
     if table is None and not hasattr(getattr(fused_moe_module, "AITER_CONFIGS", None), "AITER_CONFIG_FMOE_FILE"):
         raise RuntimeError(f"{where} has no AITER_CONFIGS.AITER_CONFIG_FMOE_FILE to load the tuned table from")
 
@@ -411,7 +411,7 @@ def load_aiter_table(csv_path: str) -> dict:
     return df.set_index(list(AITER_KEY_FIELDS)).to_dict("index")
 
 
-def _so_cu_num(fused_moe_module, cu_num):
+def _cu_num(fused_moe_module, cu_num):
     if cu_num is not None:
         return int(cu_num)
     get_cu_num = getattr(fused_moe_module, "get_cu_num", None)
@@ -421,7 +421,7 @@ def _so_cu_num(fused_moe_module, cu_num):
         return OVERRIDE_CU_NUM
 
 
-def _so_flydsl(fused_moe_module, overrides):
+def _flydsl_registry(fused_moe_module, overrides):
     """(FlyDSL usable, registry or None): registers the missing names when the module imports."""
     try:
         moe_kernels = importlib.import_module("aiter.ops.flydsl.moe_kernels")
@@ -452,10 +452,10 @@ def inject(
     fallbacks = FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks
     validate(table_rows, fallbacks=fallbacks)
     check_aiter_layout(fused_moe_module)
-    flydsl_ok, registry = _so_flydsl(fused_moe_module, table_rows)
+    flydsl_ok, registry = _flydsl_registry(fused_moe_module, table_rows)
     if registry is not None:
         validate(table_rows, registry, fallbacks=fallbacks)
-    cu = _so_cu_num(fused_moe_module, cu_num)
+    cu = _cu_num(fused_moe_module, cu_num)
     table = fused_moe_module.cfg_2stages
     if table is None:
         table = load_aiter_table(fused_moe_module.AITER_CONFIGS.AITER_CONFIG_FMOE_FILE)

@@ -10,10 +10,9 @@ import torch
 import triton
 
 from buffers import get_buffer
+from moe_triton import plan, target
 from moe_triton.kernels.decode import moe_stage1_kernel, moe_stage2_kernel
-from moe_triton.plan import _DecodePlan, _launch, record_plan
 from moe_triton.routing import route_and_quantize, routing_capacity
-from moe_triton.target import fast_decode, gluon_kernels, interpreting, pdl_options, register_cap, silu_options
 
 
 def check_tail(cfg) -> None:
@@ -35,7 +34,7 @@ def check_gluon(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int,
         if not parts:
             continue
         name = f"gluon{stage}"
-        if not gluon_kernels(device):
+        if not target.gluon_kernels(device):
             raise ValueError(f"tiles: {name} needs an NVIDIA sm_90 GPU (Hopper wgmma); use {name}=0 here")
         if parts not in (1, 2, 4):
             raise ValueError(f"tiles: {name} must be 0 (off), 1, 2 or 4 (parts per K step), not {parts}")
@@ -88,7 +87,7 @@ def gluon_registers(max_regs: int, num_wg: int) -> dict:
     return {"maxnreg": max_regs, "MMA_REGS": mma, "LOADER_REGS": loader}
 
 
-def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "_DecodePlan":
+def decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "plan.DecodePlan":
     """The decode path's first call of a shape: its launches, recorded into its plan."""
     n_tokens, d_hidden = hidden_states.shape
     n_experts, two_inter, _ = w1.shape
@@ -100,8 +99,8 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
     device = hidden_states.device
-    fast, interpret = fast_decode(device), interpreting()
-    pdl = pdl_options(fast)
+    fast, interpret = target.fast_decode(device), target.interpreting()
+    pdl = target.pdl_options(fast)
     a2 = get_buffer("a2", (n_blocks * block_m, d_inter), torch.bfloat16, device)
 
     def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes):
@@ -120,7 +119,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
         stage1_args += (n_tokens, d_hidden, d_inter)
         for rows in row_tiles:
             if cfg.gluon1:
-                _launch(
+                plan.launch(
                     moe_gluon_stage1_kernel,
                     (n_blocks, d_inter // cfg.block_n1),
                     *stage1_args,
@@ -132,13 +131,13 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     SPLIT=cfg.gluon1,
                     NUM_WG=cfg.block_n1 // 32,
                     FOLD=cfg.tail_m if cfg.fold1 else 0,
-                    **silu_options(),
+                    **target.silu_options(),
                     num_warps=4,  # group 0's MMA warpgroup; the kernel starts its other partitions
                     **pdl,
                     **gluon_registers(cfg.max_regs1, cfg.block_n1 // 32),
                 )
             else:
-                _launch(
+                plan.launch(
                     moe_stage1_kernel,
                     (n_blocks, triton.cdiv(d_inter, cfg.block_n1)),
                     *stage1_args,
@@ -149,17 +148,17 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     BLOCK_K=cfg.block_k1,
                     FAST=fast,
                     INTERPRET=interpret,
-                    **silu_options(),
+                    **target.silu_options(),
                     num_warps=cfg.warps1,
                     num_stages=cfg.stages1,
                     **pdl,
-                    **register_cap(fast, cfg.max_regs1),
+                    **target.register_cap(fast, cfg.max_regs1),
                 )
         stage2_args = (a2, w2_bytes, w2_scale_bytes, out, topk_weights, sorted_ids, sorted_expert_ids, num_valid_ids)
         stage2_args += (n_tokens, d_hidden, d_inter)
         for rows in row_tiles:
             if cfg.gluon2:
-                _launch(
+                plan.launch(
                     moe_gluon_stage2_kernel,
                     (n_blocks, d_hidden // (cfg.block_n2 * cfg.n_tiles2)),
                     *stage2_args,
@@ -177,7 +176,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     **gluon_registers(cfg.max_regs2, cfg.block_n2 // 64),
                 )
             else:
-                _launch(
+                plan.launch(
                     moe_stage2_kernel,
                     (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
                     *stage2_args,
@@ -194,7 +193,7 @@ def _decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                     num_warps=cfg.warps2,
                     num_stages=cfg.stages2,
                     **pdl,
-                    **register_cap(fast, cfg.max_regs2),
+                    **target.register_cap(fast, cfg.max_regs2),
                 )
 
-    return record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
+    return plan.record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)

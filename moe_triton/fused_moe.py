@@ -18,10 +18,10 @@ bf16 atomically into the output, as the runner's aiter kernel does.
 
 import torch
 
-from moe_triton.decode import _decode_plan
-from moe_triton.native import _fused_moe_native
-from moe_triton.plan import _DecodePlan, planned_call
-from moe_triton.target import gluon_kernels, interpreting, native_default, pdl_enabled
+from moe_triton import target
+from moe_triton.decode import decode_plan
+from moe_triton.native import fused_moe_native
+from moe_triton.plan import DecodePlan, planned_call
 from moe_triton.tiles import NativeTileConfig, TileConfig
 from moe_triton.tiles_nvidia import static_tiles
 
@@ -40,21 +40,21 @@ def fused_moe_triton(
     """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
     2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the input tuple
     (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
-    path (None: native_default); tiles overrides that path's tile table (bench/tune/tiles.py). Off the
+    path (None: target.native_default); tiles overrides that path's tile table (bench/tune/tiles.py). Off the
     native path, without tiles, the static table (tiles_nvidia.static_tiles) picks."""
     if native is None:
-        native = native_default(hidden_states.device)
+        native = target.native_default(hidden_states.device)
     if native:
-        return _fused_moe_native(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles)
+        return fused_moe_native(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles)
     inputs = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
-    interpret = interpreting()
-    key = (hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, pdl_enabled(), interpret)
+    interpret = target.interpreting()
+    key = (hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, target.pdl_enabled(), interpret)
 
-    def build() -> "_DecodePlan":
+    def build() -> "DecodePlan":
         n_tokens, d_hidden = hidden_states.shape
         n_experts, two_inter, _ = w1.shape
         device = hidden_states.device
         shape = (n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1])
-        return _decode_plan(*inputs, tiles or static_tiles(*shape, gluon_kernels(device)))
+        return decode_plan(*inputs, tiles or static_tiles(*shape, target.gluon_kernels(device)))
 
     return planned_call(key, build, inputs, interpret)

@@ -9,8 +9,8 @@ import torch
 import triton
 
 from buffers import get_buffer
+from moe_triton import plan
 from moe_triton.kernels.native import moe_native_stage1_kernel, moe_native_stage2_kernel
-from moe_triton.plan import _DecodePlan, _launch, planned_call, record_plan
 from moe_triton.routing import route_and_quantize, routing_buffers, routing_capacity
 from moe_triton.target import amd_options, gfx950_converts, interpreting, silu_options
 from moe_triton.tiles import NativeTileConfig
@@ -39,7 +39,7 @@ def _check_native_tiles(cfg, d_hidden: int, d_inter: int) -> None:
         )
 
 
-def _fused_moe_native(
+def fused_moe_native(
     hidden_states: torch.Tensor,
     w1: torch.Tensor,
     w2: torch.Tensor,
@@ -57,10 +57,10 @@ def _fused_moe_native(
     inputs = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
     interpret = interpreting()
     key = ("native", hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, interpret)
-    return planned_call(key, lambda: _native_plan(*inputs, tiles), inputs, interpret)
+    return plan.planned_call(key, lambda: _native_plan(*inputs, tiles), inputs, interpret)
 
 
-def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles) -> "_DecodePlan":
+def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles) -> "plan.DecodePlan":
     """The native path's first call of a shape and tiles: its checks, buffers and launches,
     recorded into its plan."""
     n_tokens, d_hidden = hidden_states.shape
@@ -101,7 +101,7 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
                 hidden_bits=hidden_bits,
             )
         # With fused_quant stage 1 reads the hidden states' bf16 bits as int32 pairs (and no scales).
-        _launch(
+        plan.launch(
             moe_native_stage1_kernel,
             (n_blocks, column_tiles),
             *(a1 or (hidden_bits, hidden_bits)),
@@ -139,7 +139,7 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
             num_stages=cfg.stages1,
             **amd,
         )
-        _launch(
+        plan.launch(
             moe_native_stage2_kernel,
             (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
             a2,
@@ -168,4 +168,4 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
             **amd,
         )
 
-    return record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native=True)
+    return plan.record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native=True)

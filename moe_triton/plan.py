@@ -1,5 +1,5 @@
 """The per-shape plans of every path (decode, native): a shape's first call runs its launches
-as written (buffers from the pool, grids, constexprs); _launch records each one into a _DecodePlan,
+as written (buffers from the pool, grids, constexprs); launch records each one into a DecodePlan,
 which later calls of the shape replay with their own tensors: no tile lookup, buffer lookups or
 argument building per call. On a GPU the replay launches the CompiledKernel that the first call's
 JIT launch returned, through its launcher, as JITFunction.run itself ends (triton 3.6 to 3.9): the
@@ -21,16 +21,16 @@ from triton.compiler import CompiledKernel
 from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
-from moe_triton.target import fast_decode, interpreting, targets_amd
+from moe_triton import target
 
 MAX_PLANS = 16  # shapes whose plans are kept (least recently used dropped first)
 # Direct launches on the NVIDIA path; MOE_TRITON_DIRECT=0 keeps the JIT launches (to compare).
 DIRECT_LAUNCH = os.environ.get("MOE_TRITON_DIRECT", "1") != "0"
-_plans: "OrderedDict[tuple, _DecodePlan]" = OrderedDict()
+_plans: "OrderedDict[tuple, DecodePlan]" = OrderedDict()
 _recording: "list | None" = None  # the launches of the plan being built, while a first call runs
 
 
-def _launch(fn, grid: tuple, *args, **kwargs) -> None:
+def launch(fn, grid: tuple, *args, **kwargs) -> None:
     """fn[grid](*args, **kwargs), recorded into the plan being built, if any. A tile that asks the
     GPU for more than it has (shared memory, registers) is a ValueError naming the kernel."""
     try:
@@ -113,7 +113,7 @@ class _Launch:
         )
 
 
-class _DecodePlan:
+class DecodePlan:
     """The recorded launches of one shape (tiles, grids, constexprs, scratch buffers held)."""
 
     def __init__(
@@ -181,15 +181,15 @@ def planned_call(key: tuple, build, inputs: tuple, interpret: bool) -> torch.Ten
 
 def record_plan(
     launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native: bool = False
-) -> "_DecodePlan":
+) -> "DecodePlan":
     """A first call of a shape: launch_all(out, w1, w2, w1_scale, w2_scale) (the weights as bytes;
     native: and the hidden states as int32 pairs, the native launches' view) makes its launches
-    through _launch, which records them into the shape's plan (plan.first_out holds this call's
+    through launch, which records them into the shape's plan (plan.first_out holds this call's
     output). The decode and native paths build their plans so; direct launches on NVIDIA GPUs
     (the decode path) and on any GPU (the native path)."""
     global _recording
     device = hidden_states.device
-    acc_dtype = torch.float32 if interpreting() else torch.bfloat16
+    acc_dtype = torch.float32 if target.interpreting() else torch.bfloat16
     out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
     weights = tuple(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale))
     bits = (hidden_states.view(torch.int32),) if native else ()
@@ -200,11 +200,17 @@ def record_plan(
     finally:
         _recording = None
     launches = [_Launch(*launch, call_tensors) for launch in recorded]
-    gpu = device.type == "cuda" and not interpreting()
-    direct = DIRECT_LAUNCH and (gpu if native else fast_decode(device))
+    gpu = device.type == "cuda" and not target.interpreting()
+    direct = DIRECT_LAUNCH and (gpu if native else target.fast_decode(device))
     raw = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
-    plan = _DecodePlan(
-        launches, tuple(hidden_states.shape), acc_dtype, direct=direct, bits=native, inputs=raw, amd=targets_amd()
+    plan = DecodePlan(
+        launches,
+        tuple(hidden_states.shape),
+        acc_dtype,
+        direct=direct,
+        bits=native,
+        inputs=raw,
+        amd=target.targets_amd(),
     )
     plan.first_out = out
     return plan

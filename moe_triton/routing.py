@@ -8,11 +8,10 @@ import torch
 import triton
 
 from buffers import get_buffer
+from moe_triton import plan, target
 from moe_triton.kernels.decode import moe_prep_kernel
 from moe_triton.kernels.native import moe_native_prep_kernel, moe_native_route_kernel
 from moe_triton.kernels.routing import moe_route_kernel
-from moe_triton.plan import _launch
-from moe_triton.target import fast_decode, gfx950_converts, pdl_options
 
 # Measured on the H200 (2026-11-30, bench/notes/decode-path-1-4.md, "a separate route launch"): 32-blocks
 # per quantization program (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of
@@ -54,7 +53,7 @@ def route_and_quantize(
     """Launches 1 and 2: the aiter-compatible routing of topk_ids for routing blocks of block_m
     rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activations a1 (hidden_states
     quantized), and `out` zeroed. Returns (sorted_ids, sorted_expert_ids, num_valid_ids, a1), all
-    from the buffers pool; a1 is the decode path's bf16 buffer (in _k_slot column order), or with
+    from the buffers pool; a1 is the decode path's bf16 buffer (in k_slot column order), or with
     native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32]). The native path's variants:
     quantize=False writes no a1 (None; stage 1 quantizes), launches=1 does it all in one launch
     (moe_native_route_kernel), quant_blocks sets the 32-blocks per quantizing program
@@ -70,8 +69,8 @@ def route_and_quantize(
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
     quant_programs = triton.cdiv(n_tokens * d_hidden // 32, quant_blocks)
-    fast = fast_decode(device) and not native
-    pdl = pdl_options(fast)
+    fast = target.fast_decode(device) and not native
+    pdl = target.pdl_options(fast)
     if native:
         a1 = (
             (
@@ -85,7 +84,7 @@ def route_and_quantize(
         a1_ptrs = a1 or (hidden_states, hidden_states)
         bits = hidden_states.view(torch.int32) if hidden_bits is None else hidden_bits
         if launches == 1:
-            _launch(
+            plan.launch(
                 moe_native_route_kernel,
                 (n_experts + quant_programs,),
                 topk_ids,
@@ -107,10 +106,10 @@ def route_and_quantize(
                 COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
                 QUANT_BLOCKS=quant_blocks,
                 QUANT=quantize,
-                GFX950=gfx950_converts(),
+                GFX950=target.gfx950_converts(),
             )
             return sorted_ids, sorted_expert_ids, num_valid_ids, a1
-        _launch(
+        plan.launch(
             moe_native_prep_kernel,
             (n_chunks + quant_programs,),
             topk_ids,
@@ -126,11 +125,11 @@ def route_and_quantize(
             HIST_CHUNK=hist_chunk,
             QUANT_BLOCKS=quant_blocks,
             QUANT=quantize,
-            GFX950=gfx950_converts(),
+            GFX950=target.gfx950_converts(),
         )
     else:
         a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
-        _launch(
+        plan.launch(
             moe_prep_kernel,
             (n_chunks + quant_programs,),
             topk_ids,
@@ -165,7 +164,7 @@ def launch_route(topk_ids, chunk_counts, routing: tuple, n_experts: int, block_m
     n_tokens, topk = topk_ids.shape
     n_slots = n_tokens * topk
     n_chunks, expert_bins = chunk_counts.shape
-    _launch(
+    plan.launch(
         moe_route_kernel,
         (n_experts,),
         topk_ids,

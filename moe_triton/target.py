@@ -113,7 +113,7 @@ def pdl_enabled() -> bool:
 
 def pdl_options(fast: bool) -> dict:
     """The kernel argument that compiles the wait for the previous kernel into every kernel
-    (moe_triton.kernels.routing._after_previous_launch) and the launch option, where PDL applies."""
+    (moe_triton.kernels.routing.after_previous_launch) and the launch option, where PDL applies."""
     return {"PDL": True, "launch_pdl": True} if fast and PDL else {"PDL": False}
 
 

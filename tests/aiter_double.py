@@ -320,7 +320,7 @@ def reset_backend() -> None:
     that its next call takes the double installed now."""
     from moe_aiter import backend
 
-    backend._AB_STATE.update(aiter=None, fm=None, table=None, plans={})
+    backend._STATE.update(aiter=None, fm=None, table=None, plans={})
 
 
 def install(monkeypatch, tmp_path, flydsl_available: bool = True, cu_num: int = 256, csv_rows=None) -> AiterDouble:

@@ -15,7 +15,7 @@ import torch.nn.functional as F
 import buffers
 from moe_aiter import backend as ab
 from moe_aiter import inject as so
-from moe_triton.fused_moe import interpreting
+from moe_triton.target import interpreting
 from mxfp4.codec import dequantize
 from problem.cases import BENCHMARKS, SMOKE
 from reference import compare, generate_input, ref_kernel

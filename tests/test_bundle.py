@@ -515,7 +515,7 @@ def test_the_outputs_the_docs_suggest_shadow_nothing():
                 outputs += [Path(words[i + 1]) for i, w in enumerate(words[:-1]) if w in ("-o", "--output")]
     assert Path("dist/submission_triton.py") in outputs
     for out in outputs:
-        bundler.check_output_name(out, ROOT)
+        bundler.check_paths(out, ROOT)
     assert "submission" not in bundler.shadowed_modules(ROOT)
     assert {"triton", "torch", "aiter", "task", "reference", "utils", "eval", "numpy", "mxfp4"} <= (
         bundler.shadowed_modules(ROOT)

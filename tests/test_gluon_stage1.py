@@ -15,6 +15,7 @@ from bench.h200.gluon_check import routed_a2
 from bench.tune.tiles import case_tiles
 from buffers import _pool
 from moe_triton import decode as decode_launcher
+from moe_triton import target
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.decode import FAST_EXP
 from moe_triton.routing import routing_buffers, routing_capacity
@@ -37,7 +38,7 @@ def run(data, tiles):
 
 
 def k_slot(cols: torch.Tensor) -> torch.Tensor:
-    """kernels/decode.py's _k_slot."""
+    """kernels/decode.py's k_slot."""
     r = cols % 32
     return cols - r + (((r >> 1) & 1) << 4) + ((r & 1) << 3) + ((r >> 3) << 1) + ((r >> 2) & 1)
 
@@ -48,7 +49,7 @@ def ring_row(r: torch.Tensor, d_inter: int) -> torch.Tensor:
 
 
 def decoded_slot(words: torch.Tensor, scale_words: torch.Tensor, step: int) -> torch.Tensor:
-    """A ring slot's weights [rows, 128] at K step `step` in _k_slot order, times 2^-FAST_EXP, as
+    """A ring slot's weights [rows, 128] at K step `step` in k_slot order, times 2^-FAST_EXP, as
     the MMA warps decode them: word t of 32-block j holds slots 32 j + 16 s + 8 h + 2 t + b (code
     4 b + 2 s + h), its scale byte j of the step's int32 of scales."""
     rows = words.shape[0]
@@ -156,7 +157,7 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
     if not ON_SM90:
         with pytest.raises(ValueError, match=r"^tiles: gluon1 needs an NVIDIA sm_90 GPU"):
             run(data, tiles)
-        monkeypatch.setattr(decode_launcher, "gluon_kernels", lambda device: True)
+        monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     for bad, field in ((tiles._replace(gluon1=3), "gluon1 must be"), (tiles._replace(block_n1=96), "block_n1")):
         with pytest.raises(ValueError, match=r"^tiles: gluon1") as err:
             run(data, bad)
@@ -253,7 +254,7 @@ def test_gluon_check_refuses_a_variant_the_kernel_does_not_take_in_one_line(argv
 
 def test_fold_needs_the_gluon_stage_1_and_tail_tiles(monkeypatch):
     data = generate_input(**small_case())
-    monkeypatch.setattr(decode_launcher, "gluon_kernels", lambda device: True)
+    monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2)._replace(fold1=1, tail_m=0)
     with pytest.raises(ValueError, match=r"^tiles: fold1 needs gluon1 and tail_m, not 2 and 0$"):
         run(data, tiles)

@@ -17,7 +17,7 @@ from test_gluon_stage1 import FAST, ON_SM90, decoded_slot, k_slot, run
 
 from bench.h200.gluon_check import routed_a2
 from bench.tune.tiles import case_tiles
-from moe_triton import decode as decode_launcher
+from moe_triton import target
 from moe_triton.routing import routing_buffers
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant
@@ -135,7 +135,7 @@ def test_bad_gluon_stage_2_tiles_are_refused_in_one_line(monkeypatch):
     if not ON_SM90:
         with pytest.raises(ValueError, match=r"^tiles: gluon2 needs an NVIDIA sm_90 GPU"):
             run(data, tiles)
-        monkeypatch.setattr(decode_launcher, "gluon_kernels", lambda device: True)
+        monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     bad_tiles = (
         (tiles._replace(gluon2=3), "gluon2 must be"),
         (tiles._replace(block_n2=64), "block_n2 128 or 256"),

@@ -111,3 +111,68 @@ def test_each_path_of_the_triton_backend_is_a_short_module_beside_its_kernels():
     assert launchers["fused_moe.py"] <= 100, "fused_moe_triton is a dispatcher"
     kernels = {p.stem for p in (ROOT / "moe_triton" / "kernels").glob("*.py")}
     assert {"decode", "native"} <= kernels
+
+
+def _package(modules: dict[str, Path]) -> dict[str, Path]:
+    """The modules that the bundle carries: the root's (bundle.py and the runner's task.py aside)
+    and the packages' (bench's and the tests' aside)."""
+    return {
+        name: path for name, path in modules.items() if name.split(".")[0] not in {"bench", "tests", "bundle", "task"}
+    }
+
+
+def private_uses(modules: dict[str, Path], root: Path = ROOT) -> list[str]:
+    """`from m import _x` and `m._x` in one module of `modules` where m is another: a name that
+    another module uses is public in its own."""
+    found = []
+    for me, path in sorted(modules.items()):
+        package = me if path.name == "__init__.py" else me.rpartition(".")[0]
+        bound = {}  # local name -> the module it stands for
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for a in node.names:
+                    bound[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+            elif isinstance(node, ast.ImportFrom):
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1] if node.level else []
+                base = ".".join(parts + ([node.module] if node.module else []))
+                for a in node.names:
+                    if f"{base}.{a.name}" in modules:
+                        bound[a.asname or a.name] = f"{base}.{a.name}"
+                    elif base in modules and base != me and a.name.startswith("_") and not a.name.startswith("__"):
+                        found.append(f"{path.relative_to(root)}:{node.lineno}: from {base} import {a.name}")
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__"):
+                chain, value = [], node.value
+                while isinstance(value, ast.Attribute):
+                    chain.insert(0, value.attr)
+                    value = value.value
+                owner = ".".join([bound.get(getattr(value, "id", None), "?")] + chain)
+                if owner in modules and owner != me:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}: {owner}.{node.attr}")
+    return found
+
+
+def test_no_package_module_uses_another_ones_private_names():
+    modules = _package(_modules())
+    assert {"submission", "quant", "moe_triton.plan", "moe_triton.kernels.decode", "mxfp4.codec"} <= modules.keys()
+    assert not private_uses(modules)
+
+
+def test_the_private_name_finder_finds_both_forms(tmp_path):
+    sources = {
+        "__init__": "",
+        "a": "_x = 1\nprint(_x)\n",
+        "b": "from .a import _x\nfrom pkg import a\nprint(a._x, _x)\n",
+        "c": "import pkg.a\nimport pkg.a as alias\nprint(pkg.a._x, alias._x)\n",
+    }
+    (tmp_path / "pkg").mkdir()
+    for name, text in sources.items():
+        (tmp_path / "pkg" / f"{name}.py").write_text(text)
+    modules = {"pkg" if n == "__init__" else f"pkg.{n}": tmp_path / "pkg" / f"{n}.py" for n in sources}
+    assert private_uses(modules, tmp_path) == [
+        "pkg/b.py:1: from pkg.a import _x",
+        "pkg/b.py:3: pkg.a._x",
+        "pkg/c.py:3: pkg.a._x",
+        "pkg/c.py:3: pkg.a._x",
+    ]

@@ -1,7 +1,7 @@
 """The in-register MXFP4 weight decode of the Triton GEMMs against mxfp4.codec.dequantize.
 
 Every byte value at every position of a 32-bit word, with scales from the subnormal 2^-127 to
-NaN (the fast path: its documented exact range and NaN); the decoded columns come out in _k_slot
+NaN (the fast path: its documented exact range and NaN); the decoded columns come out in k_slot
 order. CPU: the portable path in Triton's interpreter; GPU: the path the GEMMs use there.
 """
 
@@ -10,7 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.decode import FAST_EXP, _fp4_to_bf16, _k_slot
+from moe_triton.kernels.decode import FAST_EXP, _fp4_to_bf16, k_slot
 from moe_triton.target import fast_decode
 from mxfp4.codec import dequantize
 
@@ -29,7 +29,7 @@ def _decode_kernel(w_ptr, s_ptr, out_ptr, ROWS: tl.constexpr, BLOCK_K: tl.conste
 @triton.jit
 def _slot_kernel(out_ptr, N: tl.constexpr):
     cols = tl.arange(0, N)
-    tl.store(out_ptr + cols, _k_slot(cols))
+    tl.store(out_ptr + cols, k_slot(cols))
 
 
 def slots(n: int, triton_device) -> torch.Tensor:
@@ -61,7 +61,7 @@ def test_decode_matches_dequantize(triton_device, scale):
     packed, scales = packed.to(triton_device), scales.to(triton_device)
     out = torch.full((rows, block_k), 12345.0, device=triton_device)
     _decode_kernel[(1,)](packed, scales, out, rows, block_k, fast)
-    got = out[:, slots(block_k, triton_device)].cpu()  # actual column c was decoded into _k_slot(c)
+    got = out[:, slots(block_k, triton_device)].cpu()  # actual column c was decoded into k_slot(c)
     assert torch.equal(got.isnan(), expected.isnan())
     finite = ~expected.isnan()
     assert torch.equal(got[finite], expected[finite]), (got - expected).abs()[finite].max()

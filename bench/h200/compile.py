@@ -95,27 +95,15 @@ def _compile_only_driver():
 @contextlib.contextmanager
 def fast_decode_on():
     """The launchers' NVIDIA fast path on for CPU tensors (they stand for CUDA ones), on an sm_90
-    GPU: fast_decode and gluon_kernels True in every moe_triton module holding
-    moe_triton.target's, target included (each launcher imports the name with `from
-    moe_triton.target import ...`, so each holds its own reference)."""
-    import sys
+    GPU: moe_triton.target's fast_decode and gluon_kernels say True (the launchers call them
+    through the module)."""
     from unittest import mock
 
-    import moe_triton.fused_moe  # noqa: F401  (imports every launcher module)
     from moe_triton import target
 
-    probes = {name: getattr(target, name) for name in ("fast_decode", "gluon_kernels")}
-    holders = [
-        (module, name)
-        for module_name, module in list(sys.modules.items())
-        if module_name.startswith("moe_triton.")
-        for name, probe in probes.items()
-        if getattr(module, name, None) is probe
-    ]
-    with contextlib.ExitStack() as stack:
-        for module, name in holders:
-            stack.enter_context(mock.patch.object(module, name, lambda device: True))
-        yield
+    with mock.patch.object(target, "fast_decode", lambda device: True):
+        with mock.patch.object(target, "gluon_kernels", lambda device: True):
+            yield
 
 
 @contextlib.contextmanager

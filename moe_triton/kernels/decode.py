@@ -13,11 +13,11 @@ Four launches per layer:
   moe_stage2_kernel  down GEMM of those rows, times the routing weight, added atomically into
                      the output rows of their tokens; N_TILES output tiles per program.
 With tail tiles (TAIL_M > 0) each stage is launched twice, for the blocks with more and with at
-most TAIL_M real rows, on tiles of BLOCK_M and of TAIL_M rows (_skip_block).
+most TAIL_M real rows, on tiles of BLOCK_M and of TAIL_M rows (skip_block).
 Weights stay in the raw row-major layout of the input tuple: [E, N, K/2] fp4 bytes and 2-D
 [E*N, K/32] e8m0 scales. The GEMMs decode them in registers, 32 bits at a time, as the MMA's
 left operand; the bf16 activation buffers (a1, a2) store their columns permuted within each
-32-block (_k_slot) to match the order in which a word's codes come out. On the fast (NVIDIA)
+32-block (k_slot) to match the order in which a word's codes come out. On the fast (NVIDIA)
 path they also hold their values times 2^FAST_EXP and the decoded weights are worth theirs times
 2^-FAST_EXP: the products are the same, and the decode needs one multiply per code pair.
 """
@@ -25,7 +25,7 @@ path they also hold their values times 2^FAST_EXP and the decoded weights are wo
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.routing import _after_previous_launch, _chunk_histogram, _routing_block, _skip_block
+from moe_triton.kernels.routing import after_previous_launch, chunk_histogram, routing_block, skip_block
 from moe_triton.kernels.silu import gated_h
 
 # The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
@@ -40,12 +40,12 @@ def _mx_round_trip(x, ROWS: tl.constexpr, COLS: tl.constexpr, EXP: tl.constexpr)
     dequantized and times 2^EXP: code value * 2^(s + EXP), exact in bf16 while s + EXP < 128.
     Ties round away from zero."""
     xb = tl.reshape(x, (ROWS, COLS // 32, 32))
-    inv, scale = _mx_block_scales(tl.max(tl.abs(xb), axis=2), EXP)
-    return tl.reshape(_mx_values(xb, inv[:, :, None], scale[:, :, None]), (ROWS, COLS))
+    inv, scale = mx_block_scales(tl.max(tl.abs(xb), axis=2), EXP)
+    return tl.reshape(mx_values(xb, inv[:, :, None], scale[:, :, None]), (ROWS, COLS))
 
 
 @triton.jit
-def _mx_block_scales(amax, EXP: tl.constexpr):
+def mx_block_scales(amax, EXP: tl.constexpr):
     """The e8m0 scale s of 32-blocks whose largest magnitude is amax (SPEC 3.3), as the fp32
     factors 2^-s and 2^(s + EXP)."""
     rounded = (amax.to(tl.int32, bitcast=True) + 0x200000) & -0x800000
@@ -58,7 +58,7 @@ def _mx_block_scales(amax, EXP: tl.constexpr):
 
 
 @triton.jit
-def _mx_values(x, inv, scale):
+def mx_values(x, inv, scale):
     """x's fp4 code values (x times its block's 2^-s, rounded to e2m1, ties away from zero) times
     its block's 2^(s + EXP); inv and scale broadcast against x."""
     mag = tl.abs(x) * inv
@@ -75,7 +75,7 @@ def _mx_values(x, inv, scale):
 
 
 @triton.jit
-def _k_slot(cols):
+def k_slot(cols):
     """Column of the activation buffers where activation column `cols` is stored. Within each
     32-block, column 8t + 4b + 2s + h goes to 16s + 8h + 2t + b: the order in which
     _fp4_to_bf16 lays out the 8 codes of one 32-bit weight word, so that each thread's MMA
@@ -102,10 +102,10 @@ def moe_prep_kernel(
     FAST: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    _after_previous_launch(PDL)
+    after_previous_launch(PDL)
     pid = tl.program_id(0)
     if pid < n_chunks:
-        _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
+        chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
     else:
         # QUANT_BLOCKS 32-blocks of the hidden states taken as one flat array (d_hidden is a
         # multiple of 32, so no block straddles two rows): small programs, many in flight.
@@ -115,13 +115,13 @@ def moe_prep_kernel(
         offs = blocks[:, None].to(tl.int64) * 32 + lanes[None, :]
         x = tl.load(hidden_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         a1 = _mx_round_trip(x, QUANT_BLOCKS, 32, FAST_EXP if FAST else 0)
-        a1_offs = blocks[:, None].to(tl.int64) * 32 + _k_slot(lanes)[None, :]
+        a1_offs = blocks[:, None].to(tl.int64) * 32 + k_slot(lanes)[None, :]
         tl.store(a1_ptr + a1_offs, a1.to(tl.bfloat16), mask=mask)
         tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def _scaled_pairs(pairs, scale):
+def scaled_pairs(pairs, scale):
     """NVIDIA PTX: int32 registers holding two bf16 bit patterns each (low half first), times the
     bf16x2 in `scale` -> bf16 [..., 2]; one mul.rn.bf16x2 per register."""
     return tl.inline_asm_elementwise(
@@ -147,7 +147,7 @@ def _portable_pairs(w):
 
 
 @triton.jit
-def _code_pairs(x):
+def code_pairs(x):
     """int32 words of 8 fp4 codes (low nibble first) -> four int32 tensors of two bf16 bit
     patterns each, worth code * 2^-126: codes (0, 4), (1, 5), (2, 6), (3, 7) of each word, the
     first of each pair in the low half."""
@@ -166,20 +166,20 @@ def _code_pairs(x):
 @triton.jit
 def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr):
     """MXFP4 weights, int32 words [ROWS, BLOCK_K/8] (8 codes each, low nibble first) and e8m0
-    scales [ROWS, BLOCK_K/32] -> [ROWS, BLOCK_K] in _k_slot order (SPEC 3.1).
+    scales [ROWS, BLOCK_K/32] -> [ROWS, BLOCK_K] in k_slot order (SPEC 3.1).
     Each code is placed into bf16 bits worth code * 2^-126 with a few bit operations per word.
     Fast path (bf16): one multiply by 2^(s - 1 - FAST_EXP) gives value * 2^-FAST_EXP, exact for
     scale bytes 58..191 and NaN for 255 (outside: weights below 2^-69 flush, above 2^64 are
     wrong). Portable path: the exact value for every scale byte, fp32 holding bf16 values."""
     G: tl.constexpr = BLOCK_K // 32
     x = tl.reshape(words, (ROWS, G, 4))
-    p0, p1, p2, p3 = _code_pairs(x)
+    p0, p1, p2, p3 = code_pairs(x)
     if FAST:
         # Both bf16 halves of 2^(s - 1 - FAST_EXP) in one multiply-add of the exponent field.
         s = tl.reshape(scales, (ROWS, G, 1)).to(tl.int32)
-        scale = tl.broadcast_to(_fast_pair_scale(s), (ROWS, G, 4))
-        p0, p1 = _scaled_pairs(p0, scale), _scaled_pairs(p1, scale)
-        p2, p3 = _scaled_pairs(p2, scale), _scaled_pairs(p3, scale)
+        scale = tl.broadcast_to(fast_pair_scale(s), (ROWS, G, 4))
+        p0, p1 = scaled_pairs(p0, scale), scaled_pairs(p1, scale)
+        p2, p3 = scaled_pairs(p2, scale), scaled_pairs(p3, scale)
     else:
         p0, p1, p2, p3 = _portable_pairs(p0), _portable_pairs(p1), _portable_pairs(p2), _portable_pairs(p3)
     codes = tl.join(tl.join(p0, p1), tl.join(p2, p3))  # [ROWS, G, t, b, h, s]: code 2s + h + 4b of word t
@@ -188,21 +188,21 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
         s = tl.reshape(scales, (ROWS, G, 1, 1, 1, 1)).to(tl.int32)
         scale = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
         codes = codes * scale.to(tl.float32, bitcast=True)
-    return _in_slot_order(codes, ROWS, BLOCK_K)
+    return in_slot_order(codes, ROWS, BLOCK_K)
 
 
 @triton.jit
-def _fast_pair_scale(s):
+def fast_pair_scale(s):
     """e8m0 scale bytes s (int32) -> both bf16 halves of 2^(s - 1 - FAST_EXP), the fast decode's
     multiplier of a code pair, in one multiply-add of the exponent field; 255 gives NaN."""
     return tl.where(s == 255, 0x7FC07FC0, (s + 126 - FAST_EXP) * 0x00800080)
 
 
 @triton.jit
-def _in_slot_order(codes, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+def in_slot_order(codes, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
     """The joined code pairs of _fp4_to_bf16 ([ROWS, BLOCK_K / 32, word t, b, h, s], in any
     shape with those elements in that order: code 2s + h + 4b of word t) -> [ROWS, BLOCK_K] in
-    _k_slot order."""
+    k_slot order."""
     codes = tl.reshape(codes, (ROWS, BLOCK_K // 32, 4, 2, 2, 2))
     return tl.reshape(tl.permute(codes, (0, 1, 5, 4, 2, 3)), (ROWS, BLOCK_K))
 
@@ -229,7 +229,7 @@ def _weight_step(
     INTERPRET: tl.constexpr,
 ):
     """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ a^T, a being the matching activation
-    tile [ROWS, BLOCK_K] (_act_tile, columns in _k_slot order) and W given as its [N, K/2] bytes
+    tile [ROWS, BLOCK_K] (_act_tile, columns in k_slot order) and W given as its [N, K/2] bytes
     and [N, K/32] scales (64-bit row indices). The weights are decoded in registers and are the
     MMA's left operand, fed from registers (1.1-2.2x faster on the H200 than passing them through
     shared memory as the right one). The CPU interpreter's tl.dot gets bf16 wrong (it multiplies
@@ -271,10 +271,10 @@ def moe_stage1_kernel(
     JUDGE: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    _after_previous_launch(PDL)
-    if _skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+    after_previous_launch(PDL)
+    if skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
-    rows, _packed, tokens, valid, expert = _routing_block(
+    rows, _packed, tokens, valid, expert = routing_block(
         tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -290,7 +290,7 @@ def moe_stage1_kernel(
     gate, up = tl.split(tl.reshape(tl.trans(acc), (ROWS, BLOCK_N, 2)))
     h = gated_h(gate, up, JUDGE, INTERPRET)
     a2 = _mx_round_trip(h, ROWS, BLOCK_N, FAST_EXP if FAST else 0)
-    out_offs = rows[:, None].to(tl.int64) * d_inter + _k_slot(cols)[None, :]
+    out_offs = rows[:, None].to(tl.int64) * d_inter + k_slot(cols)[None, :]
     tl.store(a2_ptr + out_offs, a2.to(tl.bfloat16), mask=(cols < d_inter)[None, :])
 
 
@@ -319,10 +319,10 @@ def moe_stage2_kernel(
     INTERPRET: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    _after_previous_launch(PDL)
-    if _skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+    after_previous_launch(PDL)
+    if skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
-    rows, packed, tokens, valid, expert = _routing_block(
+    rows, packed, tokens, valid, expert = routing_block(
         tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)

@@ -2,7 +2,7 @@
 the decode of a K step's MXFP4 weight rows into wgmma's register operand, and one K step of an MMA
 warpgroup. Both kernels keep a ring of STAGES slots, each one K step (BLOCK_K = 128) of the
 program's weight words ([W_ROWS, 16] int32), their scales (one int32 per row: four e8m0 bytes)
-and the activation rows ([ROWS, 128] bf16, _k_slot order), filled by a loader partition behind
+and the activation rows ([ROWS, 128] bf16, k_slot order), filled by a loader partition behind
 mbarriers; MMA warpgroup G takes ring rows [64 G, 64 G + 64).
 """
 
@@ -17,7 +17,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from moe_triton.kernels.decode import _code_pairs, _fast_pair_scale, _in_slot_order, _scaled_pairs
+from moe_triton.kernels.decode import code_pairs, fast_pair_scale, in_slot_order, scaled_pairs
 
 # triton 3.6 names cp.async async_copy_global_to_shared; later ones async_load.
 cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -46,14 +46,14 @@ def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.const
     words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
     word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
     s = (gl.expand_dims(sw, 1) >> (8 * (part * (K_PART // 32) + gl.expand_dims(word, 0) // 4))) & 0xFF
-    scale = _fast_pair_scale(s)
-    p0, p1, p2, p3 = _code_pairs(words)
+    scale = fast_pair_scale(s)
+    p0, p1, p2, p3 = code_pairs(words)
     codes = gl.join(
-        gl.join(_scaled_pairs(p0, scale), _scaled_pairs(p1, scale)),
-        gl.join(_scaled_pairs(p2, scale), _scaled_pairs(p3, scale)),
+        gl.join(scaled_pairs(p0, scale), scaled_pairs(p1, scale)),
+        gl.join(scaled_pairs(p2, scale), scaled_pairs(p3, scale)),
     )
     return gl.convert_layout(
-        _in_slot_order(codes, WG_ROWS, K_PART),
+        in_slot_order(codes, WG_ROWS, K_PART),
         gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2),
         assert_trivial=True,
     )

@@ -13,7 +13,7 @@ One program per (routing block, 32 NUM_WG columns of h); NUM_WG + 1 partitions o
   MMA warpgroup G   (NUM_WG of them, G = 0 being the default partition) owns one 32-column group:
                     its 32 gate and 32 up rows, interleaved by 8 (_ring_row). Per K step it decodes
                     them into wgmma's register operand in SPLIT parts along k
-                    (gluon_mma.mma_step: decode.py's decode, shared through _code_pairs; loaded
+                    (gluon_mma.mma_step: decode.py's decode, shared through code_pairs; loaded
                     as a 32-bit operand so that each thread's word decodes into its own operand
                     registers, no shuffles) and issues each part's wgmma asynchronously as soon
                     as it is decoded; the step's wgmmas are waited for before the next step (a
@@ -21,7 +21,7 @@ One program per (routing block, 32 NUM_WG columns of h); NUM_WG + 1 partitions o
                     so the warpgroups overlap one another's decode with their MMAs instead.
   epilogue          (each MMA warpgroup, from its registers) a thread holds the gate and up sums
                     of one column for its tokens: silu(gate) * up as the judge computes it
-                    (gated_h), the MXFP4 round trip over the group's 32 columns, a2 in _k_slot
+                    (gated_h), the MXFP4 round trip over the group's 32 columns, a2 in k_slot
                     order.
 The activations and weights carry the fast path's 2^FAST_EXP balance as in decode.py, so a2 is
 the buffer that moe_stage2_kernel reads. Gluon does not run under the CPU interpreter:
@@ -38,7 +38,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from moe_triton.kernels.decode import FAST_EXP, _k_slot, _mx_block_scales, _mx_values
+from moe_triton.kernels.decode import FAST_EXP, k_slot, mx_block_scales, mx_values
 from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
     WG_ROWS,
@@ -50,7 +50,7 @@ from moe_triton.kernels.gluon_mma import (
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.routing import _after_previous_launch, _skip_block
+from moe_triton.kernels.routing import after_previous_launch, skip_block
 from moe_triton.kernels.silu import gated_h
 
 GROUP = gl.constexpr(32)  # h columns per MMA warpgroup: one MXFP4 block of a2 (WG_ROWS gate and up rows)
@@ -209,15 +209,15 @@ def _store_a2(
     else:
         h = gated_h(gate, up, "torch", False)
     # the group is one 32-block of each token's a2 row: decode.py's _mx_round_trip over axes 0, 1
-    inv, scale = _mx_block_scales(gl.max(gl.max(gl.abs(h), axis=1), axis=0), FAST_EXP)
+    inv, scale = mx_block_scales(gl.max(gl.max(gl.abs(h), axis=1), axis=0), FAST_EXP)
     inv = gl.expand_dims(gl.expand_dims(inv, 0), 1)
     scale = gl.expand_dims(gl.expand_dims(scale, 0), 1)
-    a2 = _mx_values(h, inv, scale).to(gl.bfloat16)
+    a2 = mx_values(h, inv, scale).to(gl.bfloat16)
     layout: gl.constexpr = a2.type.layout
     warp = gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, layout)))
     row = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))
     token = gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))
-    cols = _k_slot(col0 + G * GROUP + gl.expand_dims(warp, 1) * 8 + gl.expand_dims(row, 0))
+    cols = k_slot(col0 + G * GROUP + gl.expand_dims(warp, 1) * 8 + gl.expand_dims(row, 0))
     rows = (row0 + token).to(gl.int64) * d_inter
     offs = gl.expand_dims(cols, 2) + gl.expand_dims(gl.expand_dims(rows, 0), 1)
     if MASKED:
@@ -265,7 +265,7 @@ def moe_gluon_stage1_kernel(
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
-    """a1 (bf16, _k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (read as int32:
+    """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (read as int32:
     [E * 2 * d_inter, d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2 (decode.py's
     moe_stage1_kernel's), 32 NUM_WG columns of h per program. d_hidden is a multiple of BLOCK_K
     (128), d_inter of 32 NUM_WG. Launched with num_warps 4 (MMA warpgroup 0). FOLD (TAIL_M or 0):
@@ -274,10 +274,10 @@ def moe_gluon_stage1_kernel(
     registers per thread (setmaxnreg; the default partition gets the rest of the launch's)."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
-    _after_previous_launch(PDL)
+    after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
     block = gl.program_id(0)
-    skip = _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M)
+    skip = skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M)
     expert = gl.load(sorted_expert_ids_ptr + block)
     # the main launch folds the next block (MAIN_FOLD); the tail launch skips the folded ones
     MAIN_FOLD: gl.constexpr = FOLD if ROWS == BLOCK_M else 0

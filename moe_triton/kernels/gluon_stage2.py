@@ -34,7 +34,7 @@ from moe_triton.kernels.gluon_mma import (
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.routing import _after_previous_launch, _skip_block
+from moe_triton.kernels.routing import after_previous_launch, skip_block
 
 
 @gluon.jit
@@ -171,7 +171,7 @@ def moe_gluon_stage2_kernel(
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
-    """a2 (stage 1's: bf16, _k_slot order, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (read
+    """a2 (stage 1's: bf16, k_slot order, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (read
     as int32: [E * d_hidden, d_inter / 8] and [E * d_hidden, d_inter / 128]) -> out += the rows'
     routing weight times their down GEMM, N_TILES tiles of 64 NUM_WG columns per program. d_inter is
     a multiple of BLOCK_K (128), d_hidden of 64 NUM_WG N_TILES. Launched with num_warps 4 (MMA
@@ -179,9 +179,9 @@ def moe_gluon_stage2_kernel(
     the default partition gets the rest of the launch's)."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 2: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 2: NUM_WG is 2 or 4")
-    _after_previous_launch(PDL)
+    after_previous_launch(PDL)
     block = gl.program_id(0)
-    if not _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+    if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         W_ROWS: gl.constexpr = NUM_WG * WG_ROWS
         col0 = gl.program_id(1) * N_TILES * W_ROWS
         w_row0 = gl.load(sorted_expert_ids_ptr + block) * d_hidden + col0

@@ -10,7 +10,7 @@ So the activation buffers hold packed fp4 bytes and e8m0 scale bytes (SPEC 3.3, 
 written by the quantization launch (a1, token order) and by stage 1's epilogue (a2, sorted
 order), and the weights are read as the input tuple carries them: raw [E, N, K/2] bytes and 2-D
 [E*N, K/32] scales, no decode and no conversion. Three launches besides the shared routing:
-  moe_native_prep_kernel    chunk histograms (moe_triton.kernels.routing._chunk_histogram), and a1
+  moe_native_prep_kernel    chunk histograms (moe_triton.kernels.routing.chunk_histogram), and a1
                             quantized to bytes and scales; the output zeroed.
   moe_native_stage1_kernel  per routing block and block_n1 columns of h: one scaled GEMM over
                             the gate and up rows interleaved, silu(gate) * up rounded to bf16,
@@ -32,7 +32,7 @@ elsewhere, SPEC 3.3 bit for bit in both (quant.py keeps mxfp4.encode's software 
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.routing import _chunk_histogram, _place_expert, _routing_block, _skip_block
+from moe_triton.kernels.routing import chunk_histogram, place_expert, routing_block, skip_block
 from moe_triton.kernels.silu import gated_h
 from mxfp4.convert import mx_convert_bf16_pairs, mx_convert_pairs
 
@@ -147,7 +147,7 @@ def moe_native_prep_kernel(
     output and, with QUANT, write a1 (_quantize_and_zero)."""
     pid = tl.program_id(0)
     if pid < n_chunks:
-        _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
+        chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
     else:
         _quantize_and_zero(
             hidden_ptr,
@@ -201,12 +201,12 @@ def moe_native_route_kernel(
 ):
     """The prep and route launches in one: programs below n_experts each count the whole
     histogram (COUNT_CHUNK slots per step) and place their expert's slots
-    (moe_triton.kernels.routing._place_expert); the others zero the output and, with QUANT, write
+    (moe_triton.kernels.routing.place_expert); the others zero the output and, with QUANT, write
     a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
         counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
-        _place_expert(
+        place_expert(
             pid,
             counts,
             topk_ids_ptr,
@@ -383,9 +383,9 @@ def moe_native_stage1_kernel(
             tl.store(sorted_expert_ids_ptr + block, expert)
         expert = expert.to(tl.int64)
     else:
-        if _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
+        if skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
             return
-        rows, _packed, tokens, valid, expert = _routing_block(
+        rows, _packed, tokens, valid, expert = routing_block(
             block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
         )
     cols = column * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -436,9 +436,9 @@ def moe_native_stage2_kernel(
 ):
     """out_ptr is the zeroed output, which the rows are added into atomically."""
     block, column = _program_tile(XCDS)
-    if _skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
+    if skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, BLOCK_M, 0):
         return
-    rows, packed, tokens, valid, expert = _routing_block(
+    rows, packed, tokens, valid, expert = routing_block(
         block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
     )
     slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)

@@ -9,7 +9,7 @@ import triton.language as tl
 
 
 @triton.jit
-def _after_previous_launch(PDL: tl.constexpr):
+def after_previous_launch(PDL: tl.constexpr):
     """Programmatic dependent launch (NVIDIA, launched with launch_pdl): once every program of
     this kernel has started, the next kernel's programs may be scheduled, and each program waits
     here until the previous kernel has finished and its writes are visible. Every kernel of the
@@ -25,7 +25,7 @@ def _after_previous_launch(PDL: tl.constexpr):
 
 
 @triton.jit
-def _chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr):
+def chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr):
     """Expert histogram of chunk program_id(0) of topk_ids, into row program_id(0) of the chunk
     counts; masked lanes land in the last bin, which is no expert's (EXPERT_BINS > n_experts)."""
     pid = tl.program_id(0)
@@ -55,7 +55,7 @@ def moe_route_kernel(
 ):
     """Expert `pid`'s share of the routing: its slots, in slot order, after the padded groups of
     the lower experts, then its padding and its blocks' expert id."""
-    _after_previous_launch(PDL)
+    after_previous_launch(PDL)
     pid = tl.program_id(0)
     bins = tl.arange(0, EXPERT_BINS)
     chunks = tl.arange(0, MAX_CHUNKS)
@@ -63,7 +63,7 @@ def moe_route_kernel(
         chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
     )
     counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
-    _place_expert(
+    place_expert(
         pid,
         counts,
         topk_ids_ptr,
@@ -81,7 +81,7 @@ def moe_route_kernel(
 
 
 @triton.jit
-def _place_expert(
+def place_expert(
     pid,
     counts,
     topk_ids_ptr,
@@ -123,7 +123,7 @@ def _place_expert(
 
 
 @triton.jit
-def _skip_block(
+def skip_block(
     block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr
 ):
     """Whether routing block `block` is not this launch's to compute: it lies past the
@@ -140,7 +140,7 @@ def _skip_block(
 
 
 @triton.jit
-def _routing_block(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
+def routing_block(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
     """Routing block `block`'s share of the sorted routing: the first ROWS of its block_m sorted
     rows, their packed ids (slot << 24 | token), tokens and which of them are real (padding holds
     token n_tokens), and the block's expert."""
