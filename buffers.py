@@ -33,3 +33,8 @@ def get_buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device
 def clear() -> None:
     """Drop every cached buffer."""
     _pool.clear()
+
+
+def pooled() -> list[torch.Tensor]:
+    """Every cached buffer (for checks that poison scratch before a call)."""
+    return list(_pool.values())

@@ -160,6 +160,17 @@ class DecodePlan:
         return out
 
 
+def clear_plans() -> None:
+    """Forget every recorded plan: each shape's next call records anew through JIT launches (for
+    tools that compile or compare launches)."""
+    _plans.clear()
+
+
+def latest_plan() -> "DecodePlan | None":
+    """The plan that the last call recorded or replayed (for tools that read its launches)."""
+    return next(reversed(_plans.values()), None)
+
+
 def planned_call(key: tuple, build, inputs: tuple, interpret: bool) -> torch.Tensor:
     """A call through its shape's plan: build() makes it (and its output) at the key's first call,
     later calls replay it with their own inputs (hidden_states, w1, w2, w1_scale, w2_scale,

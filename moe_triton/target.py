@@ -4,6 +4,7 @@ from the target (AMD's, programmatic dependent launch, register caps). Every pat
 (decode.py, native.py, routing.py) reads these; this module imports none of them.
 """
 
+import contextlib
 import functools
 import os
 
@@ -100,15 +101,26 @@ def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
     return {"matrix_instr_nonkdim": nonkdim, "waves_per_eu": waves_per_eu}
 
 
-# Programmatic dependent launch on the NVIDIA path. bench/tune/tiles.py turns it off while it
-# times kernels one by one: with it, a kernel's time includes its wait for the previous one.
+# Programmatic dependent launch on the NVIDIA path; pdl_set switches it for tools.
 PDL = True
 
 
 def pdl_enabled() -> bool:
     """PDL as it is now: read through this function by the modules that key plans on it, so that
-    bench/tune/tiles.py's switch of moe_triton.target.PDL reaches them."""
+    pdl_set reaches them."""
     return PDL
+
+
+@contextlib.contextmanager
+def pdl_set(on: bool):
+    """PDL on or off while the block runs, as it was afterwards (tools that time kernels one by one:
+    with it, a kernel's time includes its wait for the previous one)."""
+    global PDL
+    saved, PDL = PDL, on
+    try:
+        yield
+    finally:
+        PDL = saved
 
 
 def pdl_options(fast: bool) -> dict:

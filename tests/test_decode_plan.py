@@ -107,3 +107,20 @@ def test_the_plan_tells_inputs_that_the_jit_would_specialise_otherwise(plan):
         assert plan.specialisation((*raw[:5], weights, topk_ids)) != plan.specialised
     assert plan.specialisation((*raw[:5], big, topk_ids)) == plan.specialised
     assert plans.specialisation((*raw[:5], big, topk_ids), True) != plans.specialisation(raw, True)
+
+
+def test_tools_read_and_clear_plans_switch_pdl_and_see_the_pool_through_functions(plan):
+    import buffers
+    from moe_triton import target
+
+    plan, _data = plan
+    assert plans.latest_plan() is plan
+    plans.clear_plans()
+    assert plans.latest_plan() is None
+    before = target.pdl_enabled()
+    with pytest.raises(RuntimeError), target.pdl_set(not before):
+        assert target.pdl_enabled() is (not before)
+        raise RuntimeError  # put back all the same
+    assert target.pdl_enabled() is before
+    pooled = buffers.pooled()
+    assert pooled and all(isinstance(b, torch.Tensor) for b in pooled)

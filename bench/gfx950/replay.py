@@ -149,9 +149,9 @@ class Session:
         """A first call of the shape and tiles: its plan, recorded through JIT launches, its direct
         launches on as a ROCm device's plan has them (device type 'cuda'; the CPU tensors here give
         none)."""
-        self.plan._plans.clear()
+        self.plan.clear_plans()
         self.call(inputs, tiles)
-        (recorded,) = self.plan._plans.values()
+        recorded = self.plan.latest_plan()
         if not all(launch.compiled is not None for launch in recorded.launches):
             raise RuntimeError("a launch of the plan returned no CompiledKernel")
         recorded.direct = True
@@ -159,7 +159,7 @@ class Session:
 
     def jit_call(self, inputs, tiles):
         """The call through a fresh plan: every launch a JIT launch, as the launcher writes it."""
-        self.plan._plans.clear()
+        self.plan.clear_plans()
         return self.call(inputs, tiles)
 
 

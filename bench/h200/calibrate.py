@@ -48,7 +48,7 @@ def _plan_grids(data) -> list[dict]:
     """Name and grid of each launch of the decode plan that the first call of this shape recorded."""
     from moe_triton import plan as plans
 
-    plan = next(reversed(plans._plans.values()))
+    plan = plans.latest_plan()
     return [{"kernel": launch.fn.fn.__name__, "grid": list(launch.grid)} for launch in plan.launches]
 
 

@@ -69,9 +69,9 @@ def poison(out_shape) -> None:
     or scratch it reads before writing, shows."""
     import torch
 
-    from buffers import _pool
+    import buffers
 
-    for buf in _pool.values():
+    for buf in buffers.pooled():
         buf.view(torch.uint8).fill_(0xFF)
     bait = torch.full(out_shape, float("nan"), dtype=torch.bfloat16, device="cuda")
     del bait

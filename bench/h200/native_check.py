@@ -28,7 +28,7 @@ def poison(n_tokens: int, d_hidden: int, device) -> None:
 
     import buffers
 
-    for buf in buffers._pool.values():
+    for buf in buffers.pooled():
         if buf.dtype == torch.uint8:
             buf.fill_(0x77)
         elif buf.is_floating_point():

@@ -390,7 +390,7 @@ def plan_launches() -> list[dict]:
     options, registers, shared memory, warps and programs per SM."""
     from moe_triton import plan as plans
 
-    plan = next(reversed(plans._plans.values()))
+    plan = plans.latest_plan()
     rows = []
     for launch in plan.launches:
         compiled = launch.compiled
@@ -538,12 +538,12 @@ def static_choice(pdl: str):
     measures, both as they were afterwards."""
     from moe_triton import target
 
-    select, saved_pdl = os.environ.get("MOE_SELECT"), target.PDL
-    os.environ["MOE_SELECT"], target.PDL = "0", pdl == "on"
+    select = os.environ.get("MOE_SELECT")
+    os.environ["MOE_SELECT"] = "0"
     try:
-        yield
+        with target.pdl_set(pdl == "on"):
+            yield
     finally:
-        target.PDL = saved_pdl
         if select is None:
             del os.environ["MOE_SELECT"]
         else:

@@ -60,12 +60,12 @@ def decode_launches(params: dict, tiles=None, native: bool = False) -> list:
     data = compile_inputs(params)
     validate_inputs(data)
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
-    plan._plans.clear()  # a recorded plan would replay instead of launching
+    plan.clear_plans()  # a recorded plan would replay instead of launching
     try:
         with fast_decode_on(), compile_only(SM90) as driver:  # the CPU tensors stand for CUDA ones
             fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles=tiles, native=native)
     finally:
-        plan._plans.clear()
+        plan.clear_plans()
     return driver.launches
 
 

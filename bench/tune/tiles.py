@@ -103,8 +103,7 @@ def time_call(fn, reps: int, flush: torch.Tensor) -> list[float]:
 def kernel_times(fn, reps: int, flush: torch.Tensor) -> dict[str, float]:
     """Mean GPU microseconds per kernel name over reps calls (each after an L2 flush), without
     programmatic dependent launch, which would count each kernel's wait for the one before."""
-    saved, target.PDL = target.PDL, False
-    try:
+    with target.pdl_set(False):
         fn()
         torch.cuda.synchronize()
         totals = defaultdict(float)
@@ -113,8 +112,6 @@ def kernel_times(fn, reps: int, flush: torch.Tensor) -> dict[str, float]:
                 flush.zero_()
                 fn()
             torch.cuda.synchronize()
-    finally:
-        target.PDL = saved
     for event in prof.key_averages():
         if event.key.startswith("moe_"):
             totals[event.key] += event.device_time_total / reps
