@@ -128,7 +128,7 @@ def _inputs(params: dict):
     return [hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids]
 
 
-class Session:
+class Caller:
     """The package's native launcher under one compile-only gfx950 driver for the whole run (the JIT
     keeps each CompiledKernel, and with it the launcher it made, across calls)."""
 
@@ -163,14 +163,14 @@ class Session:
         return self.call(inputs, tiles)
 
 
-def compare_case(session: Session, params: dict, tiles) -> tuple[int, list[str]]:
+def compare_case(caller: Caller, params: dict, tiles) -> tuple[int, list[str]]:
     """(launches, differences) of one case and tiles: a replay on other inputs against the JIT's
     launches on those inputs."""
-    plan = session.first_call(_inputs(params), tiles)
+    plan = caller.first_call(_inputs(params), tiles)
     other = _inputs(params)
-    out_replay, replay = session.call(other, tiles)
+    out_replay, replay = caller.call(other, tiles)
     found = [] if plan.tried else ["the replay took the JIT launch (no direct launch)"]
-    out_jit, jit = session.jit_call(other, tiles)
+    out_jit, jit = caller.jit_call(other, tiles)
     return len(jit), found + differences(jit, replay, out_jit, out_replay)
 
 
@@ -189,21 +189,21 @@ def respecialised_inputs(params: dict) -> dict[str, list]:
     return found
 
 
-def compare_respecialised(session: Session, params: dict, tiles) -> list[str]:
+def compare_respecialised(caller: Caller, params: dict, tiles) -> list[str]:
     """Differences where inputs that the JIT specialises otherwise follow the plan: each must leave
     the replay to the JIT launch. A direct replay of them, forced, must differ from the JIT (the
     comparison sees it)."""
     found = []
     for name, inputs in respecialised_inputs(params).items():
-        plan = session.first_call(_inputs(params), tiles)
-        out_replay, replay = session.call(inputs, tiles)
+        plan = caller.first_call(_inputs(params), tiles)
+        out_replay, replay = caller.call(inputs, tiles)
         if plan.tried:
             found.append(f"{name}: the replay launched directly")
-        out_jit, jit = session.jit_call(inputs, tiles)
+        out_jit, jit = caller.jit_call(inputs, tiles)
         found += [f"{name}: {line}" for line in differences(jit, replay, out_jit, out_replay)]
-        plan = session.first_call(_inputs(params), tiles)
+        plan = caller.first_call(_inputs(params), tiles)
         plan.specialised = plan.specialisation(inputs)  # as if the plan had not seen the difference
-        out_forced, forced = session.call(inputs, tiles)
+        out_forced, forced = caller.call(inputs, tiles)
         if not differences(jit, forced, out_jit, out_forced):
             found.append(f"{name}: a forced direct replay passed what the JIT passes: the comparison missed it")
     return found
@@ -298,13 +298,13 @@ def _replay(compared: list, special: list) -> int:
 
     failed, launches = [], 0
     with compile_only_gfx950() as driver:
-        session = Session(driver)
+        caller = Caller(driver)
         for case, name, tiles in compared:
-            count, found = compare_case(session, case.params, tiles)
+            count, found = compare_case(caller, case.params, tiles)
             launches += count
             failed += [f"{case.label}/{name}: {line}" for line in found]
         for case, tiles in special:
-            failed += [f"{case.label}/table: {line}" for line in compare_respecialised(session, case.params, tiles)]
+            failed += [f"{case.label}/table: {line}" for line in compare_respecialised(caller, case.params, tiles)]
     for line in failed:
         print(f"FAIL {line}")
     if failed:
