@@ -1,6 +1,9 @@
 """Which layer shapes the package computes (SPEC 1, 2): one set of rules for the input tuple's config
 (problem.validation) and for the runner's cases (bench.runner.case_args), each naming the sizes as
-its user knows them. It imports nothing, so that the runner checks its cases before torch loads."""
+its user knows them, and Shape, the sizes as the kernels see them. It imports no torch, so that
+the runner checks its cases before torch loads."""
+
+from typing import NamedTuple
 
 SIZES = ("d_hidden", "d_expert", "n_routed_experts", "n_experts_per_token", "n_shared_experts", "bs")
 # d_hidden and d_expert: the problem pads both to this multiple (SPEC 1), and the package computes
@@ -31,3 +34,28 @@ def shape_problem(sizes: dict, name=str) -> str | None:
             "each token picks distinct routed experts"
         )
     return None
+
+
+class Shape(NamedTuple):
+    """A layer's sizes as the kernels see them, the shared experts counted among the experts and
+    among each token's picks: the key of every per-shape table, in this one order."""
+
+    n_tokens: int
+    d_hidden: int
+    d_inter: int
+    n_experts: int
+    topk: int
+
+    @classmethod
+    def of(cls, hidden_states, w1, topk_ids) -> "Shape":
+        """The shape of an input tuple: hidden_states [M, H], w1 [E, 2I, H/2], topk_ids [M, k]."""
+        n_tokens, d_hidden = hidden_states.shape
+        n_experts, two_inter = w1.shape[:2]
+        return cls(n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1])
+
+    @classmethod
+    def of_case(cls, case: dict) -> "Shape":
+        """The shape of a case of problem.cases (the task's sizes, shared experts apart)."""
+        shared = case["nsharedexperts"]
+        experts, topk = case["nroutedexperts"] + shared, case["nexpertspertoken"] + shared
+        return cls(case["bs"], case["dhidden"], case["dexpert"], experts, topk)
