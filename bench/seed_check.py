@@ -34,12 +34,10 @@ def _runner(path: str):
     return lambda data: run_triton(data, native=path == "native")
 
 
-def main(argv=None) -> int:
-    from bench.runner.preflight import UsageParser, non_negative_int, positive_int
+def _parser():
+    from bench.runner.preflight import non_negative_int, seeds_parser
 
-    p = UsageParser(prog="python -m bench.seed_check", description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", nargs="+", default=["official"], help="case selectors as for python -m bench")
-    p.add_argument("--seeds", type=positive_int, default=100, help="seeds per case (base + 13 k, k = 1..N)")
+    p = seeds_parser("python -m bench.seed_check", __doc__, 100, "seeds per case (base + 13 k, k = 1..N)")
     p.add_argument(
         "--seed-base", type=non_negative_int, default=None, help="the seeds' base (default: each case's own seed)"
     )
@@ -51,22 +49,72 @@ def main(argv=None) -> int:
         help="shipped: custom_kernel (the first-call selection on a GPU); native, decode: that Triton path forced",
     )
     p.add_argument("--json", type=Path, default=None, help="write the results (failing seeds included) here")
-    args = p.parse_args(argv)
+    return p
+
+
+def _run_seeds(case, base: int, seeds: int, runners: dict) -> tuple[dict, dict, object, bool]:
+    """Every path of runners on the case's inputs for seeds base + 13 k: (worst error per seed by path,
+    failing seeds by path, the last input's config, interrupted by Ctrl-C)."""
+    from bench.runner.case_args import LEADERBOARD_SEED_STEP
+    from problem.validation import validate_inputs
+    from reference import compare, generate_input, ref_kernel
+    from selection.selector import worst_error
+
+    worst = {path: [] for path in runners}
+    failing = {path: [] for path in runners}
+    config = None
+    try:
+        for k in range(1, seeds + 1):
+            params = {**case.params, "seed": base + LEADERBOARD_SEED_STEP * k}
+            data = generate_input(**params)
+            validate_inputs(data)
+            config = data[-1]
+            outputs = {path: run(data) for path, run in runners.items()}
+            expected = ref_kernel(data)  # after the submission, as the runner checks
+            for path, output in outputs.items():
+                ok, message = compare(output, expected)
+                worst[path].append(worst_error(output, expected))
+                if not ok:
+                    failing[path].append(params["seed"])
+                    print(f"{case.label} {path} seed {params['seed']}: {message.splitlines()[0]}", flush=True)
+            del data, outputs, expected
+    except KeyboardInterrupt:
+        return worst, failing, config, True
+    return worst, failing, config, False
+
+
+def _row(case, path: str, base: int, worst: list, failing: list, choice: str) -> dict:
+    """A case's result on one path: seeds passed, the failing ones, the worst error and its 99th percentile."""
     import torch
 
-    from bench.runner.case_args import LEADERBOARD_SEED_STEP, UsageError, select_cases
+    errors = torch.tensor(worst)
+    return {
+        "case": case.label,
+        "shape": case.shape,
+        "path": path,
+        "seeds": len(worst),
+        "seed_base": base,
+        "passed": len(worst) - len(failing),
+        "failing_seeds": failing,
+        "worst": float(errors.max()),
+        "p99": float(errors.quantile(0.99)),
+        "choice": choice if path == "shipped" else f"{path} (forced)",
+    }
 
-    try:
-        cases = select_cases(args.cases)
-    except UsageError as exc:
-        return p.fail(f"--cases: {exc}")
+
+def main(argv=None) -> int:
+    from bench.runner.preflight import USAGE_STATUS, parse_cases
+
+    p = _parser()
+    args, cases = parse_cases(p, argv)
+    if cases is None:
+        return USAGE_STATUS
+    import torch
+
     from moe_triton.target import interpreting
 
     if not torch.cuda.is_available() and not interpreting():  # the interpreter runs them on the CPU
         return p.fail(NO_GPU)
-    from problem.validation import validate_inputs
-    from reference import compare, generate_input, ref_kernel
-    from selection.selector import worst_error
     from submission import selection_choice
 
     runners = {path: _runner(path) for path in args.paths}
@@ -75,50 +123,18 @@ def main(argv=None) -> int:
     for case in cases:
         t0 = time.perf_counter()
         base = case.params["seed"] if args.seed_base is None else args.seed_base
-        worst = {path: [] for path in runners}
-        failing = {path: [] for path in runners}
-        config = None
-        try:
-            for k in range(1, args.seeds + 1):
-                params = {**case.params, "seed": base + LEADERBOARD_SEED_STEP * k}
-                data = generate_input(**params)
-                validate_inputs(data)
-                config = data[-1]
-                outputs = {path: run(data) for path, run in runners.items()}
-                expected = ref_kernel(data)  # after the submission, as the runner checks
-                for path, output in outputs.items():
-                    ok, message = compare(output, expected)
-                    worst[path].append(worst_error(output, expected))
-                    if not ok:
-                        failing[path].append(params["seed"])
-                        print(f"{case.label} {path} seed {params['seed']}: {message.splitlines()[0]}", flush=True)
-                del data, outputs, expected
-        except KeyboardInterrupt:
-            interrupted = True
+        worst, failing, config, interrupted = _run_seeds(case, base, args.seeds, runners)
         if torch.cuda.is_available():
             torch.cuda.synchronize()
         choice = (selection_choice(config) if config else None) or "static"
         for path in runners:
-            done = len(worst[path])
-            if not done:
+            if not worst[path]:
                 continue
-            errors = torch.tensor(worst[path])
-            row = {
-                "case": case.label,
-                "shape": case.shape,
-                "path": path,
-                "seeds": done,
-                "seed_base": base,
-                "passed": done - len(failing[path]),
-                "failing_seeds": failing[path],
-                "worst": float(errors.max()),
-                "p99": float(errors.quantile(0.99)),
-                "choice": choice if path == "shipped" else f"{path} (forced)",
-            }
+            row = _row(case, path, base, worst[path], failing[path], choice)
             rows.append(row)
             failed += bool(failing[path])
             print(
-                f"{case.label} {case.shape} {path}: {row['passed']}/{done} passed, worst error "
+                f"{case.label} {case.shape} {path}: {row['passed']}/{row['seeds']} passed, worst error "
                 f"{row['worst']:.2f} of the tolerance (p99 {row['p99']:.2f}), choice {row['choice']}, "
                 f"{time.perf_counter() - t0:.0f} s" + (" (interrupted)" if interrupted else ""),
                 flush=True,

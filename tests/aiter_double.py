@@ -72,18 +72,19 @@ class QuantType(enum.Enum):
         return f"QuantType.{self.name}"
 
 
-# aiter/utility/dtypes.py
-DTYPES = types.SimpleNamespace(
-    fp4x2=FP4,
-    fp8_e8m0=E8M0,
-    fp8=torch.float8_e4m3fn,
-    fp16=torch.float16,
-    bf16=torch.bfloat16,
-    fp32=torch.float32,
-    i32=torch.int32,
-    i8=torch.int8,
-    u32=torch.uint32,
-)
+class DTYPES:
+    """aiter/utility/dtypes.py: aiter's names of the torch dtypes."""
+
+    fp4x2 = FP4
+    fp8_e8m0 = E8M0
+    fp8 = torch.float8_e4m3fn
+    fp16 = torch.float16
+    bf16 = torch.bfloat16
+    fp32 = torch.float32
+    i32 = torch.int32
+    i8 = torch.int8
+    u32 = torch.uint32
+
 
 # csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages_common.py:202-208, :324-332: the a4w4
 # preshuffled instances, (BLOCK_SIZE, MPerBlock, NPerBlock, KPerBlock, MWaves, NWaves, version).
@@ -211,7 +212,8 @@ def shuffle_sorted_scales(rows_u8: torch.Tensor) -> torch.Tensor:
     return rows_u8.view(r // 32, 2, 16, c // 8, 2, 4).permute(0, 3, 5, 2, 4, 1).reshape(r // 32, c // 8, 4, 16, 4)
 
 
-def _dbl_rows_of_block(ids: torch.Tensor, tokens: int, topk: int):
+def _dbl_rows_of_block(ids: torch.Tensor, tokens: int):
+    """(token, slot, real) of sorted ids slot << 24 | token; padding ids carry token >= tokens."""
     token = ids & 0xFFFFFF
     slot = (ids >> 24) & 0xFF
     ok = token < tokens
@@ -387,7 +389,8 @@ def _build_chip_info(dbl):
     mod.get_gfx = lambda: "gfx950"
     dt = dbl.modules["aiter.utility.dtypes"]
     for k, v in vars(DTYPES).items():
-        setattr(dt, k, v)
+        if not k.startswith("_"):
+            setattr(dt, k, v)
 
 
 def _build_jit_core(dbl):
@@ -437,38 +440,38 @@ def merged_config_file(aiter_root, env_value: str | None, out_path: str, name: s
     return out_path
 
 
+def _flydsl_registry() -> dict:
+    """moe_kernels.py:95-102 registers a in {fp8, fp4, fp16}, b fp4, out {bf16, f16}; stage 1 tile_m
+    {16, 32, 64} x tile_n 256 x tile_k 256 (fp4), stage 2 tile_m {32, 64} x tile_n {128, 256} x
+    tile_k 256 x {atomic, reduce} (:38-92)."""
+    registry = {}
+    for a, out in ((a, out) for a in ("fp8", "fp4", "fp16") for out in ("bf16", "f16")):
+        common = dict(a_dtype=a, b_dtype="fp4", out_dtype=out, tile_k=256)
+        for tm in (16, 32, 64):
+            registry[f"flydsl_moe1_a{a}_wfp4_{out}_t{tm}x256x256"] = dict(common, stage=1, tile_m=tm, tile_n=256)
+        for tm, tn, mode in ((tm, tn, mode) for tm in (32, 64) for tn in (128, 256) for mode in ("atomic", "reduce")):
+            name = f"flydsl_moe2_a{a}_wfp4_{out}_t{tm}x{tn}x256_{mode}"
+            registry[name] = dict(common, stage=2, tile_m=tm, tile_n=tn, mode=mode)
+    for params in registry.values():
+        params["MPerBlock"] = params["tile_m"]
+    return registry
+
+
 def _build_flydsl(dbl):
     """aiter/ops/flydsl/utils.py, moe_kernels.py (_KERNEL_PARAMS registry, flydsl_moe_stage2)."""
     utils = dbl.modules["aiter.ops.flydsl.utils"]
     utils.is_flydsl_available = lambda: dbl.flydsl_available
     mk = dbl.modules["aiter.ops.flydsl.moe_kernels"]
-    registry = {}
-    # moe_kernels.py:95-102 registers a in {fp8, fp4, fp16}, b fp4, out {bf16, f16}; stage 1 tile_m
-    # {16, 32, 64} x tile_n 256 x tile_k 256 (fp4), stage 2 tile_m {32, 64} x tile_n {128, 256} x
-    # tile_k 256 x {atomic, reduce} (:38-92).
-    for a in ("fp8", "fp4", "fp16"):
-        for out in ("bf16", "f16"):
-            for tm in (16, 32, 64):
-                registry[f"flydsl_moe1_a{a}_wfp4_{out}_t{tm}x256x256"] = dict(
-                    stage=1, a_dtype=a, b_dtype="fp4", out_dtype=out, tile_m=tm, tile_n=256, tile_k=256, MPerBlock=tm
-                )
-            for tm in (32, 64):
-                for tn in (128, 256):
-                    for mode in ("atomic", "reduce"):
-                        registry[f"flydsl_moe2_a{a}_wfp4_{out}_t{tm}x{tn}x256_{mode}"] = dict(
-                            stage=2,
-                            a_dtype=a,
-                            b_dtype="fp4",
-                            out_dtype=out,
-                            tile_m=tm,
-                            tile_n=tn,
-                            tile_k=256,
-                            mode=mode,
-                            MPerBlock=tm,
-                        )
+    registry = _flydsl_registry()
     mk._KERNEL_PARAMS = registry
     mk.get_flydsl_kernel_params = lambda name: registry.get(name)
+    mk.flydsl_moe_stage2 = _flydsl_moe_stage2(dbl)
+    fly = dbl.modules["aiter.ops.flydsl"]
+    fly.is_flydsl_available = utils.is_flydsl_available
+    fly.flydsl_moe_stage2 = mk.flydsl_moe_stage2
 
+
+def _flydsl_moe_stage2(dbl):
     def flydsl_moe_stage2(
         inter_states,
         w2,
@@ -496,91 +499,80 @@ def _build_flydsl(dbl):
         if (a_dtype, b_dtype, out_dtype) != ("fp4", "fp4", "bf16"):
             raise DoubleKernelError(f"double covers fp4 x fp4 -> bf16 only, got {a_dtype}, {b_dtype}, {out_dtype}")
         token_num = inter_states.shape[0]
-        accumulate = mode != "reduce"
         if out is None:
             out = torch.zeros((token_num, w2.shape[1]), dtype=torch.bfloat16, device=inter_states.device)
-        elif accumulate:
+        elif mode != "reduce":  # atomic: accumulates into a zeroed output
             out.zero_()
         n_blocks = int(sorted_expert_ids.numel())  # grid y (mixed_moe_gemm_2stage.py:2797)
         # the sorted-ids buffer descriptor covers n_blocks * tile_m ids (:1831-1841); beyond it reads 0
-        ids = torch.zeros(n_blocks * tile_m, dtype=torch.int32, device=sorted_token_ids.device)
-        n = min(ids.numel(), sorted_token_ids.numel())
-        ids[:n] = sorted_token_ids[:n]
-        weights = None
-        if sorted_weights is not None:
-            weights = torch.zeros(n_blocks * tile_m, dtype=torch.float32, device=sorted_weights.device)
-            weights[:n] = sorted_weights[:n]
-        _dbl_stage2_math(
-            inter_states.reshape(token_num * topk, -1),
-            w2,
-            w2_scale,
-            a2_scale,
-            ids,
+        blocks = _Blocks(
+            _zero_padded(sorted_token_ids, n_blocks * tile_m),
             sorted_expert_ids,
             int(num_valid_ids[0]),
-            out,
-            token_num,
-            topk,
             tile_m,
             n_blocks,
-            weights,
-            fp4_act=True,
-            shuffled=True,  # FlyDSL always reads the preshuffled layout
+            None if sorted_weights is None else _zero_padded(sorted_weights, n_blocks * tile_m),
         )
+        x2d = inter_states.reshape(token_num * topk, -1)
+        # FlyDSL always reads the preshuffled layout
+        _dbl_stage2_math(x2d, w2, w2_scale, a2_scale, blocks, out, topk, fp4_act=True, shuffled=True)
         return out
 
-    mk.flydsl_moe_stage2 = flydsl_moe_stage2
-    fly = dbl.modules["aiter.ops.flydsl"]
-    fly.is_flydsl_available = utils.is_flydsl_available
-    fly.flydsl_moe_stage2 = flydsl_moe_stage2
+    return flydsl_moe_stage2
 
 
-def _dbl_stage2_math(
-    x2d,
-    w2,
-    w2_scale,
-    a2_scale,
-    ids,
-    expert_ids,
-    n_valid,
-    out,
-    tokens,
-    topk,
-    m_per_block,
-    n_blocks,
-    weights,
-    fp4_act,
-    shuffled,
-):
+def _zero_padded(t: torch.Tensor, n: int) -> torch.Tensor:
+    """The first n entries of t, zeros past its end (what a buffer descriptor of n entries reads)."""
+    padded = torch.zeros(n, dtype=t.dtype, device=t.device)
+    k = min(n, t.numel())
+    padded[:k] = t[:k]
+    return padded
+
+
+@dataclasses.dataclass
+class _Blocks:
+    """The sorted routing as a stage kernel walks it: ids and (optional) weights by sorted position,
+    one expert per block of m_per_block rows, n_blocks blocks launched, n_valid rows real."""
+
+    ids: torch.Tensor
+    expert_ids: torch.Tensor
+    n_valid: int
+    m_per_block: int
+    n_blocks: int
+    weights: torch.Tensor | None = None
+
+    def rows(self, b: int, tokens: int, limit: int | None = None):
+        """(sorted positions, token, slot) of block b's real rows, or None when the kernel skips it:
+        at or past n_valid, or with an expert id out of n_experts."""
+        if b * self.m_per_block >= self.n_valid:
+            return None
+        if b >= self.expert_ids.numel():
+            raise DoubleKernelError(f"a stage reads sorted_expert_ids[{b}] past its {self.expert_ids.numel()} entries")
+        end = (b + 1) * self.m_per_block
+        r = torch.arange(b * self.m_per_block, end if limit is None else min(end, limit), device=self.ids.device)
+        r = r[r < self.ids.numel()]
+        token, slot, ok = _dbl_rows_of_block(self.ids[r], tokens)
+        return r[ok], token[ok].long(), slot[ok].long()
+
+
+def _dbl_stage2_math(x2d, w2, w2_scale, a2_scale, blocks: _Blocks, out, topk, fp4_act, shuffled):
     """out[token] += w * (a2[token*topk+slot] @ W2[e].T) over the row blocks a stage-2 kernel covers."""
     n_exp, model_dim, _ = w2.shape
+    tokens = x2d.shape[0] // topk
     w2f = _dbl_weights(w2, w2_scale, shuffled)
-    inter = w2f.shape[2]
-    scale_rows = sorted_scale_rows(a2_scale, inter // 32) if fp4_act else None
+    scale_rows = sorted_scale_rows(a2_scale, w2f.shape[2] // 32) if fp4_act else None
     acc = torch.zeros((tokens, model_dim), dtype=torch.float32, device=out.device)
-    for b in range(n_blocks):
-        if b * m_per_block >= n_valid:
+    for b in range(blocks.n_blocks):
+        found = blocks.rows(b, tokens)
+        if found is None or not 0 <= int(blocks.expert_ids[b]) < n_exp or found[0].numel() == 0:
             continue
-        if b >= expert_ids.numel():
-            raise DoubleKernelError(f"stage 2 reads sorted_expert_ids[{b}] past its {expert_ids.numel()} entries")
-        e = int(expert_ids[b])
-        if not 0 <= e < n_exp:
-            continue
-        r = torch.arange(b * m_per_block, (b + 1) * m_per_block, device=ids.device)
-        r = r[r < ids.numel()]
-        token, slot, ok = _dbl_rows_of_block(ids[r], tokens, topk)
-        r, token, slot = r[ok], token[ok], slot[ok]
-        if r.numel() == 0:
-            continue
-        src = (token * topk + slot).long()
-        if fp4_act:
-            a = _dbl_act_rows(x2d, src, scale_rows[r])
-        else:
-            a = x2d[src].float()
-        y = a @ w2f[e].T
-        if weights is not None:
-            y = y * weights[r, None]
-        acc.index_add_(0, token.long(), y)
+        r, token, slot = found
+        src = token * topk + slot
+        a = _dbl_act_rows(x2d, src, scale_rows[r]) if fp4_act else x2d[src].float()
+        y = a @ w2f[int(blocks.expert_ids[b])].T
+        if blocks.weights is not None:
+            y = y * blocks.weights[r, None]
+        acc.index_add_(0, token, y)
     out += acc.to(out.dtype)
 
 
@@ -626,7 +618,25 @@ def _build_aiter_ops(dbl):
     ai.ActivationType = ActivationType
     ai.QuantType = QuantType
     ai.logger = types.SimpleNamespace(info=lambda *a, **k: None, warning=lambda *a, **k: None, error=print)
+    ai.moe_sorting_fwd = _moe_sorting_fwd(dbl)
+    ai.ck_moe_stage1_fwd = _ck_moe_stage1_fwd(dbl)
+    ai.ck_moe_stage2_fwd = _ck_moe_stage2_fwd(dbl)
+    ai.moe_cktile2stages_gemm1 = _moe_cktile2stages_gemm(dbl, 1)
+    ai.moe_cktile2stages_gemm2 = _moe_cktile2stages_gemm(dbl, 2)
+    ai.silu_and_mul = silu_and_mul
 
+
+def silu_and_mul(out, x):
+    """aiter/ops/activation.py: out = silu(gate) * up over x = gate | up."""
+    out.copy_(_silu_mul(x.float()).to(out.dtype))
+
+
+def _silu_mul(gate_up: torch.Tensor) -> torch.Tensor:
+    inter = gate_up.shape[-1] // 2
+    return F.silu(gate_up[..., :inter]) * gate_up[..., inter:]
+
+
+def _moe_sorting_fwd(dbl):
     def moe_sorting_fwd(
         topk_ids,
         topk_weights,
@@ -644,26 +654,38 @@ def _build_aiter_ops(dbl):
         dbl.calls.append(("moe_sorting_fwd", _dbl_params(moe_sorting_fwd, locals())))
         if local_expert_mask is not None or num_local_tokens is not None:
             raise NotImplementedError("double: expert masks / local token counts")
-        sort_routing(
-            topk_ids,
-            topk_weights,
-            sorted_token_ids,
-            sorted_weights,
-            sorted_expert_ids,
-            num_valid_ids,
-            num_experts,
-            unit_size,
-        )
+        buffers = (sorted_token_ids, sorted_weights, sorted_expert_ids, num_valid_ids)
+        sort_routing(topk_ids, topk_weights, *buffers, num_experts, unit_size)
         moe_buf.zero_()
 
-    def _mper_block(stage, kernel_name, block_m, inter_dim):
-        known = _dbl_ck_names(stage)
-        if kernel_name in known:
-            return known[kernel_name]  # gemm_moe_ck2stages.cu:26-33: the named instance, block_m unused
-        if block_m in (32, 64, 128):  # heuristic dispatch (gen_instances.py:276-293, :628-660)
-            return block_m
-        raise DoubleKernelError(f"Unsupported block_m value for moe heuristic dispatch: {block_m}")
+    return moe_sorting_fwd
 
+
+def _mper_block(stage: int, kernel_name: str, block_m: int) -> int:
+    """The MPerBlock a CK stage kernel runs with."""
+    known = _dbl_ck_names(stage)
+    if kernel_name in known:
+        return known[kernel_name]  # gemm_moe_ck2stages.cu:26-33: the named instance, block_m unused
+    if block_m in (32, 64, 128):  # heuristic dispatch (gen_instances.py:276-293, :628-660)
+        return block_m
+    raise DoubleKernelError(f"Unsupported block_m value for moe heuristic dispatch: {block_m}")
+
+
+def _ck_stage1_checks(hidden_states, w1, out, a1_scale, w1_scale, sorted_weights, quant_type, activation) -> None:
+    """What the a4w4 silu CK stage 1 refuses (TORCH_CHECKs), and what the double does not cover."""
+    if quant_type != QuantType.per_1x32 or activation != ActivationType.Silu:
+        raise DoubleKernelError("double covers per_1x32 silu only")
+    if hidden_states.dtype != FP4 or w1.dtype != FP4:
+        raise DoubleKernelError(f"a4w4 stage 1 needs fp4x2 activations and weights, got {hidden_states.dtype}")
+    if a1_scale is None or a1_scale.dtype != E8M0 or w1_scale.dtype != E8M0:
+        raise DoubleKernelError("a4w4 stage 1 needs e8m0 scales")
+    if out.dtype != torch.bfloat16:
+        raise DoubleKernelError("Out dtype only support BFloat16/Float16!")
+    if sorted_weights is not None:
+        raise DoubleKernelError("double: MulRoutedWeight in stage 1 not covered")
+
+
+def _ck_moe_stage1_fwd(dbl):
     def ck_moe_stage1_fwd(
         hidden_states,
         w1,
@@ -685,43 +707,27 @@ def _build_aiter_ops(dbl):
         dst_type=None,
     ):
         dbl.calls.append(("ck_moe_stage1_fwd", _dbl_params(ck_moe_stage1_fwd, locals())))
-        if quant_type != QuantType.per_1x32 or activation != ActivationType.Silu:
-            raise DoubleKernelError("double covers per_1x32 silu only")
-        if hidden_states.dtype != FP4 or w1.dtype != FP4:
-            raise DoubleKernelError(f"a4w4 stage 1 needs fp4x2 activations and weights, got {hidden_states.dtype}")
-        if a1_scale is None or a1_scale.dtype != E8M0 or w1_scale.dtype != E8M0:
-            raise DoubleKernelError("a4w4 stage 1 needs e8m0 scales")
-        if out.dtype != torch.bfloat16:
-            raise DoubleKernelError("Out dtype only support BFloat16/Float16!")
-        if sorted_weights is not None:
-            raise DoubleKernelError("double: MulRoutedWeight in stage 1 not covered")
+        _ck_stage1_checks(hidden_states, w1, out, a1_scale, w1_scale, sorted_weights, quant_type, activation)
         tokens = hidden_states.shape[0]
-        inter = w1.shape[1] // 2
-        mpb = _mper_block(1, kernelName, block_m, inter)
+        mpb = _mper_block(1, kernelName, block_m)
         sorted_size = min(tokens * topk * block_m, sorted_token_ids.numel())  # gemm_moe_ck2stages.cu:83
-        n_blocks = -(-sorted_size // mpb)
+        blocks = _Blocks(sorted_token_ids, sorted_expert_ids, int(num_valid_ids[0]), mpb, -(-sorted_size // mpb))
         w1f = _dbl_weights(w1, w1_scale, getattr(w1, "is_shuffled", False))
-        k = w1f.shape[2]
-        scale_rows = sorted_scale_rows(a1_scale, k // 32)
-        n_valid = int(num_valid_ids[0])
-        for b in range(n_blocks):
-            if b * mpb >= n_valid:
+        scale_rows = sorted_scale_rows(a1_scale, w1f.shape[2] // 32)
+        for b in range(blocks.n_blocks):
+            found = blocks.rows(b, tokens, limit=sorted_size)
+            if found is None or found[0].numel() == 0:
                 continue
-            if b >= sorted_expert_ids.numel():
-                raise DoubleKernelError(f"stage 1 reads sorted_expert_ids[{b}] past its {sorted_expert_ids.numel()}")
-            e = int(sorted_expert_ids[b])
-            r = torch.arange(b * mpb, min((b + 1) * mpb, sorted_size), device=sorted_token_ids.device)
-            token, slot, ok = _dbl_rows_of_block(sorted_token_ids[r], tokens, topk)
-            r, token, slot = r[ok], token[ok].long(), slot[ok].long()
-            if r.numel() == 0:
-                continue
+            r, token, slot = found
             a = _dbl_act_rows(hidden_states, token, scale_rows[r])
-            gu = a @ w1f[e].T
-            h = F.silu(gu[:, :inter]) * gu[:, inter:]
-            out[token, slot] = h.to(out.dtype)
+            out[token, slot] = _silu_mul(a @ w1f[int(sorted_expert_ids[b])].T).to(out.dtype)
         _dbl_fault(dbl, kernelName, out)
         return out
 
+    return ck_moe_stage1_fwd
+
+
+def _ck_moe_stage2_fwd(dbl):
     def ck_moe_stage2_fwd(
         inter_states,
         w1,
@@ -744,29 +750,24 @@ def _build_aiter_ops(dbl):
         if inter_states.dtype != FP4 or a2_scale is None or a2_scale.dtype != E8M0:
             raise DoubleKernelError("a4w4 stage 2 needs fp4x2 activations with e8m0 scales")
         tokens = inter_states.shape[0]
-        mpb = _mper_block(2, kernelName, block_m, inter_states.shape[-1] * 2)
+        mpb = _mper_block(2, kernelName, block_m)
         sorted_size = min(tokens * topk * block_m, sorted_token_ids.numel())  # gemm_moe_ck2stages.cu:147
-        _dbl_stage2_math(
-            inter_states.reshape(tokens * topk, -1),
-            w2,
-            w2_scale,
-            a2_scale,
-            sorted_token_ids[:sorted_size],
-            sorted_expert_ids,
-            int(num_valid_ids[0]),
-            out,
-            tokens,
-            topk,
-            mpb,
-            -(-sorted_size // mpb),
-            sorted_weights,
-            fp4_act=True,
-            shuffled=getattr(w2, "is_shuffled", False),
-        )
+        n_valid = int(num_valid_ids[0])
+        blocks = _Blocks(sorted_token_ids[:sorted_size], sorted_expert_ids, n_valid, mpb, -(-sorted_size // mpb))
+        blocks.weights = sorted_weights
+        x2d = inter_states.reshape(tokens * topk, -1)
+        shuffled = getattr(w2, "is_shuffled", False)
+        _dbl_stage2_math(x2d, w2, w2_scale, a2_scale, blocks, out, topk, fp4_act=True, shuffled=shuffled)
         _dbl_fault(dbl, kernelName, out)
         return out
 
-    def moe_cktile2stages_gemm1(
+    return ck_moe_stage2_fwd
+
+
+def _moe_cktile2stages_gemm(dbl, stage: int):
+    """moe_cktile2stages_gemm1 / gemm2: one signature in aiter, the stage's math behind it."""
+
+    def moe_cktile2stages_gemm(
         XQ,
         WQ,
         Y,
@@ -784,86 +785,37 @@ def _build_aiter_ops(dbl):
         block_m=32,
         split_k=1,
     ):
-        dbl.calls.append(("moe_cktile2stages_gemm1", _dbl_params(moe_cktile2stages_gemm1, locals())))
+        dbl.calls.append((f"moe_cktile2stages_gemm{stage}", _dbl_params(moe_cktile2stages_gemm, locals())))
         if XQ.dtype != torch.bfloat16 or x_scale is not None:
-            raise DoubleKernelError("cktile stage 1 (fp4 weights) takes bf16 activations without scales")
-        tokens = XQ.shape[0]
-        inter = WQ.shape[1] // 2
-        w1f = _dbl_weights(WQ, w_scale, True)
+            raise DoubleKernelError(f"cktile stage {stage} (fp4 weights) takes bf16 activations without scales")
         n_valid = int(max_token_ids[0])
-        for b in range(-(-n_valid // block_m)):
-            e = int(sorted_expert_ids[b])
-            r = torch.arange(b * block_m, (b + 1) * block_m, device=sorted_ids.device)
-            token, slot, ok = _dbl_rows_of_block(sorted_ids[r], tokens, topk)
-            token, slot = token[ok].long(), slot[ok].long()
-            if token.numel() == 0:
-                continue
-            gu = XQ[token].float() @ w1f[e].T
-            if split_k > 1:
-                Y[token, slot] = gu.to(Y.dtype)  # raw gate|up, silu_and_mul follows
-            else:
-                Y[token, slot] = (F.silu(gu[:, :inter]) * gu[:, inter:]).to(Y.dtype)
+        blocks = _Blocks(sorted_ids, sorted_expert_ids, n_valid, block_m, -(-n_valid // block_m), topk_weight)
+        if stage == 1:
+            _cktile_stage1_math(XQ, WQ, w_scale, Y, blocks, split_k)
+        else:
+            x2d = XQ.reshape(XQ.shape[0] * topk, -1)
+            _dbl_stage2_math(x2d, WQ, w_scale, None, blocks, Y, topk, fp4_act=False, shuffled=True)
         return Y
 
-    def moe_cktile2stages_gemm2(
-        XQ,
-        WQ,
-        Y,
-        sorted_ids,
-        sorted_expert_ids,
-        max_token_ids,
-        topk,
-        n_padded_zeros=0,
-        k_padded_zeros=0,
-        topk_weight=None,
-        x_scale=None,
-        w_scale=None,
-        exp_bias=None,
-        activation=0,
-        block_m=32,
-        split_k=1,
-    ):
-        dbl.calls.append(("moe_cktile2stages_gemm2", _dbl_params(moe_cktile2stages_gemm2, locals())))
-        if XQ.dtype != torch.bfloat16 or x_scale is not None:
-            raise DoubleKernelError("cktile stage 2 (fp4 weights) takes bf16 activations without scales")
-        tokens = XQ.shape[0]
-        n_valid = int(max_token_ids[0])
-        _dbl_stage2_math(
-            XQ.reshape(tokens * topk, -1),
-            WQ,
-            w_scale,
-            None,
-            sorted_ids,
-            sorted_expert_ids,
-            n_valid,
-            Y,
-            tokens,
-            topk,
-            block_m,
-            -(-n_valid // block_m),
-            topk_weight,
-            fp4_act=False,
-            shuffled=True,
-        )
-        return Y
+    moe_cktile2stages_gemm.__name__ = moe_cktile2stages_gemm.__qualname__ = f"moe_cktile2stages_gemm{stage}"
+    return moe_cktile2stages_gemm
 
-    def silu_and_mul(out, x):
-        inter = x.shape[-1] // 2
-        xf = x.float()
-        out.copy_((F.silu(xf[..., :inter]) * xf[..., inter:]).to(out.dtype))
 
-    ai.moe_sorting_fwd = moe_sorting_fwd
-    ai.ck_moe_stage1_fwd = ck_moe_stage1_fwd
-    ai.ck_moe_stage2_fwd = ck_moe_stage2_fwd
-    ai.moe_cktile2stages_gemm1 = moe_cktile2stages_gemm1
-    ai.moe_cktile2stages_gemm2 = moe_cktile2stages_gemm2
-    ai.silu_and_mul = silu_and_mul
+def _cktile_stage1_math(x, w1, w1_scale, y, blocks: _Blocks, split_k: int) -> None:
+    """y[token, slot] = silu(gate) * up of x[token] @ W1[e].T, or the raw gate | up when split_k > 1
+    (silu_and_mul follows)."""
+    w1f = _dbl_weights(w1, w1_scale, True)
+    for b in range(blocks.n_blocks):
+        r, token, slot = blocks.rows(b, x.shape[0])
+        if token.numel() == 0:
+            continue
+        gu = x[token].float() @ w1f[int(blocks.expert_ids[b])].T
+        y[token, slot] = (gu if split_k > 1 else _silu_mul(gu)).to(y.dtype)
 
 
 def _build_fused_moe(dbl):
     """aiter/fused_moe.py: module globals and the functions of the per_1x32 / Silu / bf16 path."""
     fm = dbl.modules["aiter.fused_moe"]
-    ai = dbl.modules["aiter"]
     chip = dbl.modules["aiter.jit.utils.chip_info"]
     fm.BLOCK_SIZE_M = 32
     fm.cfg_2stages = None  # :568
@@ -874,26 +826,58 @@ def _build_fused_moe(dbl):
     fm.fused_dynamic_mxfp4_quant_moe_sort = dbl.modules[
         "aiter.ops.triton.quant.fused_mxfp4_quant"
     ].fused_dynamic_mxfp4_quant_moe_sort
+    fm.nextPow2 = next_pow2
+    for fn in (
+        functools.lru_cache(maxsize=2048)(get_inter_dim),
+        get_padded_M,
+        MOEMetadata,
+        *_sizing(fm),
+        *_stage_wrappers(dbl),
+        _get_2stage_cfgs(dbl),
+        _moe_sorting(dbl),
+        _fused_moe(dbl),
+    ):
+        setattr(fm, fn.__name__, fn)
 
-    @functools.lru_cache(maxsize=2048)
-    def get_inter_dim(w1_shape, w2_shape):
-        """:119 -- (E, model_dim, inter_dim), inter_dim scaled for packed fp4 (model_dim // w1.shape[-1])."""
-        n_exp, _, model_dim = w1_shape
-        n_exp, model_dim, inter_dim = w2_shape
-        return n_exp, model_dim, inter_dim * (model_dim // w1_shape[-1])
 
-    def next_pow2(n):
-        return 1 if n <= 1 else 1 << (n - 1).bit_length()
+def get_inter_dim(w1_shape, w2_shape):
+    """aiter/fused_moe.py:119 -- (E, model_dim, inter_dim), inter_dim scaled for packed fp4
+    (model_dim // w1.shape[-1])."""
+    n_exp, _, model_dim = w1_shape
+    n_exp, model_dim, inter_dim = w2_shape
+    return n_exp, model_dim, inter_dim * (model_dim // w1_shape[-1])
 
-    def get_padded_M(M):
-        """:607 -- next power of two below 1024, then 1024 / 2048 / 16384 buckets."""
-        if M < 1024:
-            return next_pow2(M)
-        return 1024 if M < 2048 else 2048 if M < 16384 else 16384
+
+def next_pow2(n):
+    return 1 if n <= 1 else 1 << (n - 1).bit_length()
+
+
+def get_padded_M(M):
+    """aiter/fused_moe.py:607 -- next power of two below 1024, then 1024 / 2048 / 16384 buckets."""
+    if M < 1024:
+        return next_pow2(M)
+    return 1024 if M < 2048 else 2048 if M < 16384 else 16384
+
+
+@dataclasses.dataclass
+class MOEMetadata:
+    """aiter/fused_moe.py:624"""
+
+    stage1: object
+    stage2: object
+    block_m: int
+    ksplit: int
+    run_1stage: bool = False
+    has_bias: bool = False
+    use_non_temporal_load: bool = True
+
+
+def _sizing(fm) -> tuple:
+    """get_block_size_M and get_ksplit, which read the CU count through fm.get_cu_num."""
 
     def get_block_size_M(token, topk, expert, inter_dim):
         """:517 -- the block_m of 32/64/128 with the fewest rounds over the CUs."""
-        cu = chip.get_cu_num()
+        cu = fm.get_cu_num()
         tg_n = (inter_dim + 127) // 128
         best = []
         for el in (32, 64, 128):
@@ -906,7 +890,7 @@ def _build_fused_moe(dbl):
         """:542 -- split K only for decode shapes with fewer tiles than CUs."""
         if token * topk > expert:
             return 0
-        cu = chip.get_cu_num()
+        cu = fm.get_cu_num()
         tg_num = ((inter_dim + 127) // 128) * token * topk
         if tg_num >= cu:
             return 0
@@ -915,18 +899,15 @@ def _build_fused_moe(dbl):
                 return i
         return 0
 
-    @dataclasses.dataclass
-    class MOEMetadata:
-        """:624"""
+    return get_block_size_M, get_ksplit
 
-        stage1: object
-        stage2: object
-        block_m: int
-        ksplit: int
-        run_1stage: bool = False
-        has_bias: bool = False
-        use_non_temporal_load: bool = True
 
+def _stage_wrappers(dbl) -> tuple:
+    """fused_moe.py's wrappers around the stage kernels that MOEMetadata holds."""
+    return _flydsl_stage2_wrapper(dbl), _ck_moe_stage1(dbl), _cktile_moe_stage1(dbl), _cktile_moe_stage2(dbl)
+
+
+def _flydsl_stage2_wrapper(dbl):
     def _flydsl_stage2_wrapper(
         inter_states,
         w1,
@@ -942,10 +923,11 @@ def _build_fused_moe(dbl):
         sorted_weights=None,
         **_kwargs,
     ):
-        """:634 -- tile params from the registry by name; block_m is swallowed by **_kwargs."""
+        """aiter/fused_moe.py:634 -- tile params from the registry by name; block_m is swallowed by **_kwargs."""
         parsed = dbl.modules["aiter.ops.flydsl.moe_kernels"].get_flydsl_kernel_params(kernelName)
         if parsed is None:
             raise ValueError(f"Invalid FlyDSL kernel name: {kernelName}")
+        tiles = {k: parsed[k] for k in ("tile_m", "tile_n", "tile_k", "a_dtype", "b_dtype", "out_dtype")}
         dbl.modules["aiter.ops.flydsl"].flydsl_moe_stage2(
             inter_states=inter_states,
             w2=w2,
@@ -954,12 +936,7 @@ def _build_fused_moe(dbl):
             num_valid_ids=num_valid_ids,
             out=out,
             topk=topk,
-            tile_m=parsed["tile_m"],
-            tile_n=parsed["tile_n"],
-            tile_k=parsed["tile_k"],
-            a_dtype=parsed["a_dtype"],
-            b_dtype=parsed["b_dtype"],
-            out_dtype=parsed["out_dtype"],
+            **tiles,
             mode=parsed.get("mode", "atomic"),
             w2_scale=w2_scale,
             a2_scale=a2_scale,
@@ -967,6 +944,10 @@ def _build_fused_moe(dbl):
         )
         _dbl_fault(dbl, kernelName, out)
 
+    return _flydsl_stage2_wrapper
+
+
+def _ck_moe_stage1(dbl):
     def ck_moe_stage1(
         hidden_states,
         w1,
@@ -987,29 +968,16 @@ def _build_fused_moe(dbl):
         use_non_temporal_load=False,
         dtype=None,
     ):
-        """:1600 -- no split-K for per_1x32; straight into aiter.ck_moe_stage1_fwd."""
-        ai.ck_moe_stage1_fwd(
-            hidden_states,
-            w1,
-            w2,
-            sorted_token_ids,
-            sorted_expert_ids,
-            num_valid_ids,
-            out,
-            topk,
-            kernelName,
-            w1_scale,
-            a1_scale,
-            block_m,
-            sorted_weights,
-            quant_type,
-            activation,
-            0,
-            use_non_temporal_load,
-            out.dtype,
-        )
+        """aiter/fused_moe.py:1600 -- no split-K for per_1x32; straight into aiter.ck_moe_stage1_fwd."""
+        routed = (hidden_states, w1, w2, sorted_token_ids, sorted_expert_ids, num_valid_ids, out, topk)
+        kernel = (kernelName, w1_scale, a1_scale, block_m, sorted_weights, quant_type, activation)
+        dbl.aiter.ck_moe_stage1_fwd(*routed, *kernel, 0, use_non_temporal_load, out.dtype)
         return out
 
+    return ck_moe_stage1
+
+
+def _cktile_moe_stage1(dbl):
     def cktile_moe_stage1(
         hidden_states,
         w1,
@@ -1030,37 +998,24 @@ def _build_fused_moe(dbl):
         split_k=1,
         dtype=torch.bfloat16,
     ):
-        """:1657 -- allocates its own output; split_k > 1 writes gate|up then silu_and_mul."""
+        """aiter/fused_moe.py:1657 -- allocates its own output; split_k > 1 writes gate|up then silu_and_mul."""
         token_num = hidden_states.shape[0]
-        inter = w2.shape[2] * 2
-        result = torch.empty((token_num, topk, inter), dtype=dtype, device=hidden_states.device)
-        tmp = (
-            torch.zeros((token_num, topk, w1.shape[1]), dtype=hidden_states.dtype, device=result.device)
-            if split_k > 1
-            else result
-        )
-        ai.moe_cktile2stages_gemm1(
-            hidden_states,
-            w1,
-            tmp,
-            sorted_token_ids,
-            sorted_expert_ids,
-            num_valid_ids,
-            topk,
-            n_pad_zeros,
-            k_pad_zeros,
-            sorted_weights,
-            a1_scale,
-            w1_scale,
-            bias1,
-            activation,
-            block_m,
-            split_k,
+        result = torch.empty((token_num, topk, w2.shape[2] * 2), dtype=dtype, device=hidden_states.device)
+        tmp = result
+        if split_k > 1:
+            tmp = torch.zeros((token_num, topk, w1.shape[1]), dtype=hidden_states.dtype, device=result.device)
+        routed = (sorted_token_ids, sorted_expert_ids, num_valid_ids, topk, n_pad_zeros, k_pad_zeros, sorted_weights)
+        dbl.aiter.moe_cktile2stages_gemm1(
+            hidden_states, w1, tmp, *routed, a1_scale, w1_scale, bias1, activation, block_m, split_k
         )
         if split_k > 1:
-            ai.silu_and_mul(result, tmp)
+            dbl.aiter.silu_and_mul(result, tmp)
         return result
 
+    return cktile_moe_stage1
+
+
+def _cktile_moe_stage2(dbl):
     def cktile_moe_stage2(
         a2,
         w1,
@@ -1080,42 +1035,33 @@ def _build_fused_moe(dbl):
         k_pad_zeros=0,
         bias2=None,
     ):
-        """:1723"""
-        ai.moe_cktile2stages_gemm2(
-            a2,
-            w2,
-            out,
-            sorted_token_ids,
-            sorted_expert_ids,
-            num_valid_ids,
-            topk,
-            n_pad_zeros,
-            k_pad_zeros,
-            sorted_weights,
-            a2_scale,
-            w2_scale,
-            bias2,
-            activation,
-            block_m,
-        )
+        """aiter/fused_moe.py:1723"""
+        routed = (sorted_token_ids, sorted_expert_ids, num_valid_ids, topk, n_pad_zeros, k_pad_zeros, sorted_weights)
+        dbl.aiter.moe_cktile2stages_gemm2(a2, w2, out, *routed, a2_scale, w2_scale, bias2, activation, block_m)
         return out
 
-    def _load_table(path):
-        import pandas as pd
+    return cktile_moe_stage2
 
-        df = pd.read_csv(path)
-        if "_tag" in df.columns:
-            df = df[df["_tag"].isna() | (df["_tag"] == "")]
-        return df.set_index(_INDEX_COLS).to_dict("index")
 
-    def _fallback_table(path):
-        import pandas as pd
+def _tuned_rows(path, tag: str | None) -> dict:
+    """aiter/fused_moe.py's reading of the tuned-fmoe CSV: rows keyed by the index columns, those
+    without a `_tag` (tag None) or those with that tag."""
+    import pandas as pd
 
-        df = pd.read_csv(path)
+    df = pd.read_csv(path)
+    if tag is None and "_tag" in df.columns:
+        df = df[df["_tag"].isna() | (df["_tag"] == "")]
+    elif tag is not None:
         if "_tag" not in df.columns:
             return {}
-        df = df[df["_tag"] == "flydsl_fallback"]
-        return df.set_index(_INDEX_COLS).to_dict("index") if len(df) else {}
+        df = df[df["_tag"] == tag]
+        if not len(df):
+            return {}
+    return df.set_index(_INDEX_COLS).to_dict("index")
+
+
+def _get_2stage_cfgs(dbl):
+    fm = dbl.fused_moe
 
     @functools.lru_cache(maxsize=2048)
     def get_2stage_cfgs(
@@ -1135,96 +1081,89 @@ def _build_fused_moe(dbl):
         intermediate_pad,
         is_shuffled=True,
     ):
-        """:675 -- the per_1x32 / fp4x2 / bf16 subset of aiter's branch structure."""
+        """aiter/fused_moe.py:675 -- the per_1x32 / fp4x2 / bf16 subset of aiter's branch structure."""
         dbl.calls.append(("get_2stage_cfgs", _dbl_params(get_2stage_cfgs, locals())))
         path = fm.AITER_CONFIGS.AITER_CONFIG_FMOE_FILE
         if fm.cfg_2stages is None:
-            fm.cfg_2stages = _load_table(path)
-        keys = (
-            chip.get_cu_num(),
-            token,
-            model_dim,
-            inter_dim,
-            expert,
-            topk,
-            str(activation),
-            str(dtype),
-            str(q_dtype_a),
-            str(q_dtype_w),
-            str(q_type),
-            use_g1u1,
-            doweight_stage1,
-        )
+            fm.cfg_2stages = _tuned_rows(path, None)
+        keys = (fm.get_cu_num(), token, model_dim, inter_dim, expert, topk, str(activation), str(dtype))
+        keys += (str(q_dtype_a), str(q_dtype_w), str(q_type), use_g1u1, doweight_stage1)
         cfg = fm.cfg_2stages.get(keys, None) if fm.cfg_2stages else None
         if cfg is not None and not fm.is_flydsl_available():
-            if str(cfg.get("kernelName1", "")).startswith("flydsl_") or str(cfg.get("kernelName2", "")).startswith(
-                "flydsl_"
-            ):
-                cfg = _fallback_table(path).get(keys)
-        use_nt = False
+            if any(str(cfg.get(k, "")).startswith("flydsl_") for k in ("kernelName1", "kernelName2")):
+                cfg = _tuned_rows(path, "flydsl_fallback").get(keys)
         if cfg is None:
-            kernel1 = kernel2 = ""
-            run_1stage = False
-            block_m = get_block_size_M(token, topk, expert, inter_dim)
-            ksplit = get_ksplit(token, topk, expert, inter_dim, model_dim)
-            use_nt = (token * topk // expert) < 64
-        else:
-            block_m = cfg["block_m"]
-            ksplit = cfg["ksplit"]
-            kernel1 = cfg["kernelName1"]
-            kernel2 = cfg["kernelName2"]
-            run_1stage = cfg.get("run_1stage", False)
-        if run_1stage:
+            cfg = dict(
+                kernelName1="",
+                kernelName2="",
+                run_1stage=False,
+                block_m=fm.get_block_size_M(token, topk, expert, inter_dim),
+                ksplit=fm.get_ksplit(token, topk, expert, inter_dim, model_dim),
+                use_nt=(token * topk // expert) < 64,
+            )
+        if cfg.get("run_1stage", False):
             raise NotImplementedError("double: 1-stage asm path")
-        if dtype == torch.bfloat16 and q_type == QuantType.per_1x32 and q_dtype_w == FP4 and ksplit > 1 and is_shuffled:
-            return MOEMetadata(
-                functools.partial(
-                    cktile_moe_stage1,
-                    n_pad_zeros=intermediate_pad // 64 * 64 * (2 if use_g1u1 else 1),
-                    k_pad_zeros=hidden_pad // 128 * 128,
-                    activation=activation,
-                    split_k=ksplit,
-                ),
-                functools.partial(
-                    cktile_moe_stage2,
-                    n_pad_zeros=hidden_pad // 64 * 64,
-                    k_pad_zeros=intermediate_pad // 128 * 128,
-                    activation=activation,
-                ),
-                16 if token < 2048 else 32 if token < 16384 else 64,
-                ksplit,
-                run_1stage,
-            )
+        split_k = cfg["ksplit"] > 1 and is_shuffled
+        if split_k and dtype == torch.bfloat16 and q_type == QuantType.per_1x32 and q_dtype_w == FP4:
+            return _cktile_metadata(fm, token, cfg, activation, use_g1u1, hidden_pad, intermediate_pad)
+        kernel1 = cfg["kernelName1"]
         if (kernel1 and "ck2stages" in kernel1) or (not kernel1 and q_dtype_w == FP4):
-            if kernel2 and kernel2.startswith("flydsl_") and fm.is_flydsl_available():
-                stage2 = functools.partial(_flydsl_stage2_wrapper, kernelName=kernel2)
-            else:
-                stage2 = functools.partial(
-                    ai.ck_moe_stage2_fwd,
-                    kernelName=kernel2,
-                    activation=activation,
-                    quant_type=q_type,
-                    use_non_temporal_load=use_nt,
-                )
-            return MOEMetadata(
-                functools.partial(
-                    ck_moe_stage1,
-                    kernelName=kernel1,
-                    activation=activation,
-                    quant_type=q_type,
-                    dtype=dtype,
-                    splitk=ksplit,
-                    use_non_temporal_load=use_nt,
-                ),
-                stage2,
-                block_m,
-                int(ksplit),
-                run_1stage,
-            )
+            return _ck_metadata(dbl, cfg, activation, q_type, dtype)
         raise NotImplementedError("double: asm stage-1 path")
 
+    return get_2stage_cfgs
+
+
+def _cktile_metadata(fm, token, cfg: dict, activation, use_g1u1, hidden_pad, intermediate_pad) -> MOEMetadata:
+    """get_2stage_cfgs' split-K branch: cktile stages on bf16 activations, block_m by token count."""
+    ksplit = cfg["ksplit"]
+    stage1 = functools.partial(
+        fm.cktile_moe_stage1,
+        n_pad_zeros=intermediate_pad // 64 * 64 * (2 if use_g1u1 else 1),
+        k_pad_zeros=hidden_pad // 128 * 128,
+        activation=activation,
+        split_k=ksplit,
+    )
+    stage2 = functools.partial(
+        fm.cktile_moe_stage2,
+        n_pad_zeros=hidden_pad // 64 * 64,
+        k_pad_zeros=intermediate_pad // 128 * 128,
+        activation=activation,
+    )
+    block_m = 16 if token < 2048 else 32 if token < 16384 else 64
+    return MOEMetadata(stage1, stage2, block_m, ksplit, cfg.get("run_1stage", False))
+
+
+def _ck_metadata(dbl, cfg: dict, activation, q_type, dtype) -> MOEMetadata:
+    """get_2stage_cfgs' CK branch: CK stage 1, stage 2 on FlyDSL when the row names a FlyDSL kernel
+    that can run, else on CK; non-temporal loads only for the heuristic's sparse shapes."""
+    fm = dbl.fused_moe
+    kernel2, use_nt, ksplit = cfg["kernelName2"], cfg.get("use_nt", False), cfg["ksplit"]
+    if kernel2 and kernel2.startswith("flydsl_") and fm.is_flydsl_available():
+        stage2 = functools.partial(fm._flydsl_stage2_wrapper, kernelName=kernel2)
+    else:
+        stage2 = functools.partial(
+            dbl.aiter.ck_moe_stage2_fwd,
+            kernelName=kernel2,
+            activation=activation,
+            quant_type=q_type,
+            use_non_temporal_load=use_nt,
+        )
+    stage1 = functools.partial(
+        fm.ck_moe_stage1,
+        kernelName=cfg["kernelName1"],
+        activation=activation,
+        quant_type=q_type,
+        dtype=dtype,
+        splitk=ksplit,
+        use_non_temporal_load=use_nt,
+    )
+    return MOEMetadata(stage1, stage2, cfg["block_m"], int(ksplit), cfg.get("run_1stage", False))
+
+
+def _moe_sorting(dbl):
     def moe_sorting(topk_ids, topk_weights, num_experts, model_dim, moebuf_dtype, block_size=32, *_args):
-        """:80 / :37 -- allocate and run moe_sorting_fwd."""
+        """aiter/fused_moe.py:80 / :37 -- allocate and run moe_sorting_fwd."""
         m, topk = topk_ids.shape
         max_padded = int(topk_ids.numel() + num_experts * block_size - topk)
         max_blocks = (max_padded + block_size - 1) // block_size
@@ -1234,21 +1173,15 @@ def _build_fused_moe(dbl):
         sorted_e = torch.empty(max_blocks, dtype=torch.int32, device=dev)
         num_valid = torch.empty(2, dtype=torch.int32, device=dev)
         moe_buf = torch.empty((m, model_dim), dtype=moebuf_dtype, device=dev)
-        ai.moe_sorting_fwd(
-            topk_ids,
-            topk_weights,
-            sorted_ids,
-            sorted_w,
-            sorted_e,
-            num_valid,
-            moe_buf,
-            num_experts,
-            block_size,
-            None,
-            None,
-            0,
-        )
-        return sorted_ids, sorted_w, sorted_e, num_valid, moe_buf
+        buffers = (sorted_ids, sorted_w, sorted_e, num_valid, moe_buf)
+        dbl.aiter.moe_sorting_fwd(topk_ids, topk_weights, *buffers, num_experts, block_size, None, None, 0)
+        return buffers
+
+    return moe_sorting
+
+
+def _fused_moe(dbl):
+    fm = dbl.fused_moe
 
     def fused_moe(
         hidden_states,
@@ -1274,98 +1207,68 @@ def _build_fused_moe(dbl):
         bias2=None,
         splitk=0,
     ):
-        """:128 -> fused_moe_ :216 -> fused_moe_2stages :1025, per_1x32 / Silu / bf16 only."""
+        """aiter/fused_moe.py:128 -> fused_moe_ :216 -> fused_moe_2stages :1025, per_1x32 / Silu / bf16 only."""
         dbl.calls.append(("fused_moe", _dbl_params(fused_moe, locals())))
         if quant_type != QuantType.per_1x32 or activation != ActivationType.Silu or expert_mask is not None:
             raise NotImplementedError("double: fused_moe covers per_1x32 Silu without expert mask")
         m, topk = topk_ids.shape
-        n_exp, model_dim, inter_dim = get_inter_dim(w1.shape, w2.shape)
+        n_exp, model_dim, inter_dim = fm.get_inter_dim(w1.shape, w2.shape)
         is_shuffled = getattr(w1, "is_shuffled", False)
         out_dtype = hidden_states.dtype if dtype is None else dtype
-        md = get_2stage_cfgs(
-            get_padded_M(m),
-            model_dim,
-            inter_dim,
-            n_exp,
-            topk,
-            out_dtype,
-            FP4,
-            w1.dtype,
-            quant_type,
-            inter_dim != w1.shape[1],
-            activation,
-            doweight_stage1,
-            hidden_pad,
-            intermediate_pad,
-            is_shuffled,
+        shape = (fm.get_padded_M(m), model_dim, inter_dim, n_exp, topk, out_dtype, FP4, w1.dtype, quant_type)
+        md = fm.get_2stage_cfgs(
+            *shape, inter_dim != w1.shape[1], activation, doweight_stage1, hidden_pad, intermediate_pad, is_shuffled
         )
         block_m = int(md.block_m if block_size_M is None else block_size_M)
-        sorted_ids, sorted_w, sorted_e, num_valid, moe_buf = moe_sorting(
-            topk_ids, topk_weight, n_exp, model_dim, out_dtype, block_m
+        sorting = fm.moe_sorting(topk_ids, topk_weight, n_exp, model_dim, out_dtype, block_m)
+        bf16_acts = md.ksplit > 1 and is_shuffled  # the split-K path: cktile stages, no activation quantization
+        return _fused_moe_2stages(
+            fm, md, hidden_states, w1, w2, w1_scale, w2_scale, topk_ids, sorting, block_m, doweight_stage1, bf16_acts
         )
-        bf16_acts = md.ksplit > 1 and is_shuffled
-        if bf16_acts:
-            a1, a1s = hidden_states.to(out_dtype), None
-        else:
-            a1, a1s = fm.fused_dynamic_mxfp4_quant_moe_sort(
-                hidden_states, sorted_ids=sorted_ids, num_valid_ids=num_valid, token_num=m, topk=1, block_size=block_m
-            )
-        a2 = torch.empty((m, topk, inter_dim), dtype=out_dtype, device=hidden_states.device)
-        a2 = md.stage1(
-            a1,
-            w1,
-            w2,
-            sorted_ids,
-            sorted_e,
-            num_valid,
-            a2,
-            topk,
-            block_m=block_m,
-            a1_scale=a1s,
-            w1_scale=w1_scale.view(E8M0),
-            sorted_weights=sorted_w if doweight_stage1 else None,
-        )
-        if bf16_acts:
-            a2s = None
-        else:
-            a2, a2s = fm.fused_dynamic_mxfp4_quant_moe_sort(
-                a2.view(-1, inter_dim),
-                sorted_ids=sorted_ids,
-                num_valid_ids=num_valid,
-                token_num=m,
-                topk=topk,
-                block_size=block_m,
-            )
-            a2 = a2.view(m, topk, -1)
-        md.stage2(
-            a2,
-            w1,
-            w2,
-            sorted_ids,
-            sorted_e,
-            num_valid,
-            moe_buf,
-            topk,
-            w2_scale=w2_scale.view(E8M0),
-            a2_scale=a2s,
-            block_m=block_m,
-            sorted_weights=sorted_w if not doweight_stage1 else None,
-        )
-        return moe_buf
 
-    for fn in (
-        get_inter_dim,
-        get_padded_M,
-        get_block_size_M,
-        get_ksplit,
-        MOEMetadata,
-        _flydsl_stage2_wrapper,
-        ck_moe_stage1,
-        cktile_moe_stage1,
-        cktile_moe_stage2,
-        get_2stage_cfgs,
-        moe_sorting,
-        fused_moe,
-    ):
-        setattr(fm, fn.__name__, fn)
-    fm.nextPow2 = next_pow2
+    return fused_moe
+
+
+def _fused_moe_2stages(fm, md, hidden_states, w1, w2, w1_scale, w2_scale, topk_ids, sorting, block_m, weight1, bf16):
+    """aiter/fused_moe.py:1025 fused_moe_2stages for per_1x32: the activations quantized in sorted
+    order (bf16 and no scales on the split-K path), stage 1, the same for its output, stage 2 into
+    moe_sorting's output buffer; the routing weights applied in stage 1 (weight1) or stage 2."""
+    sorted_ids, sorted_w, sorted_e, num_valid, moe_buf = sorting
+    m, topk = topk_ids.shape
+    inter_dim = fm.get_inter_dim(w1.shape, w2.shape)[2]
+    quant = functools.partial(
+        fm.fused_dynamic_mxfp4_quant_moe_sort,
+        sorted_ids=sorted_ids,
+        num_valid_ids=num_valid,
+        token_num=m,
+        block_size=block_m,
+    )
+    routed = (sorted_ids, sorted_e, num_valid)
+    a1, a1s = (hidden_states.to(moe_buf.dtype), None) if bf16 else quant(hidden_states, topk=1)
+    a2 = torch.empty((m, topk, inter_dim), dtype=moe_buf.dtype, device=hidden_states.device)
+    a2 = md.stage1(
+        a1,
+        w1,
+        w2,
+        *routed,
+        a2,
+        topk,
+        block_m=block_m,
+        a1_scale=a1s,
+        w1_scale=w1_scale.view(E8M0),
+        sorted_weights=sorted_w if weight1 else None,
+    )
+    a2, a2s = (a2, None) if bf16 else quant(a2.view(-1, inter_dim), topk=topk)
+    md.stage2(
+        a2.view(m, topk, -1),
+        w1,
+        w2,
+        *routed,
+        moe_buf,
+        topk,
+        w2_scale=w2_scale.view(E8M0),
+        a2_scale=a2s,
+        block_m=block_m,
+        sorted_weights=sorted_w if not weight1 else None,
+    )
+    return moe_buf

@@ -187,10 +187,10 @@ def test_expected_blocks_match_enumeration():
     for picks in product((0, 1), repeat=3):
         counts = [picks.count(e) for e in (0, 1)]
         brute += sum(-(-c // 2) for c in counts) / 8
-    assert model.expected_blocks(3, 2, 1, 1, 2) == pytest.approx(brute + 2)
+    assert model.blocks_moments(3, 2, 1, 1, 2)[0] == pytest.approx(brute + 2)
     # Split at tail 1: the full launch takes blocks with 2 rows, the tail launch those with 1.
-    full = model.expected_blocks(3, 2, 1, 0, 2, rows=2, tail_m=1)
-    tail = model.expected_blocks(3, 2, 1, 0, 2, rows=1, tail_m=1)
+    full = model.blocks_moments(3, 2, 1, 0, 2, rows=2, tail_m=1)[0]
+    tail = model.blocks_moments(3, 2, 1, 0, 2, rows=1, tail_m=1)[0]
     assert full + tail == pytest.approx(brute)
     assert model.expected_experts_hit(3, 2, 1, 1) == pytest.approx(2 * (1 - 0.5**3) + 1)
 

@@ -415,48 +415,22 @@ def test_backend_env_sets_and_restores(monkeypatch):
 # ---------------------------------------------------------------- end to end (CPU)
 
 
+def run_quietly(out, options: str) -> int:
+    """cli.main with these options (split at spaces), writing to `out`, without a progress bar."""
+    return cli.main([*options.split(), "--out", str(out), "-q"])
+
+
 def test_test_mode_on_a_smoke_case_with_the_reference_backend_passes(tmp_path):
     """A spawned worker, as a real run: test mode, reference backend, one SMOKE case."""
-    rc = cli.main(
-        [
-            "--mode",
-            "test",
-            "--backend",
-            "reference",
-            "--cases",
-            "smoke:1",
-            "--roofline",
-            "off",
-            "--out",
-            str(tmp_path),
-            "-q",
-        ]
-    )
+    rc = run_quietly(tmp_path, "--mode test --backend reference --cases smoke:1 --roofline off")
     assert rc == 0
     doc = json.loads((tmp_path / "test.json").read_text())
     assert [(r["backend"], r["case"], r["status"]) for r in doc["rows"]] == [("reference", "smoke1", "pass")]
 
 
 def test_deadline_skips_the_cases_not_started_in_time(tmp_path):
-    rc = cli.main(
-        [
-            "--mode",
-            "test",
-            "--backend",
-            "reference",
-            "--cases",
-            "smoke:1",
-            "smoke:1",
-            "--roofline",
-            "off",
-            "--deadline",
-            "0",
-            "--inline",
-            "--out",
-            str(tmp_path),
-            "-q",
-        ]
-    )
+    options = "--mode test --backend reference --cases smoke:1 smoke:1 --roofline off --deadline 0 --inline"
+    rc = run_quietly(tmp_path, options)
     assert rc == 1
     rows = json.loads((tmp_path / "test.json").read_text())["rows"]
     assert [r["status"] for r in rows] == ["skipped", "skipped"] and "deadline" in rows[0]["message"]
@@ -465,25 +439,8 @@ def test_deadline_skips_the_cases_not_started_in_time(tmp_path):
 def test_leaderboard_mode_end_to_end_inline(tmp_path, monkeypatch):
     """Leaderboard mode in this process with a secret seed: every output checked, seeds step by 13."""
     monkeypatch.setenv("POPCORN_SEED", "3")
-    rc = cli.main(
-        [
-            "--mode",
-            "leaderboard",
-            "--backend",
-            "reference",
-            "--cases",
-            "smoke:1",
-            "--ceilings",
-            "0.01,0.1",
-            "--max-reps",
-            "3",
-            "--no-warmup",
-            "--inline",
-            "--out",
-            str(tmp_path),
-            "-q",
-        ]
-    )
+    options = "--mode leaderboard --backend reference --cases smoke:1 --ceilings 0.01,0.1 --max-reps 3 --no-warmup"
+    rc = run_quietly(tmp_path, options + " --inline")
     assert rc == 0
     row = json.loads((tmp_path / "leaderboard.json").read_text())["rows"][0]
     from problem.cases import SMOKE

@@ -101,39 +101,15 @@ def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1, max_regs2):
     # the end and must add nothing. The register caps only reach the compiler on NVIDIA GPUs.
     # Two routed experts of one per token (and the shared one): three blocks instead of seven.
     data = generate_input(**small_case(dhidden=768, dexpert=768, bs=5, nroutedexperts=2, nexpertspertoken=1))
-    tiles = TileConfig(
-        block_m=16,
-        block_n1=512,
-        block_k1=256,
-        warps1=4,
-        stages1=2,
-        block_n2=512,
-        block_k2=256,
-        warps2=4,
-        stages2=2,
-        n_tiles2=n_tiles2,
-        max_regs1=max_regs1,
-        max_regs2=max_regs2,
-    )
+    # block_m, block_n1, block_k1, warps1, stages1, block_n2, block_k2, warps2, stages2, n_tiles2
+    tiles = TileConfig(16, 512, 256, 4, 2, 512, 256, 4, 2, n_tiles2, max_regs1=max_regs1, max_regs2=max_regs2)
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
     out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles)
     assert_matches_reference(data, out)
 
 
 def tail_tiles(tail_m):
-    return TileConfig(
-        block_m=32,
-        block_n1=64,
-        block_k1=256,
-        warps1=4,
-        stages1=2,
-        block_n2=128,
-        block_k2=256,
-        warps2=4,
-        stages2=2,
-        n_tiles2=1,
-        tail_m=tail_m,
-    )
+    return TileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 1, tail_m=tail_m)
 
 
 def test_tail_blocks_on_their_own_tiles():

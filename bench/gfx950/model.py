@@ -322,19 +322,6 @@ def blocks_moments(
     return n_routed * mean + shared, n_routed * (second - mean * mean)
 
 
-def expected_blocks(
-    n_tokens: int,
-    n_routed: int,
-    routed_topk: int,
-    n_shared: int,
-    block_m: int,
-    rows: int | None = None,
-    tail_m: int = 0,
-) -> float:
-    """Expected routing blocks of block_m rows (blocks_moments' mean)."""
-    return blocks_moments(n_tokens, n_routed, routed_topk, n_shared, block_m, rows, tail_m)[0]
-
-
 def expected_experts_hit(n_tokens: int, n_routed: int, routed_topk: int, n_shared: int) -> float:
     return n_routed * (1 - (1 - routed_topk / n_routed) ** n_tokens) + n_shared
 

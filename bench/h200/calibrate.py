@@ -110,20 +110,9 @@ def stream_kernel(x_ptr, out_ptr, n_per_program, BLOCK: tl.constexpr):
     tl.store(out_ptr + tl.program_id(0), tl.sum(acc, axis=0))
 
 
-def _time(fn, reps: int, flush: torch.Tensor) -> float:
-    times = []
-    for _ in range(reps):
-        flush.zero_()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
 def sweep(reps: int) -> dict:
+    from bench.tune.tiles import time_call
+
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     grids = {g for k in (1, 2, 3, 4, 8) for g in (k * sms, k * sms + 1)}
     grids = sorted(grids | {sms // 2, sms + 8, 2 * sms + 7, 6 * sms})
@@ -140,8 +129,7 @@ def sweep(reps: int) -> dict:
             if grid * n > x.numel():
                 continue
             run = lambda: stream_kernel[(grid,)](x, out, n, BLOCK=block, num_warps=warps)  # noqa: B023
-            run()
-            us = _time(run, reps, flush)
+            us = statistics.median(time_call(run, reps, flush))
             rows.append(
                 {
                     "warps": warps,

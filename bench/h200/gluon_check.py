@@ -29,7 +29,6 @@ the decode and static tiles keeping the table's. Every mode writes MODE.json and
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -234,13 +233,9 @@ def table(mode: str, results: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from bench.runner.preflight import UsageParser
+    from bench.runner.preflight import doc_parser
 
-    parser = UsageParser(
-        prog="python -m bench.h200.gluon_check",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = doc_parser("python -m bench.h200.gluon_check", __doc__)
     parser.add_argument("mode", choices=["smoke", "check", "time", "ncu"])
     parser.add_argument("--shapes", nargs="*", default=[], help="name substrings or indices of official shapes")
     parser.add_argument("--seeds", type=int, default=20, help="check: leaderboard-style seeds per shape")

@@ -15,7 +15,6 @@ were renamed in between).
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
@@ -181,13 +180,9 @@ def check_and_time() -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from bench.runner.preflight import UsageParser
+    from bench.runner.preflight import doc_parser
 
-    parser = UsageParser(
-        prog="python -m bench.h200.gluon_probe",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = doc_parser("python -m bench.h200.gluon_probe", __doc__)
     parser.parse_args(argv)
     if torch.cuda.is_available():
         print("\n".join(check_and_time()))

@@ -18,7 +18,6 @@ the sampled stalls grouped by opcode, the hot instructions. Writes markdown to -
 
 from __future__ import annotations
 
-import argparse
 import csv
 import gzip
 import io
@@ -265,13 +264,9 @@ def report(folder: Path, shapes: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.runner.preflight import UsageParser, shown
+    from bench.runner.preflight import doc_parser, shown
 
-    parser = UsageParser(
-        prog="python -m bench.h200.ncu_summary",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = doc_parser("python -m bench.h200.ncu_summary", __doc__)
     parser.add_argument("folder", type=Path, help="the exported CSVs (raw.csv, source_stage1.csv, ...)")
     parser.add_argument("--shapes", nargs="+", required=True, help="the profiled shapes, in launch order")
     parser.add_argument("--md", type=Path, help="write the markdown here (default: stdout)")

@@ -24,7 +24,6 @@ Stop, for Nsight Compute (NCU_COMMAND below: the bs-512 shapes, the package's st
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
@@ -198,11 +197,9 @@ def table(results: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from bench.runner.preflight import UsageParser
+    from bench.runner.preflight import doc_parser
 
-    parser = UsageParser(
-        prog="python -m bench.h200.rivals", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = doc_parser("python -m bench.h200.rivals", __doc__)
     parser.add_argument("--peers", nargs="*", default=None, help="peer names (default: every known peer)")
     parser.add_argument("--shapes", nargs="*", default=[], help="name substrings or indices of benchmark shapes")
     parser.add_argument("--reps", type=int, default=10, help="timed repetitions per candidate and shape")

@@ -44,7 +44,6 @@ short table last. --from DIR reports a finished run's folder again, on any machi
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -601,11 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from bench.runner.case_args import UsageError
-    from bench.runner.preflight import UsageParser, check_out_dir, positive_float, positive_int, shown
+    from bench.runner.preflight import check_out_dir, doc_parser, positive_float, positive_int, shown
 
-    parser = UsageParser(
-        prog="python -m bench.h200.stream", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = doc_parser("python -m bench.h200.stream", __doc__)
     parser.add_argument(
         "--shapes", nargs="*", default=[], help="name substrings or indices of benchmark shapes (default: five)"
     )

@@ -85,19 +85,14 @@ def bf16_adds(data, generator: torch.Generator) -> torch.Tensor:
 
 
 def main(argv=None) -> int:
-    from bench.runner.preflight import UsageParser, positive_int
+    from bench.runner.case_args import LEADERBOARD_SEED_STEP
+    from bench.runner.preflight import USAGE_STATUS, parse_cases, seeds_parser
 
-    p = UsageParser(prog="python -m bench.numerics.budget", description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", nargs="+", default=["official"], help="case selectors as for python -m bench")
-    p.add_argument("--seeds", type=positive_int, default=5, help="seeds per case (the case's seed + 13 k)")
+    p = seeds_parser("python -m bench.numerics.budget", __doc__, 5, "seeds per case (the case's seed + 13 k)")
     p.add_argument("--json", type=Path, default=None, help="write the results here")
-    args = p.parse_args(argv)
-    from bench.runner.case_args import LEADERBOARD_SEED_STEP, UsageError, select_cases
-
-    try:
-        cases = select_cases(args.cases)
-    except UsageError as exc:
-        return p.fail(f"--cases: {exc}")
+    args, cases = parse_cases(p, argv)
+    if cases is None:
+        return USAGE_STATUS
     from reference import compare, generate_input, ref_kernel
     from selection.selector import worst_error
     from submission import custom_kernel

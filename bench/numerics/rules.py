@@ -55,6 +55,13 @@ def _range_reductions(text: str) -> tuple[int, int]:
     return subtracted, contracted
 
 
+def _exp_problems(exps: int, reduced: int, what: str) -> list[str]:
+    """The first findings of a silu check: no exp at all, or exps without the precise range reduction."""
+    if exps == 0:
+        return ["no exp in a kernel that computes h"]
+    return [f"fast exp in h: {exps - reduced} of {exps} {what}"] if reduced < exps else []
+
+
 def amdgcn_silu_problems(text: str) -> list[str]:
     """What is wrong with the silu of a gfx950 kernel's AMDGCN; empty when it is the precise one."""
     exps = _count(r"\bv_exp_f32(?:_e32|_e64)?\b", text)
@@ -62,12 +69,10 @@ def amdgcn_silu_problems(text: str) -> list[str]:
     subtracted, contracted = _range_reductions(text)
     # One IEEE division per silu, so per exp (v_rcp_f32 alone also serves integer division: not counted)
     fixups = _count(r"\bv_div_fixup_f32(?:_e64)?\b", text)
+    problems = _exp_problems(exps, rounds, "v_exp_f32 without the precise range reduction")
     if exps == 0:
-        return ["no exp in a kernel that computes h"]
-    problems = []
-    if rounds < exps:
-        problems.append(f"fast exp in h: {exps - rounds} of {exps} v_exp_f32 without the precise range reduction")
-    elif contracted or subtracted < exps:
+        return problems
+    if rounds >= exps and (contracted or subtracted < exps):
         problems.append(
             f"contracted exp in h: {max(contracted, exps - subtracted)} of {exps} range reductions "
             "(x log2 e - E) fused into an FMA; launch with enable_fp_fusion=False"
@@ -81,11 +86,9 @@ def ptx_silu_problems(ptx: str) -> list[str]:
     """What is wrong with the silu of an sm_90 kernel's PTX; empty when it is the precise one."""
     exps = _count(r"\bex2\.approx\.", ptx)
     reductions = _count(r"\bfma\.rm\.", ptx)
+    problems = _exp_problems(exps, reductions, "ex2.approx without __nv_expf's reduction")
     if exps == 0:
-        return ["no exp in a kernel that computes h"]
-    problems = []
-    if reductions < exps:
-        problems.append(f"fast exp in h: {exps - reductions} of {exps} ex2.approx without __nv_expf's reduction")
+        return problems
     approximate = _count(r"\b(?:div\.full|div\.approx|rcp\.approx)\.", ptx)
     if approximate:
         problems.append(f"approximate division in h: {approximate} div.full / div.approx / rcp.approx")

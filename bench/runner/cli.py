@@ -15,7 +15,8 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bench.runner import preflight
@@ -64,6 +65,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_case_options(p)
+    _add_timing_options(p)
+    _add_run_options(p)
+    return p
+
+
+def _add_case_options(p: argparse.ArgumentParser) -> None:
+    """What runs: the mode, the backends, the cases and their seed, where results go, the device."""
     p.add_argument(
         "--mode",
         "-m",
@@ -95,6 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="auto: the GPU if torch sees one (CUDA or ROCm), else the CPU with TRITON_INTERPRET=1",
     )
+
+
+def _add_timing_options(p: argparse.ArgumentParser) -> None:
+    """How cases are timed: the roofline, the cache flush, the repetition limits and the warm-up."""
     p.add_argument(
         "--roofline",
         choices=("auto", "remeasure", "off"),
@@ -135,6 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="leaderboard: go on after a failing case (the runner stops at the first)",
     )
+
+
+def _add_run_options(p: argparse.ArgumentParser) -> None:
+    """How the run goes: in process or spawned, profiling, the deadline, the check and the output."""
     p.add_argument("--inline", action="store_true", help="run the backends in this process instead of spawning")
     p.add_argument("--profile-rows", type=preflight.positive_int, default=25, help="profile mode: rows of each table")
     p.add_argument(
@@ -171,7 +188,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the traceback of every failing case (by default inputs refused by design, a ValueError "
         "of the package's own checks, print their one-line message only)",
     )
-    return p
 
 
 def _git_describe() -> str | None:
@@ -255,68 +271,87 @@ def _status_line(label: str, case, res: dict) -> str:
     return " ".join(parts)
 
 
-def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tuple[dict[str, list[dict]], bool]:
-    """Run each backend's job: (results[label][case index] = CaseResult dict, interrupted by Ctrl-C).
-    After a Ctrl-C the cases not measured are marked skipped and no further backend starts."""
+def _progress(console, quiet: bool):
+    """The progress bar of a run: off when quiet or when the console is a file (a log file gets the
+    event lines, not the bar's redraws)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-    from rich.text import Text
 
-    def log(text: str, style: str | None = None) -> None:
-        """One line per event after a time stamp (11 characters), cut to the console's width; printed,
-        not console.log'ed, which pads every line to the width (200 characters in a log file)."""
-        line = Text(text, style=style or "")
-        line.truncate(max(20, progress.console.width - 11), overflow="ellipsis")
-        progress.console.print(Text(time.strftime("[%H:%M:%S] "), style="log.time") + line, soft_wrap=True)
-
-    results: dict[str, list[dict | None]] = {j["label"]: [None] * len(cases) for j in jobs}
-    progress = Progress(
+    return Progress(
         SpinnerColumn(),
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeElapsedColumn(),
         console=console,
-        disable=quiet or not console.is_terminal,  # a log file gets the event lines, not the bar's redraws
+        disable=quiet or not console.is_terminal,
         transient=False,
     )
+
+
+def _logger(progress) -> Callable[..., None]:
+    """log(text, style): one line per event after a time stamp (11 characters), cut to the console's
+    width; printed, not console.log'ed, which pads every line to the width (200 characters in a log file)."""
+    from rich.text import Text
+
+    def log(text: str, style: str | None = None) -> None:
+        line = Text(text, style=style or "")
+        line.truncate(max(20, progress.console.width - 11), overflow="ellipsis")
+        progress.console.print(Text(time.strftime("[%H:%M:%S] "), style="log.time") + line, soft_wrap=True)
+
+    return log
+
+
+def _event_handler(job: dict, cases, results: list, progress, task, log) -> Callable[[dict], None]:
+    """handle(message) for one backend's worker: the progress bar, the event lines, its results."""
+    label = job["label"]
+    state = {"case": None}
+
+    def handle(msg: dict) -> None:
+        kind = msg.get("type")
+        if kind == "loaded":
+            progress.update(task, description=f"{label}: loaded")
+        elif kind == "warmup-start":
+            progress.update(task, description=f"{label}: warm-up on {cases[0].label} {cases[0].shape}")
+        elif kind == "start":
+            c = cases[msg["index"]]
+            state["case"] = c
+            job["in_progress"] = msg["index"]
+            progress.update(task, description=f"{label}: {c.label} {c.shape}")
+        elif kind == "progress" and state["case"] is not None:
+            c = state["case"]
+            progress.update(task, description=f"{label}: {c.label} {c.shape} rep {msg['reps']}")
+        elif kind == "warmup":
+            note = "" if msg["status"] == "pass" else f" ({msg['status']}: {msg['message']})"
+            log(f"{label}: warm-up on {cases[0].label} took {msg['seconds']:.1f} s{note}")
+        elif kind == "device":
+            job["device_info"] = msg["info"]
+        elif kind == "case":
+            i, res = msg["index"], msg["result"]
+            results[i] = res
+            progress.advance(task)
+            log(_status_line(label, cases[i], res), None if res["status"] == "pass" else "red")
+        elif kind == "interrupted":
+            job["interrupted"] = True
+        elif kind == "fatal":
+            log(f"{label}: worker failed: {msg['message']}", "red")
+            job["exit_message"] = f"the worker failed before this case: {msg['message']}"
+            job["exit_traceback"] = msg.get("traceback", "")
+
+    return handle
+
+
+def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tuple[dict[str, list[dict]], bool]:
+    """Run each backend's job: (results[label][case index] = CaseResult dict, interrupted by Ctrl-C).
+    After a Ctrl-C the cases not measured are marked skipped and no further backend starts."""
+    results: dict[str, list[dict | None]] = {j["label"]: [None] * len(cases) for j in jobs}
+    progress = _progress(console, quiet)
+    log = _logger(progress)
     interrupted = False
     with progress:
         for job in jobs:
             label = job["label"]
             task = progress.add_task(f"{label}: starting (importing torch and the submission)", total=len(cases))
-            state = {"case": None}
-
-            def handle(msg: dict, label=label, task=task, state=state, job=job) -> None:
-                kind = msg.get("type")
-                if kind == "loaded":
-                    progress.update(task, description=f"{label}: loaded")
-                elif kind == "warmup-start":
-                    progress.update(task, description=f"{label}: warm-up on {cases[0].label} {cases[0].shape}")
-                elif kind == "start":
-                    c = cases[msg["index"]]
-                    state["case"] = c
-                    job["in_progress"] = msg["index"]
-                    progress.update(task, description=f"{label}: {c.label} {c.shape}")
-                elif kind == "progress" and state["case"] is not None:
-                    c = state["case"]
-                    progress.update(task, description=f"{label}: {c.label} {c.shape} rep {msg['reps']}")
-                elif kind == "warmup":
-                    note = "" if msg["status"] == "pass" else f" ({msg['status']}: {msg['message']})"
-                    log(f"{label}: warm-up on {cases[0].label} took {msg['seconds']:.1f} s{note}")
-                elif kind == "device":
-                    job["device_info"] = msg["info"]
-                elif kind == "case":
-                    i, res = msg["index"], msg["result"]
-                    results[label][i] = res
-                    progress.advance(task)
-                    log(_status_line(label, cases[i], res), None if res["status"] == "pass" else "red")
-                elif kind == "interrupted":
-                    job["interrupted"] = True
-                elif kind == "fatal":
-                    log(f"{label}: worker failed: {msg['message']}", "red")
-                    job["exit_message"] = f"the worker failed before this case: {msg['message']}"
-                    job["exit_traceback"] = msg.get("traceback", "")
-
+            handle = _event_handler(job, cases, results[label], progress, task, log)
             try:
                 if inline:
                     from bench.runner.worker import run_backend
@@ -331,18 +366,24 @@ def _run_jobs(jobs: list[dict], cases, inline: bool, console, quiet: bool) -> tu
             if interrupted:
                 break
     for job in jobs:
-        for i, res in enumerate(results[job["label"]]):
-            if res is not None:
-                continue
-            if not interrupted:
-                message = job.get("exit_message") or "the worker stopped before this case"
-                res = {"status": "error", "message": message, "traceback": job.get("exit_traceback", "")}
-            elif i == job.get("in_progress"):  # a worker that did not report the case it was running
-                res = {"status": "interrupted", "message": "interrupted (Ctrl-C) during this case"}
-            else:
-                res = {"status": "skipped", "message": "interrupted (Ctrl-C) before this case"}
-            results[job["label"]][i] = res
+        _fill_missing(job, results[job["label"]], interrupted)
     return results, interrupted
+
+
+def _fill_missing(job: dict, results: list, interrupted: bool) -> None:
+    """A result for each case the job's worker did not report: an error when it stopped on its own,
+    else interrupted (the case in progress) or skipped."""
+    for i, res in enumerate(results):
+        if res is not None:
+            continue
+        if not interrupted:
+            message = job.get("exit_message") or "the worker stopped before this case"
+            res = {"status": "error", "message": message, "traceback": job.get("exit_traceback", "")}
+        elif i == job.get("in_progress"):  # a worker that did not report the case it was running
+            res = {"status": "interrupted", "message": "interrupted (Ctrl-C) during this case"}
+        else:
+            res = {"status": "skipped", "message": "interrupted (Ctrl-C) before this case"}
+        results[i] = res
 
 
 INTERRUPT_GRACE_S = 10.0  # how long a worker gets to report the case it was timing after a Ctrl-C
@@ -466,11 +507,21 @@ def _given_cases(selectors: list[str], secret: int | None) -> list:
     return cases
 
 
-def _main(argv: list[str] | None) -> int:
-    t_launch = time.time()
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    mode = args.mode
+@dataclass
+class _Setup:
+    """What the command line asks for, each part checked before anything runs."""
+
+    backends: list
+    notes: list[str]
+    secret: int | None
+    selectors: list[str]
+    cases: list
+    device: str
+    ceilings: object | None  # --ceilings, parsed
+
+
+def _setup(parser, args) -> _Setup:
+    """Every check of the command line, a usage error (exit status 2) for the first that fails."""
     try:
         backends, notes = _backends(args)
         notes += _environment_notes(args)
@@ -483,51 +534,175 @@ def _main(argv: list[str] | None) -> int:
         preflight.check_out_dir(args.out)
         device = preflight.check_device(args.device)
         if not selectors:
-            default = ["smoke"] if device == "cpu" else (["tests"] if mode == "test" else ["benchmarks"])
+            default = ["smoke"] if device == "cpu" else (["tests"] if args.mode == "test" else ["benchmarks"])
             cases = _select_cases(default, secret)  # refused only for a secret seed too large for their seeds
         preflight.check_aiter(backends, device)
         preflight.check_leaderboard_check(args.check, device)
-        preflight.check_mode(mode, device)
+        preflight.check_mode(args.mode, device)
     except UsageError as exc:
         parser.error(str(exc))
     if args.flush not in ("official", "l2", "none") and not args.flush.isdigit():
         parser.error(f"--flush: expected official, l2, none or a byte count, got {args.flush!r}")
-    ceilings_given = None
+    ceilings = None
     if args.ceilings:
         from bench.roofline import parse_ceilings
 
         try:
-            ceilings_given = parse_ceilings(args.ceilings)
+            ceilings = parse_ceilings(args.ceilings)
         except ValueError as exc:
             parser.error(str(exc))
+    return _Setup(backends, notes, secret, selectors, cases, device, ceilings)
 
-    # The runner removes the secret from the environment before the submission runs.
-    os.environ.pop("POPCORN_SEED", None)
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
 
+def _console():
     from rich.console import Console
 
     console = Console(log_path=False)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console = Console(log_path=False, width=max(console.width, 200))  # a file or pipe: whole lines
-    for note in notes:
-        print(f"{parser.prog}: note: {note}", file=sys.stderr)
+    return console
+
+
+def _child_env(device: str, device_option: str) -> dict[str, str]:
+    """The variables the workers need, set here too (they run in this process with --inline)."""
     child_env: dict[str, str] = {}
     if device == "cpu":
         # Must be in the environment before anything imports triton (the workers are fresh processes).
         child_env["TRITON_INTERPRET"] = os.environ.get("TRITON_INTERPRET", "1")
-        if args.device == "cpu":
+        if device_option == "cpu":
             child_env["CUDA_VISIBLE_DEVICES"] = ""
         os.environ.update(child_env)
-    if not selectors and device == "cpu":
+    return child_env
+
+
+def _ceilings(given, roofline_option: str, device: str, console):
+    """The device ceilings: --ceilings, else cached or measured (--roofline), else None."""
+    from bench import roofline
+
+    ceilings = given
+    if ceilings is None and roofline_option != "off":
+        t0 = time.perf_counter()
+        ceilings = roofline.load_or_measure(device, remeasure=roofline_option == "remeasure")
+        if ceilings.source == "measured":
+            console.print(f"measured ceilings of {ceilings.device} in {time.perf_counter() - t0:.1f} s")
+    if ceilings is not None:
+        console.print(
+            f"roofline: {ceilings.bandwidth / 1e12:.3g} TB/s copy, {ceilings.matmul / 1e12:.3g} TFLOP/s "
+            f"bf16 ({ceilings.source})"
+        )
+    return ceilings
+
+
+def _job(b, args, setup: _Setup, child_env: dict, limits: dict, warm: dict, deadline: float | None) -> dict:
+    """What a worker needs to run one backend over the cases."""
+    return {
+        "label": b.label,
+        "path": str(b.path),
+        "moe_backend": b.moe_backend,
+        "root": str(ROOT),
+        "mode": args.mode,
+        "device": setup.device,
+        "flush": args.flush,
+        "env": {**child_env, **b.env},
+        "global_seed": setup.secret if setup.secret is not None else 42,
+        "cases": [{"params": c.params, "label": c.label} for c in setup.cases],
+        "limits": limits,
+        "warmup_limits": warm,
+        "warmup": not args.no_warmup,
+        "keep_going": args.keep_going,
+        "roofline": True,
+        "profile_rows": args.profile_rows,
+        "profile_warmup": args.profile_warmup,
+        "deadline": deadline,
+        "check": args.check,
+        "host_calls": args.max_reps if args.mode == "host" else None,
+    }
+
+
+def _meta(args, argv, setup: _Setup, jobs, ceilings, device_name, limits, warm, overrides, t_start, interrupted):
+    """The run's description in the outputs: where, when, what with, under which limits."""
+    from bench.runner import report
+
+    mode = args.mode
+    timed = mode in report.TIMED_MODES
+    dev_info = next((j.get("device_info") for j in jobs if j.get("device_info")), {})
+    return {
+        "mode": mode,
+        "device": device_name,
+        "device_kind": setup.device,
+        "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(t_start)),
+        "seconds": round(time.time() - t_start, 1),
+        "git": _git_describe(),
+        "versions": _versions(),
+        "backends": [
+            {"label": j["label"], "path": j["path"], "moe_backend": j["moe_backend"], "env": j["env"]} for j in jobs
+        ],
+        "seed": setup.secret,
+        "check": args.check,
+        "flush": f"{dev_info.get('flush')} ({dev_info.get('flush_bytes', 0) / 2**30:.2f} GiB)" if dev_info else None,
+        "limits": limits if timed else None,
+        "limit_overrides": overrides or None,
+        "warmup": (warm if not args.no_warmup else None) if timed else None,
+        "ceilings": ceilings.as_dict() if ceilings else None,
+        "ceilings_text": (
+            f"{ceilings.bandwidth / 1e12:.3g} TB/s, {ceilings.matmul / 1e12:.3g} TFLOP/s bf16" if ceilings else None
+        ),
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "interrupted": interrupted,
+    }
+
+
+def _rows(mode: str, cases, jobs, results, ceilings) -> tuple[list[dict], dict[str, str]]:
+    """The report's rows, case by case and backend by backend, and the profiles by row title."""
+    from bench.runner import report
+
+    aiter = report.aiter_times()
+    rows, profiles = [], {}
+    for i, c in enumerate(cases):
+        for j in jobs:
+            res = results[j["label"]][i]
+            rows.append(report.build_row(mode, j["label"], c, res, ceilings, aiter))
+            if res.get("profile"):
+                profiles[f"{j['label']} {c.label} {c.shape}"] = res["profile"]
+    return rows, profiles
+
+
+def _write_pins(console, rows, mode: str, out: str | None, amd: bool) -> None:
+    """Print the selection's choices as table rows that pin them, and write them beside the outputs."""
+    pins = pin_rows(rows, amd=amd)
+    pins_path = Path(out) / f"{mode}_pins.py" if out else None
+    if pins:
+        console.print("the selection's choices, as table rows that pin them:\n" + pins_text(pins), markup=False)
+        if pins_path:
+            pins_path.write_text(pins_text(pins))
+            console.print(f"wrote {preflight.shown(pins_path)}")
+    elif pins_path:
+        pins_path.unlink(missing_ok=True)  # an earlier run's, which this one does not support
+
+
+def _main(argv: list[str] | None) -> int:
+    t_launch = time.time()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    mode = args.mode
+    setup = _setup(parser, args)
+    device, cases = setup.device, setup.cases
+
+    # The runner removes the secret from the environment before the submission runs.
+    os.environ.pop("POPCORN_SEED", None)
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    console = _console()
+    for note in setup.notes:
+        print(f"{parser.prog}: note: {note}", file=sys.stderr)
+    child_env = _child_env(device, args.device)
+    if not setup.selectors and device == "cpu":
         console.print("no GPU: running the SMOKE cases (give --cases to choose)")
     limits, warm = _limits(args, mode)
     try:
-        overrides = parse_limit_overrides(args.limit, [b.label for b in backends])
-        run_time = preflight.check_run_time(
-            backends, device, cases, mode, Limits(**limits), None if args.no_warmup else Limits(**warm), args.force
-        )
+        overrides = parse_limit_overrides(args.limit, [b.label for b in setup.backends])
+        warmup = None if args.no_warmup else Limits(**warm)
+        run_time = preflight.check_run_time(setup.backends, device, cases, mode, Limits(**limits), warmup, args.force)
     except UsageError as exc:
         parser.error(str(exc))
     if run_time:
@@ -536,86 +711,22 @@ def _main(argv: list[str] | None) -> int:
     from bench import roofline
     from bench.runner import report
 
-    ceilings = ceilings_given
-    if ceilings is None and args.roofline != "off":
-        t0 = time.perf_counter()
-        ceilings = roofline.load_or_measure(device, remeasure=args.roofline == "remeasure")
-        if ceilings.source == "measured":
-            console.print(f"measured ceilings of {ceilings.device} in {time.perf_counter() - t0:.1f} s")
-    if ceilings is not None:
-        console.print(
-            f"roofline: {ceilings.bandwidth / 1e12:.3g} TB/s copy, {ceilings.matmul / 1e12:.3g} TFLOP/s "
-            f"bf16 ({ceilings.source})"
-        )
-
-    jobs = []
-    for b in backends:
-        jobs.append(
-            {
-                "label": b.label,
-                "path": str(b.path),
-                "moe_backend": b.moe_backend,
-                "root": str(ROOT),
-                "mode": mode,
-                "device": device,
-                "flush": args.flush,
-                "env": {**child_env, **b.env},
-                "global_seed": secret if secret is not None else 42,
-                "cases": [{"params": c.params, "label": c.label} for c in cases],
-                "limits": {**limits, **overrides.get(b.label, {})},
-                "warmup_limits": warm,
-                "warmup": not args.no_warmup,
-                "keep_going": args.keep_going,
-                "roofline": True,
-                "profile_rows": args.profile_rows,
-                "profile_warmup": args.profile_warmup,
-                "deadline": None if args.deadline is None else t_launch + args.deadline,
-                "check": args.check,
-                "host_calls": args.max_reps if mode == "host" else None,
-            }
-        )
+    ceilings = _ceilings(setup.ceilings, args.roofline, device, console)
+    deadline = None if args.deadline is None else t_launch + args.deadline
+    jobs = [
+        _job(b, args, setup, child_env, {**limits, **overrides.get(b.label, {})}, warm, deadline)
+        for b in setup.backends
+    ]
 
     t_start = time.time()
     results, interrupted = _run_jobs(jobs, cases, args.inline, console, args.quiet)
 
-    aiter = report.aiter_times()
-    rows = []
-    profiles = {}
-    for i, c in enumerate(cases):
-        for j in jobs:
-            res = results[j["label"]][i]
-            rows.append(report.build_row(mode, j["label"], c, res, ceilings, aiter))
-            if res.get("profile"):
-                profiles[f"{j['label']} {c.label} {c.shape}"] = res["profile"]
+    rows, profiles = _rows(mode, cases, jobs, results, ceilings)
     summary = report.summarize(rows, [j["label"] for j in jobs])
-    dev_info = next((j.get("device_info") for j in jobs if j.get("device_info")), {})
     device_name = ceilings.device if ceilings is not None and ceilings.source != "given" else None
     if device_name is None:
         device_name = roofline.device_key(device)
-    meta = {
-        "mode": mode,
-        "device": device_name,
-        "device_kind": device,
-        "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(t_start)),
-        "seconds": round(time.time() - t_start, 1),
-        "git": _git_describe(),
-        "versions": _versions(),
-        "backends": [
-            {"label": j["label"], "path": j["path"], "moe_backend": j["moe_backend"], "env": j["env"]} for j in jobs
-        ],
-        "seed": secret,
-        "check": args.check,
-        "flush": f"{dev_info.get('flush')} ({dev_info.get('flush_bytes', 0) / 2**30:.2f} GiB)" if dev_info else None,
-        "limits": limits if mode in report.TIMED_MODES else None,
-        "limit_overrides": overrides or None,
-        "warmup": (warm if not args.no_warmup else None) if mode in report.TIMED_MODES else None,
-        "ceilings": ceilings.as_dict() if ceilings else None,
-        "ceilings_text": (
-            f"{ceilings.bandwidth / 1e12:.3g} TB/s, {ceilings.matmul / 1e12:.3g} TFLOP/s bf16" if ceilings else None
-        ),
-        "argv": sys.argv[1:] if argv is None else list(argv),
-        "interrupted": interrupted,
-    }
+    meta = _meta(args, argv, setup, jobs, ceilings, device_name, limits, warm, overrides, t_start, interrupted)
     if mode == "profile" and not args.out:
         for k, v in profiles.items():
             console.print(f"== {k}\n{v}")
@@ -625,15 +736,7 @@ def _main(argv: list[str] | None) -> int:
     written = report.write_outputs(Path(args.out), mode, rows, summary, meta, profiles) if args.out else []
     if written:
         console.print("wrote " + ", ".join(preflight.shown(p) for p in written))
-    pins = pin_rows(rows, amd=device == "cuda" and _is_rocm())
-    pins_path = Path(args.out) / f"{mode}_pins.py" if args.out else None
-    if pins:
-        console.print("the selection's choices, as table rows that pin them:\n" + pins_text(pins), markup=False)
-        if pins_path:
-            pins_path.write_text(pins_text(pins))
-            console.print(f"wrote {preflight.shown(pins_path)}")
-    elif pins_path:
-        pins_path.unlink(missing_ok=True)  # an earlier run's, which this one does not support
+    _write_pins(console, rows, mode, args.out, amd=device == "cuda" and _is_rocm())
     if interrupted:
         measured = sum(r["status"] not in ("skipped", "interrupted") or r["runs"] is not None for r in rows)
         where = f"; written to {args.out}" if written else ""

@@ -67,6 +67,32 @@ positive_float = _number(float, 0, inclusive=False)
 non_negative_float = _number(float, 0, inclusive=True)
 
 
+def doc_parser(prog: str, doc: str) -> UsageParser:
+    """The command line of a tool whose --help starts with its module docstring, laid out as written."""
+    return UsageParser(prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def seeds_parser(prog: str, doc: str, seeds: int, seeds_help: str) -> UsageParser:
+    """The command line of a tool that runs cases on many leaderboard-style seeds: --cases, --seeds
+    (the description is the first paragraph of doc)."""
+    p = UsageParser(prog=prog, description=doc.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", default=["official"], help="case selectors as for python -m bench")
+    p.add_argument("--seeds", type=positive_int, default=seeds, help=seeds_help)
+    return p
+
+
+def parse_cases(p: UsageParser, argv: Sequence[str] | None) -> tuple[argparse.Namespace, list[Case] | None]:
+    """p's arguments and the cases of their --cases; None for the cases after p's one-line error."""
+    from bench.runner.case_args import select_cases
+
+    args = p.parse_args(argv)
+    try:
+        return args, select_cases(args.cases)
+    except UsageError as exc:
+        p.fail(f"--cases: {exc}")
+        return args, None
+
+
 def check_libraries() -> None:
     """The runner's own dependencies (the `bench` extra), before any case runs."""
     missing = [name for name in ("rich", "matplotlib", "pandas") if importlib.util.find_spec(name) is None]

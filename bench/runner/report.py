@@ -404,59 +404,65 @@ def chart_figure(rows: Sequence[dict], mode: str, title: str):
     if not cases or not any(r.get(key) for r in rows):
         return None
     by = {(r["case"], r["backend"]): r for r in rows}
-    shapes = {r["case"]: r["shape"] for r in rows}
-    width = 0.8 / max(1, len(backends))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.1 * len(cases) + 3), 5.0), layout="constrained")
+    width = 0.8 / max(1, len(backends))
     for j, b in enumerate(backends):
-        xs, ys = [], []
-        for i, c in enumerate(cases):
-            r = by.get((c, b))
-            if r and r.get(key) and r["status"] == "pass":
-                xs.append(i - 0.4 + width * (j + 0.5))
-                ys.append(r[key])
-        mine = [r for r in rows if r["backend"] == b and r["status"] == "pass"]
-        g_t, g_x = geomean(r.get(key) for r in mine), geomean(r.get("floor_us") for r in mine)
-        label = b
-        if g_t and len(mine) == len(cases):
-            label += f" (geomean {time_text(g_t)}" + (f", {g_t / g_x:.1f}x floor)" if g_x else ")")
-        bars = ax.bar(xs, ys, width=width * 0.95, label=label)
-        for x, y in zip(xs, ys, strict=True):
-            ax.annotate(
-                time_text(y),
-                (x, y),
-                ha="center",
-                va="bottom",
-                fontsize=7,
-                rotation=90,
-                xytext=(0, 2),
-                textcoords="offset points",
-                color=bars.patches[0].get_facecolor(),
-            )
-    floor_label = aiter_label = True
+        _backend_bars(ax, rows, cases, b, key, offset=width * (j + 0.5) - 0.4, width=width)
+    _case_marks(ax, [[by[(c, b)] for b in backends if (c, b) in by] for c in cases], mode)
+    _chart_axes(ax, rows, cases, key, mode, title)
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=min(2, len(labels)), fontsize=8, frameon=False)
+    return fig
+
+
+def _backend_bars(ax, rows: Sequence[dict], cases: list, backend: str, key: str, offset: float, width: float) -> None:
+    """One backend's bars, each labelled with its time; the legend entry carries the geomean."""
+    by_case = {r["case"]: r for r in rows if r["backend"] == backend}
+    xs, ys = [], []
     for i, c in enumerate(cases):
-        floors = [by[(c, b)]["floor_us"] for b in backends if (c, b) in by and by[(c, b)].get("floor_us")]
+        r = by_case.get(c)
+        if r and r.get(key) and r["status"] == "pass":
+            xs.append(i + offset)
+            ys.append(r[key])
+    mine = [r for r in rows if r["backend"] == backend and r["status"] == "pass"]
+    g_t, g_x = geomean(r.get(key) for r in mine), geomean(r.get("floor_us") for r in mine)
+    label = backend
+    if g_t and len(mine) == len(cases):
+        label += f" (geomean {time_text(g_t)}" + (f", {g_t / g_x:.1f}x floor)" if g_x else ")")
+    bars = ax.bar(xs, ys, width=width * 0.95, label=label)
+    for x, y in zip(xs, ys, strict=True):
+        ax.annotate(
+            time_text(y),
+            (x, y),
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            rotation=90,
+            xytext=(0, 2),
+            textcoords="offset points",
+            color=bars.patches[0].get_facecolor(),
+        )
+
+
+def _case_marks(ax, case_rows: list[list[dict]], mode: str) -> None:
+    """Over each case's group: the mean roofline floor (black) and aiter's MI355X time (red, dashed)."""
+    floor_label = aiter_label = True
+    for i, mine in enumerate(case_rows):
+        floors = [r["floor_us"] for r in mine if r.get("floor_us")]
         if floors:
-            ax.hlines(
-                sum(floors) / len(floors),
-                i - 0.45,
-                i + 0.45,
-                colors="black",
-                linewidth=2,
-                label="roofline floor (this device)" if floor_label else None,
-            )
+            label = "roofline floor (this device)" if floor_label else None
+            ax.hlines(sum(floors) / len(floors), i - 0.45, i + 0.45, colors="black", linewidth=2, label=label)
             floor_label = False
-        aiter = next((by[(c, b)]["aiter_us"] for b in backends if (c, b) in by and by[(c, b)].get("aiter_us")), None)
+        aiter = next((r["aiter_us"] for r in mine if r.get("aiter_us")), None)
         if aiter and mode in TIMED_MODES:
-            ax.hlines(
-                aiter,
-                i - 0.45,
-                i + 0.45,
-                colors="red",
-                linestyles="dashed",
-                linewidth=1.5,
-                label="aiter on MI355X" if aiter_label else None,
-            )
+            label = "aiter on MI355X" if aiter_label else None
+            ax.hlines(aiter, i - 0.45, i + 0.45, colors="red", linestyles="dashed", linewidth=1.5, label=label)
             aiter_label = False
+
+
+def _chart_axes(ax, rows: Sequence[dict], cases: list, key: str, mode: str, title: str) -> None:
+    """Case ticks, a log time axis with room above the tallest bar for its label, the title and grid."""
+    shapes = {r["case"]: r["shape"] for r in rows}
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels([f"{c}\n{shapes[c]}" for c in cases], fontsize=7, rotation=20, ha="right")
     ax.set_xlim(-0.6, len(cases) - 0.4)
@@ -474,9 +480,6 @@ def chart_figure(rows: Sequence[dict], mode: str, title: str):
     )
     ax.set_title(title, fontsize=9)
     ax.grid(axis="y", which="both", alpha=0.3)
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=min(2, len(labels)), fontsize=8, frameon=False)
-    return fig
 
 
 def chart(rows: Sequence[dict], mode: str, path: Path, title: str) -> Path | None:

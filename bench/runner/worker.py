@@ -19,6 +19,7 @@ import sys
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 PROGRESS_EVERY_S = 0.25
@@ -86,60 +87,122 @@ def run_backend(job: dict, emit: Callable[[dict], None]) -> None:
         _run(job, emit)
 
 
-def _run(job: dict, emit: Callable[[dict], None]) -> None:
-    from bench.roofline import traffic
-    from bench.runner import evaluate
+@dataclass
+class _Kernel:
+    """The backend under test, loaded, and what its cases are run with."""
+
+    fn: Callable
+    check: Callable
+    generate_input: Callable
+    device: object
+    roots: set  # folders whose ValueErrors are the submission's own (refused_by_design)
+    choice_of: Callable | None  # the submission's selection_choice, if it has one
+
+    def args(self, params: dict) -> tuple:
+        """The leading arguments of evaluate's run_* for one case."""
+        return params, self.fn, self.generate_input, self.check, self.device
+
+
+def _load(job: dict, emit: Callable[[dict], None]) -> _Kernel | None:
+    """The job's custom_kernel and check; None after reporting every case as an error when it fails to load."""
     from bench.runner.backends import load_custom_kernel
     from bench.runner.checks import make_check
-    from bench.runner.timing import Device, Limits
+    from bench.runner.timing import Device
 
     set_seed(job.get("global_seed", 42))
-    from reference import generate_input, make_config
+    from reference import generate_input
 
     device = Device(job["device"], job["flush"])
     emit({"type": "device", "info": device.describe()})
-    cases = job["cases"]
-    mode = job["mode"]
-    traffic_fn = traffic if job.get("roofline", True) else None
     roots = {Path(job["root"]).resolve(), Path(job["path"]).resolve().parent}
-
     try:
         kernel = load_custom_kernel(job["path"], job["root"], job["label"])
         check_implementation = make_check(job.get("check", "a4w4"))
     except Exception as exc:  # noqa: BLE001 - reported, and every case is marked
         result = _error_result(exc, f"loading {job['path']} failed: ").as_dict()
-        for i in range(len(cases)):
+        for i in range(len(job["cases"])):
             emit({"type": "case", "index": i, "result": result})
         emit({"type": "done"})
-        return
+        return None
     emit({"type": "loaded"})
     # A bundle's custom_kernel lies in the package it writes under the cache: its errors are its own too.
     if hasattr(kernel, "__code__"):
         roots.add(Path(kernel.__code__.co_filename).resolve().parent)
     # The submission's selection (submission.selection_choice), read after each case's first call.
     choice_of = getattr(sys.modules.get(kernel.__module__), "selection_choice", None)
+    return _Kernel(kernel, check_implementation, generate_input, device, roots, choice_of)
 
+
+def _warm_up(job: dict, k: _Kernel, emit: Callable[[dict], None]) -> bool:
+    """The runner's warm-up on the first case of a timed mode; False when it was interrupted."""
+    from bench.runner import evaluate
+    from bench.runner.timing import Limits
+
+    if job["mode"] not in ("benchmark", "leaderboard") or not job.get("warmup") or not job["cases"]:
+        return True
+    warm = Limits(**job["warmup_limits"])
+    emit({"type": "warmup-start"})
+    t0 = time.perf_counter()
+    try:
+        res = evaluate.run_timed(*k.args(job["cases"][0]["params"]), warm, recheck=False)
+        status, message = res.status, res.message
+    except evaluate.Interrupted:
+        emit({"type": "interrupted"})
+        return False
+    except Exception as exc:  # noqa: BLE001
+        status, message = "error", error_summary(exc)
+    emit({"type": "warmup", "status": status, "message": message, "seconds": time.perf_counter() - t0})
+    return True
+
+
+def _progress(emit: Callable[[dict], None], index: int) -> Callable[[int], None]:
+    """progress(reps) for a timed case: at most one message per PROGRESS_EVERY_S."""
+    last = [0.0]
+
+    def progress(reps: int) -> None:
+        now = time.perf_counter()
+        if now - last[0] >= PROGRESS_EVERY_S:
+            last[0] = now
+            emit({"type": "progress", "index": index, "reps": reps})
+
+    return progress
+
+
+def _evaluate(job: dict, k: _Kernel, params: dict, progress: Callable[[int], None]):
+    """One case in the job's mode: its CaseResult."""
+    from bench.roofline import traffic
+    from bench.runner import evaluate
+    from bench.runner.timing import Limits
+
+    mode = job["mode"]
+    traffic_fn = traffic if job.get("roofline", True) else None
+    args = k.args(params)
+    if mode == "test":
+        return evaluate.run_test(*args, traffic_fn)
+    if mode == "host":
+        return evaluate.run_host(*args, job.get("host_calls") or evaluate.HOST_CALLS)
+    if mode == "profile":
+        return evaluate.run_profile(
+            *args,
+            row_limit=job.get("profile_rows", 25),
+            warmup_calls=job.get("profile_warmup", 0),
+            traffic_fn=traffic_fn,
+        )
     limits = Limits(**job["limits"]) if job.get("limits") else None
+    return evaluate.run_timed(*args, limits, recheck=(mode == "leaderboard"), progress=progress, traffic_fn=traffic_fn)
 
-    if mode in ("benchmark", "leaderboard") and job.get("warmup") and cases:
-        warm = Limits(**job["warmup_limits"])
-        emit({"type": "warmup-start"})
-        t0 = time.perf_counter()
-        try:
-            res = evaluate.run_timed(
-                cases[0]["params"], kernel, generate_input, check_implementation, device, warm, recheck=False
-            )
-            status, message = res.status, res.message
-        except evaluate.Interrupted:
-            emit({"type": "interrupted"})
-            return
-        except Exception as exc:  # noqa: BLE001
-            status, message = "error", error_summary(exc)
-        emit({"type": "warmup", "status": status, "message": message, "seconds": time.perf_counter() - t0})
+
+def _run(job: dict, emit: Callable[[dict], None]) -> None:
+    from bench.runner import evaluate
+
+    k = _load(job, emit)
+    if k is None or not _warm_up(job, k, emit):
+        return
+    from reference import make_config
 
     stop_rest = False
     deadline = job.get("deadline")
-    for i, case in enumerate(cases):
+    for i, case in enumerate(job["cases"]):
         why = "after a failed case" if stop_rest else ""
         if not why and deadline is not None and time.time() > deadline:
             why = "--deadline passed before this case"
@@ -147,44 +210,9 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"type": "case", "index": i, "result": evaluate.CaseResult(status="skipped", message=why).as_dict()})
             continue
         emit({"type": "start", "index": i})
-        last = [0.0]
-
-        def progress(reps: int, _i: int = i, _last: list = last) -> None:
-            now = time.perf_counter()
-            if now - _last[0] >= PROGRESS_EVERY_S:
-                _last[0] = now
-                emit({"type": "progress", "index": _i, "reps": reps})
-
         params = case["params"]
         try:
-            if mode == "test":
-                res = evaluate.run_test(params, kernel, generate_input, check_implementation, device, traffic_fn)
-            elif mode == "host":
-                calls = job.get("host_calls") or evaluate.HOST_CALLS
-                res = evaluate.run_host(params, kernel, generate_input, check_implementation, device, calls)
-            elif mode == "profile":
-                res = evaluate.run_profile(
-                    params,
-                    kernel,
-                    generate_input,
-                    check_implementation,
-                    device,
-                    row_limit=job.get("profile_rows", 25),
-                    warmup_calls=job.get("profile_warmup", 0),
-                    traffic_fn=traffic_fn,
-                )
-            else:
-                res = evaluate.run_timed(
-                    params,
-                    kernel,
-                    generate_input,
-                    check_implementation,
-                    device,
-                    limits,
-                    recheck=(mode == "leaderboard"),
-                    progress=progress,
-                    traffic_fn=traffic_fn,
-                )
+            res = _evaluate(job, k, params, _progress(emit, i))
         except evaluate.Interrupted as stop:
             emit({"type": "case", "index": i, "result": stop.result.as_dict()})
             emit({"type": "interrupted"})
@@ -196,12 +224,12 @@ def _run(job: dict, emit: Callable[[dict], None]) -> None:
             emit({"type": "interrupted"})
             return
         except Exception as exc:  # noqa: BLE001 - a crashing kernel is a result, not the end of the run
-            res = _error_result(exc, roots=roots)
-        if choice_of is not None:
-            res.choice = _choice(choice_of, params, make_config)
+            res = _error_result(exc, roots=k.roots)
+        if k.choice_of is not None:
+            res.choice = _choice(k.choice_of, params, make_config)
         emit({"type": "case", "index": i, "result": res.as_dict()})
         # The runner stops a leaderboard run at the first case that does not pass.
-        if mode == "leaderboard" and res.status != "pass" and not job.get("keep_going"):
+        if job["mode"] == "leaderboard" and res.status != "pass" and not job.get("keep_going"):
             stop_rest = True
     emit({"type": "done"})
 

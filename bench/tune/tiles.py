@@ -16,7 +16,6 @@ python -m bench.tune.tiles --cases official --native --alternates --seeds 20
     entry of each case on leaderboard-style seeds, then time them (ALTERNATES without --native).
 """
 
-import argparse
 import itertools
 import json
 import math
@@ -27,7 +26,7 @@ from pathlib import Path
 import torch
 
 from bench.runner.case_args import UsageError, select_cases
-from bench.runner.preflight import UsageParser, non_negative_int, positive_int
+from bench.runner.preflight import doc_parser, non_negative_int, positive_int
 from moe_triton import target
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.tiles import TileConfig
@@ -173,9 +172,7 @@ def why_cannot_run() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = UsageParser(
-        prog="python -m bench.tune.tiles", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = doc_parser("python -m bench.tune.tiles", __doc__)
     parser.add_argument(
         "--cases", nargs="+", default=["benchmarks"], metavar="SEL", help="case selectors as for python -m bench"
     )
