@@ -52,9 +52,8 @@ def scratch(shape: Shape, cfg, n_blocks: int, device) -> tuple[torch.Tensor, tor
 
 
 def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tensor, torch.Tensor]]:
-    """The routing launches of the tiles' route_launches and a1 as stage 1 reads it: the fp4 bytes
-    and scales that the routing launch quantizes, or with fused_quant the hidden states' bf16 bits
-    as int32 pairs, twice (stage 1 quantizes its rows; no scales). With route_launches 0 stage 1
+    """The tiles' route_launches and a1 as stage 1 reads it: fp4 bytes and scales, or with fused_quant
+    the hidden states' int32 view twice (stage 1 quantizes; no scales). With route_launches 0 stage 1
     routes its own block into the routing buffers: no launch here."""
     shape, cfg = layer.shape, layer.cfg
     hidden_pairs = (call.hidden_bits, call.hidden_bits)

@@ -1,15 +1,12 @@
-"""The launch machinery's recording and replay, for every path (decode, native): a shape's first
-call runs its launches as written (buffers from the pool, grids, constexprs) on a Call of its
-tensors; launch records each one into the shape's Plan, which later calls replay with their own
-tensors: no tile lookup, buffer lookups or argument building per call. On a GPU the replay
-launches the CompiledKernel that the first call's JIT launch returned, through its launcher, as
-JITFunction.run itself ends (triton 3.6 to 3.9): the same kernel, grid, stream, launch metadata,
-hooks and arguments, without re-binding and re-specialising the arguments (on gfx950 shown
-argument for argument by bench.gfx950.replay). It falls back to the JIT launch while a launch hook
-is registered (a profiler), for inputs that the JIT would specialise otherwise than the first
-call's (dtype, 16-byte alignment, on AMD a storage over 2 GiB), and for good if a plan's first
-direct launch raises. Layer and Path are what a path's steps read and give (fused_moe.first_call
-runs them).
+"""The launch machinery's recording and replay for both paths: a shape's first call runs its
+launches on a Call of its tensors, and launch records each into the shape's Plan, which later calls
+replay with their own tensors (no tile lookup, buffer lookups or argument building). On a GPU the
+replay calls the launcher of the CompiledKernel that the first call's JIT launch returned, as
+JITFunction.run ends (triton 3.6 to 3.9; on gfx950 shown argument for argument by
+bench.gfx950.replay); it falls back to the JIT launch while a launch hook is registered (a
+profiler), for inputs that the JIT would specialise otherwise (dtype, 16-byte alignment, on AMD a
+storage over 2 GiB), and for good if a plan's first direct launch raises. Layer and Path are what a
+path's steps read and give (fused_moe.first_call runs them).
 """
 
 import inspect
@@ -155,11 +152,9 @@ class Layer(NamedTuple):
 
 
 class Path(NamedTuple):
-    """What a path adds to the launch machinery (fused_moe.first_call): its tiles' type; check(shape,
-    cfg, n_blocks, device), a ValueError for tiles or a shape it cannot run; scratch(shape, cfg,
-    n_blocks, device), a2's buffers; prep(call, layer), the routing launches, returning (Routing, a1
-    as stage 1 reads it); stage1(call, layer, routing, a1) and stage2(call, layer, routing). native:
-    its launches take the hidden states as int32 pairs, and replay directly on any GPU."""
+    """A path's part of the launch machinery (fused_moe.first_call): its tiles' type, its checks (a
+    ValueError), a2's buffers, the routing (prep: Routing and a1 as stage 1 reads it) and the two
+    stages. native: its launches take the hidden states as int32 pairs; it replays on any GPU."""
 
     tiles: type
     check: Callable

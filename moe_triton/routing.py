@@ -74,7 +74,9 @@ def route_decode(
     fast = target.fast_decode(device)
     pdl = target.pdl_options(fast)
     activations = (hidden_states, a1)
-    chunk_counts = _histograms(moe_prep_kernel, topk_ids, n_experts, activations, out, QUANT_BLOCKS, FAST=fast, **pdl)
+    chunk_counts = _histograms(
+        moe_prep_kernel, topk_ids, n_experts, activations, out, QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl
+    )
     _launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, pdl)
     return routing, a1
 
@@ -90,24 +92,42 @@ def route_native(
     quant_blocks: int = QUANT_BLOCKS,
     hidden_bits: torch.Tensor | None = None,
 ) -> Routing:
-    """The native path's routing launches (route_launches 1 or 2), `out` zeroed: with a1 (the
-    fp4_activations buffers) the same launch quantizes the hidden states into it, quant_blocks
-    32-blocks per program; without, stage 1 quantizes its own rows. launches=1 does it all in one
-    launch (moe_native_route_kernel). hidden_bits is hidden_states viewed as int32 pairs (the native
-    launches' view of it; made here if None, given by a caller whose launches are recorded into a
-    plan)."""
-    device = hidden_states.device
-    routing = routing_buffers(topk_ids.numel(), n_experts, block_m, device)
+    """The native path's routing in `launches` launches (1: moe_native_route_kernel does it all),
+    `out` zeroed, and with a1 (fp4_activations) the hidden states quantized into it, quant_blocks
+    32-blocks per program (without, stage 1 quantizes its rows). hidden_bits: the hidden states'
+    int32 view that a recorded plan's launches take (made here if None)."""
+    n_tokens, d_hidden = hidden_states.shape
+    n_slots = topk_ids.numel()
+    routing = routing_buffers(n_slots, n_experts, block_m, hidden_states.device)
     bits = hidden_states.view(torch.int32) if hidden_bits is None else hidden_bits
     # Without a1 its pointers are the hidden states' (never written: QUANT is off).
     activations = (bits, *(a1 or (hidden_states, hidden_states)))
-    quant = dict(QUANT=a1 is not None, GFX950=target.gfx950_converts())
+    quant = dict(QUANT_BLOCKS=quant_blocks, QUANT=a1 is not None, GFX950=target.gfx950_converts())
     if launches == 1:
-        _launch_native_route(topk_ids, activations, out, routing, n_experts, block_m, quant_blocks, quant)
-    else:
-        chunk_counts = _histograms(moe_native_prep_kernel, topk_ids, n_experts, activations, out, quant_blocks, **quant)
-        _launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, target.pdl_options(False))
+        plan.launch(
+            moe_native_route_kernel,
+            (n_experts + _quant_programs(out, quant_blocks),),
+            topk_ids,
+            *activations,
+            out,
+            *routing,
+            n_tokens,
+            n_experts,
+            n_slots,
+            d_hidden,
+            COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
+            **_placement(topk_ids, n_experts, block_m),
+            **quant,
+        )
+        return routing
+    chunk_counts = _histograms(moe_native_prep_kernel, topk_ids, n_experts, activations, out, **quant)
+    _launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, target.pdl_options(False))
     return routing
+
+
+def _quant_programs(out: torch.Tensor, quant_blocks: int) -> int:
+    """Programs that quantize the hidden states (and zero `out`, of their shape), quant_blocks 32-blocks each."""
+    return triton.cdiv(out.numel() // 32, quant_blocks)
 
 
 def histogram_chunks(n_slots: int) -> tuple[int, int]:
@@ -117,19 +137,18 @@ def histogram_chunks(n_slots: int) -> tuple[int, int]:
     return hist_chunk, triton.cdiv(n_slots, hist_chunk)
 
 
-def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, quant_blocks: int, **options):
+def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, **options) -> torch.Tensor:
     """Launch 1 of two routing launches (moe_prep_kernel, moe_native_prep_kernel): per chunk of slots
-    a histogram of its experts, and in programs of quant_blocks 32-blocks the activations (the hidden
-    states and a1's buffers) and `out` zeroed. Returns the histograms' buffer."""
+    a histogram of its experts, and in programs of QUANT_BLOCKS 32-blocks (options) the activations
+    (the hidden states and a1's buffers) and `out` zeroed. Returns the histograms' buffer."""
     n_tokens, d_hidden = out.shape
     n_slots = topk_ids.numel()
     hist_chunk, n_chunks = histogram_chunks(n_slots)
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, out.device)
-    quant_programs = triton.cdiv(n_tokens * d_hidden // 32, quant_blocks)
     plan.launch(
         kernel,
-        (n_chunks + quant_programs,),
+        (n_chunks + _quant_programs(out, options["QUANT_BLOCKS"]),),
         topk_ids,
         *activations,
         out,
@@ -140,7 +159,6 @@ def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, quant
         d_hidden,
         EXPERT_BINS=expert_bins,
         HIST_CHUNK=hist_chunk,
-        QUANT_BLOCKS=quant_blocks,
         **options,
     )
     return chunk_counts
@@ -177,27 +195,4 @@ def _launch_route(topk_ids, chunk_counts, routing: Routing, n_experts: int, bloc
         MAX_CHUNKS=triton.next_power_of_2(n_chunks),
         **_placement(topk_ids, n_experts, block_m),
         **pdl,
-    )
-
-
-def _launch_native_route(topk_ids, activations: tuple, out, routing: Routing, n_experts, block_m, quant_blocks, quant):
-    """route_launches 1: moe_native_route_kernel counts, places, zeroes `out` and writes a1 in one launch."""
-    n_tokens, d_hidden = out.shape
-    n_slots = topk_ids.numel()
-    quant_programs = triton.cdiv(n_tokens * d_hidden // 32, quant_blocks)
-    plan.launch(
-        moe_native_route_kernel,
-        (n_experts + quant_programs,),
-        topk_ids,
-        *activations,
-        out,
-        *routing,
-        n_tokens,
-        n_experts,
-        n_slots,
-        d_hidden,
-        COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
-        QUANT_BLOCKS=quant_blocks,
-        **_placement(topk_ids, n_experts, block_m),
-        **quant,
     )
