@@ -1,9 +1,9 @@
-"""The decode path's launcher (kernels/decode.py: the fp4 weights decoded to bf16 in registers,
-bf16 MMAs; the NVIDIA path): the routing and a1 (routing.route_and_quantize), then stage 1 and
-stage 2, one launch each or two with a tail tile, recorded into the shape's plan (plan.py). With
-gluon1 tiles, stage 1 is the warp-specialized Gluon kernel (kernels/gluon_stage1.py, sm_90); with
-gluon2 tiles stage 2 is (kernels/gluon_stage2.py).
-Scratch: a1 and a2 in bf16 from the buffers pool.
+"""The decode path's steps (kernels/decode.py: the fp4 weights decoded to bf16 in registers, bf16
+MMAs; the NVIDIA path), as PATH gives them to the launch machinery (fused_moe): its tile checks,
+a2 in bf16 from the buffers pool, the routing with a1 copied to bf16 (routing.route_decode), then
+stage 1 and stage 2, one launch each or two with a tail tile. With gluon1 tiles stage 1 is the
+warp-specialized Gluon kernel (kernels/gluon_stage1.py, sm_90); with gluon2 tiles stage 2 is
+(kernels/gluon_stage2.py).
 """
 
 import torch
@@ -12,20 +12,25 @@ import triton
 from buffers import get_buffer
 from moe_triton import plan, target
 from moe_triton.kernels.decode import moe_stage1_kernel, moe_stage2_kernel
-from moe_triton.routing import route_and_quantize, routing_capacity
+from moe_triton.routing import Routing, route_decode
+from moe_triton.tiles import TileConfig
+from problem.shapes import Shape
 
 
-def check_tail(cfg) -> None:
+def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
+    """The tiles that this path cannot run on this shape and device: a ValueError naming the field."""
     if cfg.tail_m and not (16 <= cfg.tail_m < cfg.block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
         raise ValueError(
             f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {cfg.block_m}"
         )
+    check_gluon(cfg, shape, n_blocks, device)
 
 
-def check_gluon(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int, topk: int, device) -> None:
+def check_gluon(cfg: TileConfig, shape: Shape, n_blocks: int, device) -> None:
     """The Gluon stages (kernels/gluon_stage1.py, gluon_stage2.py) run where their tiles fit: an
     sm_90 GPU (wgmma, setmaxnreg), K steps of 128, 2 or 4 MMA warpgroups (of 32 h columns in stage
     1, of 64 output columns in stage 2), 32-bit offsets."""
+    n_tokens, d_hidden, d_inter, n_experts, _ = shape
     stages = (
         (1, cfg.gluon1, d_hidden, cfg.block_n1, 32, d_inter),
         (2, cfg.gluon2, d_inter, cfg.block_n2, 64, d_hidden),
@@ -60,8 +65,7 @@ def check_gluon(cfg, n_tokens: int, d_hidden: int, d_inter: int, n_experts: int,
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
     if not (cfg.gluon1 or cfg.gluon2):
         return
-    a2_rows = routing_capacity(n_tokens * topk, n_experts, cfg.block_m) * cfg.block_m
-    if max(n_tokens * d_hidden, n_experts * 2 * d_inter * d_hidden // 8, a2_rows * d_inter) >= 2**31:
+    if max(n_tokens * d_hidden, n_experts * 2 * d_inter * d_hidden // 8, n_blocks * cfg.block_m * d_inter) >= 2**31:
         raise ValueError("tiles: gluon stages address with 32-bit offsets; this shape is too large for them")
     if cfg.block_m < 16:
         raise ValueError(f"tiles: gluon stages need block_m at least 16, not {cfg.block_m}")
@@ -87,113 +91,101 @@ def gluon_registers(max_regs: int, num_wg: int) -> dict:
     return {"maxnreg": max_regs, "MMA_REGS": mma, "LOADER_REGS": loader}
 
 
-def decode_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, cfg) -> "plan.DecodePlan":
-    """The decode path's first call of a shape: its launches, recorded into its plan."""
-    n_tokens, d_hidden = hidden_states.shape
-    n_experts, two_inter, _ = w1.shape
-    d_inter = two_inter // 2
-    topk = topk_ids.shape[1]
-    n_slots = n_tokens * topk
-    check_tail(cfg)
-    check_gluon(cfg, n_tokens, d_hidden, d_inter, n_experts, topk, hidden_states.device)
-    block_m = cfg.block_m
-    n_blocks = routing_capacity(n_slots, n_experts, block_m)
-    device = hidden_states.device
-    fast, interpret = target.fast_decode(device), target.interpreting()
-    pdl = target.pdl_options(fast)
-    a2 = get_buffer("a2", (n_blocks * block_m, d_inter), torch.bfloat16, device)
+def scratch(shape: Shape, cfg, n_blocks: int, device) -> tuple[torch.Tensor]:
+    """a2, stage 1's output: bf16 rows of d_inter per routing block row."""
+    return (get_buffer("a2", (n_blocks * cfg.block_m, shape.d_inter), torch.bfloat16, device),)
 
-    def launch_all(out, w1_bytes, w2_bytes, w1_scale_bytes, w2_scale_bytes):
-        sorted_ids, sorted_expert_ids, num_valid_ids, a1 = route_and_quantize(
-            hidden_states, topk_ids, n_experts, block_m, out
+
+def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tensor]]:
+    """Launches 1 and 2: the routing and a1 (routing.route_decode)."""
+    routing, a1 = route_decode(call.hidden_states, call.topk_ids, layer.shape.n_experts, layer.cfg.block_m, call.out)
+    return routing, (a1,)
+
+
+def row_tiles(cfg) -> tuple[int, ...]:
+    """One launch per stage, or two when the tiles name a tail: blocks with at most tail_m real rows
+    (an expert's last block, mostly) then run on tail_m-row tiles instead of block_m."""
+    return (cfg.block_m, cfg.tail_m) if cfg.tail_m else (cfg.block_m,)
+
+
+def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch.Tensor]) -> None:
+    """Stage 1, a2 = silu(a1 w1_gate) * a1 w1_up per routing block: the Triton kernel, or the Gluon
+    one with gluon1 tiles (imported here: a Triton without Gluon, or another GPU's, never needs it)."""
+    shape, cfg = layer.shape, layer.cfg
+    fast = target.fast_decode(call.out.device)
+    if cfg.gluon1:
+        from moe_triton.kernels.gluon_stage1 import moe_gluon_stage1_kernel as kernel
+
+        grid = (layer.n_blocks, shape.d_inter // cfg.block_n1)
+        options = gluon_options(cfg.stages1, cfg.gluon1, cfg.block_n1 // 32, cfg.max_regs1, fast)
+        options["FOLD"] = cfg.tail_m if cfg.fold1 else 0
+    else:
+        kernel = moe_stage1_kernel
+        grid = (layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1))
+        options = triton_options(cfg.block_n1, cfg.block_k1, cfg.warps1, cfg.stages1, cfg.max_regs1, fast)
+    args = layer.stage1_args(call, routing, a1) + (shape.n_tokens, shape.d_hidden, shape.d_inter)
+    # silu's launch option before the others: the JIT keys its kernels on the options in their order
+    for rows in row_tiles(cfg):
+        plan.launch(
+            kernel, grid, *args, BLOCK_M=cfg.block_m, ROWS=rows, TAIL_M=cfg.tail_m, **target.silu_options(), **options
         )
-        # One launch per stage, or two when the tiles name a tail: blocks with at most tail_m real
-        # rows (an expert's last block, mostly) then run on tail_m-row tiles instead of block_m.
-        row_tiles = (block_m, cfg.tail_m) if cfg.tail_m else (block_m,)
-        # imported here: a Triton without Gluon (or another GPU's) never needs them
-        if cfg.gluon1:
-            from moe_triton.kernels.gluon_stage1 import moe_gluon_stage1_kernel
-        if cfg.gluon2:
-            from moe_triton.kernels.gluon_stage2 import moe_gluon_stage2_kernel
-        stage1_args = (a1, w1_bytes, w1_scale_bytes, a2, sorted_ids, sorted_expert_ids, num_valid_ids)
-        stage1_args += (n_tokens, d_hidden, d_inter)
-        for rows in row_tiles:
-            if cfg.gluon1:
-                plan.launch(
-                    moe_gluon_stage1_kernel,
-                    (n_blocks, d_inter // cfg.block_n1),
-                    *stage1_args,
-                    BLOCK_M=block_m,
-                    ROWS=rows,
-                    TAIL_M=cfg.tail_m,
-                    BLOCK_K=128,
-                    STAGES=cfg.stages1,
-                    SPLIT=cfg.gluon1,
-                    NUM_WG=cfg.block_n1 // 32,
-                    FOLD=cfg.tail_m if cfg.fold1 else 0,
-                    **target.silu_options(),
-                    num_warps=4,  # group 0's MMA warpgroup; the kernel starts its other partitions
-                    **pdl,
-                    **gluon_registers(cfg.max_regs1, cfg.block_n1 // 32),
-                )
-            else:
-                plan.launch(
-                    moe_stage1_kernel,
-                    (n_blocks, triton.cdiv(d_inter, cfg.block_n1)),
-                    *stage1_args,
-                    BLOCK_M=block_m,
-                    ROWS=rows,
-                    TAIL_M=cfg.tail_m,
-                    BLOCK_N=cfg.block_n1,
-                    BLOCK_K=cfg.block_k1,
-                    FAST=fast,
-                    INTERPRET=interpret,
-                    **target.silu_options(),
-                    num_warps=cfg.warps1,
-                    num_stages=cfg.stages1,
-                    **pdl,
-                    **target.register_cap(fast, cfg.max_regs1),
-                )
-        stage2_args = (a2, w2_bytes, w2_scale_bytes, out, topk_weights, sorted_ids, sorted_expert_ids, num_valid_ids)
-        stage2_args += (n_tokens, d_hidden, d_inter)
-        for rows in row_tiles:
-            if cfg.gluon2:
-                plan.launch(
-                    moe_gluon_stage2_kernel,
-                    (n_blocks, d_hidden // (cfg.block_n2 * cfg.n_tiles2)),
-                    *stage2_args,
-                    TOPK=topk,
-                    BLOCK_M=block_m,
-                    ROWS=rows,
-                    TAIL_M=cfg.tail_m,
-                    BLOCK_K=128,
-                    STAGES=cfg.stages2,
-                    SPLIT=cfg.gluon2,
-                    NUM_WG=cfg.block_n2 // 64,
-                    N_TILES=cfg.n_tiles2,
-                    num_warps=4,  # MMA warpgroup 0; the kernel starts its other partitions
-                    **pdl,
-                    **gluon_registers(cfg.max_regs2, cfg.block_n2 // 64),
-                )
-            else:
-                plan.launch(
-                    moe_stage2_kernel,
-                    (n_blocks, triton.cdiv(triton.cdiv(d_hidden, cfg.block_n2), cfg.n_tiles2)),
-                    *stage2_args,
-                    TOPK=topk,
-                    BLOCK_M=block_m,
-                    ROWS=rows,
-                    TAIL_M=cfg.tail_m,
-                    BLOCK_N=cfg.block_n2,
-                    BLOCK_K=cfg.block_k2,
-                    K_STEPS=triton.cdiv(d_inter, cfg.block_k2),
-                    N_TILES=cfg.n_tiles2,
-                    FAST=fast,
-                    INTERPRET=interpret,
-                    num_warps=cfg.warps2,
-                    num_stages=cfg.stages2,
-                    **pdl,
-                    **target.register_cap(fast, cfg.max_regs2),
-                )
 
-    return plan.record_plan(launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
+
+def stage2(call: plan.Call, layer: plan.Layer, routing: Routing) -> None:
+    """Stage 2, out += topk_weights x a2 w2 per routing block: the Triton kernel, or the Gluon one
+    with gluon2 tiles."""
+    shape, cfg = layer.shape, layer.cfg
+    fast = target.fast_decode(call.out.device)
+    if cfg.gluon2:
+        from moe_triton.kernels.gluon_stage2 import moe_gluon_stage2_kernel as kernel
+
+        grid = (layer.n_blocks, shape.d_hidden // (cfg.block_n2 * cfg.n_tiles2))
+        options = gluon_options(cfg.stages2, cfg.gluon2, cfg.block_n2 // 64, cfg.max_regs2, fast)
+    else:
+        kernel = moe_stage2_kernel
+        grid = (layer.n_blocks, triton.cdiv(triton.cdiv(shape.d_hidden, cfg.block_n2), cfg.n_tiles2))
+        options = triton_options(cfg.block_n2, cfg.block_k2, cfg.warps2, cfg.stages2, cfg.max_regs2, fast)
+        options["K_STEPS"] = triton.cdiv(shape.d_inter, cfg.block_k2)
+    for rows in row_tiles(cfg):
+        plan.launch(
+            kernel,
+            grid,
+            *layer.stage2_args(call, routing),
+            TOPK=shape.topk,
+            BLOCK_M=cfg.block_m,
+            ROWS=rows,
+            TAIL_M=cfg.tail_m,
+            N_TILES=cfg.n_tiles2,
+            **options,
+        )
+
+
+def triton_options(block_n: int, block_k: int, warps: int, stages: int, max_regs: int, fast: bool) -> dict:
+    """A Triton stage's tile constexprs and launch options (one stage's fields of the tiles)."""
+    return dict(
+        BLOCK_N=block_n,
+        BLOCK_K=block_k,
+        FAST=fast,
+        INTERPRET=target.interpreting(),
+        num_warps=warps,
+        num_stages=stages,
+        **target.pdl_options(fast),
+        **target.register_cap(fast, max_regs),
+    )
+
+
+def gluon_options(stages: int, split: int, num_wg: int, max_regs: int, fast: bool) -> dict:
+    """A Gluon stage's constexprs and launch options: K steps of 128, num_wg MMA warpgroups, 4 warps
+    launched (MMA warpgroup 0; the kernel starts its other partitions) and their register split."""
+    return dict(
+        BLOCK_K=128,
+        STAGES=stages,
+        SPLIT=split,
+        NUM_WG=num_wg,
+        num_warps=4,
+        **target.pdl_options(fast),
+        **gluon_registers(max_regs, num_wg),
+    )
+
+
+PATH = plan.Path(TileConfig, check, scratch, prep, stage1, stage2, native=False)

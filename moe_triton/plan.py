@@ -1,19 +1,19 @@
-"""The per-shape plans of every path (decode, native): a shape's first call runs its launches
-as written (buffers from the pool, grids, constexprs); launch records each one into a DecodePlan,
-which later calls of the shape replay with their own tensors: no tile lookup, buffer lookups or
-argument building per call. On a GPU the replay launches the CompiledKernel that the first call's
-JIT launch returned, through its launcher, as JITFunction.run itself ends (triton 3.6 to 3.9): the
-same kernel, grid, stream, launch metadata, hooks and arguments, without re-binding and
-re-specialising the arguments (on gfx950 shown argument for argument by bench.gfx950.replay). It
-falls back to the JIT launch while a launch hook is registered (a profiler), for inputs that the JIT
-would specialise otherwise than the first call's (dtype, 16-byte alignment, on AMD a storage over
-2 GiB), and for good if a plan's first direct launch raises. Kept apart from the paths so that each
-path's launcher records the same way.
+"""The launch machinery's recording and replay for both paths: a shape's first call runs its
+launches on a Call of its tensors, and launch records each into the shape's Plan, which later calls
+replay with their own tensors (no tile lookup, buffer lookups or argument building). On a GPU the
+replay calls the launcher of the CompiledKernel that the first call's JIT launch returned, as
+JITFunction.run ends (triton 3.6 to 3.9; on gfx950 shown argument for argument by
+bench.gfx950.replay); it falls back to the JIT launch while a launch hook is registered (a
+profiler), for inputs that the JIT would specialise otherwise (dtype, 16-byte alignment, on AMD a
+storage over 2 GiB), and for good if a plan's first direct launch raises. Layer and Path are what a
+path's steps read and give (fused_moe.first_call runs them).
 """
 
 import inspect
 import os
 from collections import OrderedDict
+from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import triton
@@ -22,11 +22,12 @@ from triton.runtime import driver
 from triton.runtime.errors import OutOfResources
 
 from moe_triton import target
+from problem.shapes import Shape
 
 MAX_PLANS = 16  # shapes whose plans are kept (least recently used dropped first)
 # Direct launches on the NVIDIA path; MOE_TRITON_DIRECT=0 keeps the JIT launches (to compare).
 DIRECT_LAUNCH = os.environ.get("MOE_TRITON_DIRECT", "1") != "0"
-_plans: "OrderedDict[tuple, DecodePlan]" = OrderedDict()
+_plans: "OrderedDict[tuple, Plan]" = OrderedDict()
 _recording: "list | None" = None  # the launches of the plan being built, while a first call runs
 
 
@@ -96,43 +97,84 @@ class _Launch:
         for k, i in self.param_slots:
             params[k] = tensors[i]
         c = self.compiled
-        if not exact:
-            c.run(*self.grid, stream, c.function, c.packed_metadata, None, None, None, *params)
-            return
-        hooks = triton.knobs.runtime
-        metadata = c.launch_metadata(self.grid_arg, stream, *params)
-        c.run(
-            *self.grid,
-            stream,
-            c.function,
-            c.packed_metadata,
-            metadata,
-            hooks.launch_enter_hook,
-            hooks.launch_exit_hook,
-            *params,
-        )
+        launch_info = (None, None, None)
+        if exact:
+            runtime = triton.knobs.runtime
+            metadata = c.launch_metadata(self.grid_arg, stream, *params)
+            launch_info = (metadata, runtime.launch_enter_hook, runtime.launch_exit_hook)
+        c.run(*self.grid, stream, c.function, c.packed_metadata, *launch_info, *params)
 
 
-class DecodePlan:
+class Call(NamedTuple):
+    """A call's tensors as its launches take them, in the order a plan marks them by: the inputs with
+    the weights and their scales as bytes, the output, and on the native path the hidden states as
+    int32 pairs (its launches' view of them; None elsewhere)."""
+
+    hidden_states: torch.Tensor
+    w1: torch.Tensor
+    w2: torch.Tensor
+    w1_scale: torch.Tensor
+    w2_scale: torch.Tensor
+    topk_weights: torch.Tensor
+    topk_ids: torch.Tensor
+    out: torch.Tensor
+    hidden_bits: torch.Tensor | None
+
+    @classmethod
+    def of(cls, inputs: tuple, out: torch.Tensor, bits: bool) -> "Call":
+        hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids = inputs
+        weights = (t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale))
+        hidden_bits = hidden_states.view(torch.int32) if bits else None
+        return cls(hidden_states, *weights, topk_weights, topk_ids, out, hidden_bits)
+
+    def tensors(self) -> tuple:
+        return tuple(self) if self.hidden_bits is not None else self[:-1]
+
+
+class Layer(NamedTuple):
+    """What a shape's launches read besides the call's tensors: its sizes, tiles, routing blocks
+    (routing_capacity) and stage 1's output buffers (a2, and on the native path its scales)."""
+
+    shape: Shape
+    cfg: object  # the path's tiles: TileConfig or NativeTileConfig
+    n_blocks: int
+    a2: tuple
+
+    def stage1_args(self, call: Call, routing: tuple, a1: tuple) -> tuple:
+        """Stage 1's leading arguments on either path: a1, w1 and its scales, a2, the routing."""
+        return (*a1, call.w1, call.w1_scale, *self.a2, *routing)
+
+    def stage2_args(self, call: Call, routing: tuple) -> tuple:
+        """Stage 2's arguments before its constexprs on either path: a2, w2 and its scales, the
+        output, the routing weights, the routing and the sizes M, H, I."""
+        sizes = (self.shape.n_tokens, self.shape.d_hidden, self.shape.d_inter)
+        return (*self.a2, call.w2, call.w2_scale, call.out, call.topk_weights, *routing, *sizes)
+
+
+class Path(NamedTuple):
+    """A path's part of the launch machinery (fused_moe.first_call): its tiles' type, its checks (a
+    ValueError), a2's buffers, the routing (prep: Routing and a1 as stage 1 reads it) and the two
+    stages. native: its launches take the hidden states as int32 pairs; it replays on any GPU."""
+
+    tiles: type
+    check: Callable
+    scratch: Callable
+    prep: Callable
+    stage1: Callable
+    stage2: Callable
+    native: bool
+
+
+class Plan:
     """The recorded launches of one shape (tiles, grids, constexprs, scratch buffers held)."""
 
-    def __init__(
-        self,
-        launches: list[_Launch],
-        out_shape: tuple,
-        acc_dtype: torch.dtype,
-        direct: bool,
-        inputs: tuple,
-        amd: bool = False,
-        bits: bool = False,
-    ):
-        self.launches, self.out_shape, self.acc_dtype = launches, out_shape, acc_dtype
+    def __init__(self, launches: list[_Launch], out: torch.Tensor, direct: bool, inputs: tuple, amd: bool, bits: bool):
+        self.launches, self.out_shape, self.acc_dtype = launches, tuple(out.shape), out.dtype
         self.bits = bits  # the launches take the hidden states as int32 pairs too (the native path)
         self.direct = direct and all(launch.compiled is not None for launch in launches)
         self.amd = amd  # AMD: the JIT specialises on storage sizes; replays pass launch metadata
         self.specialised = self.specialisation(inputs)  # the first call's inputs, as the JIT saw them
         self.tried = False  # a direct replay has gone through once
-        self.first_out: torch.Tensor | None = None
 
     def specialisation(self, inputs: tuple) -> tuple:
         return specialisation(inputs, self.amd)
@@ -153,8 +195,7 @@ class DecodePlan:
                 if self.tried:
                     raise
                 self.direct = False  # the launcher is not called as this Triton expects: JIT launches
-        tensors = (hidden_states, *(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale)), topk_weights, topk_ids)
-        tensors += (out, hidden_states.view(torch.int32)) if self.bits else (out,)
+        tensors = Call.of(raw, out, self.bits).tensors()
         for launch in self.launches:
             launch.jit(tensors)
         return out
@@ -166,62 +207,44 @@ def clear_plans() -> None:
     _plans.clear()
 
 
-def latest_plan() -> "DecodePlan | None":
+def latest_plan() -> "Plan | None":
     """The plan that the last call recorded or replayed (for tools that read its launches)."""
     return next(reversed(_plans.values()), None)
 
 
-def planned_call(key: tuple, build, inputs: tuple, interpret: bool) -> torch.Tensor:
-    """A call through its shape's plan: build() makes it (and its output) at the key's first call,
-    later calls replay it with their own inputs (hidden_states, w1, w2, w1_scale, w2_scale,
-    topk_weights, topk_ids); the least recently used of more than MAX_PLANS plans is dropped. Under
-    the interpreter (interpret) the fp32 output is returned as bf16."""
+def planned_call(key: tuple, record, inputs: tuple, interpret: bool) -> torch.Tensor:
+    """A call through its shape's plan: record() makes it at the key's first call and returns it
+    with that call's output; later calls replay it with their own inputs (hidden_states, w1, w2,
+    w1_scale, w2_scale, topk_weights, topk_ids); the least recently used of more than MAX_PLANS
+    plans is dropped. Under the interpreter (interpret) the fp32 output is returned as bf16."""
     plan = _plans.get(key)
     if plan is None:
-        plan = build()
+        plan, out = record()
         _plans[key] = plan
         while len(_plans) > MAX_PLANS:
             _plans.popitem(last=False)
-        out = plan.first_out
-        plan.first_out = None
     else:
         _plans.move_to_end(key)
         out = plan.run(*inputs)
     return out if not interpret else out.to(torch.bfloat16)
 
 
-def record_plan(
-    launch_all, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, native: bool = False
-) -> "DecodePlan":
-    """A first call of a shape: launch_all(out, w1, w2, w1_scale, w2_scale) (the weights as bytes;
-    native: and the hidden states as int32 pairs, the native launches' view) makes its launches
-    through launch, which records them into the shape's plan (plan.first_out holds this call's
-    output). The decode and native paths build their plans so; direct launches on NVIDIA GPUs
-    (the decode path) and on any GPU (the native path)."""
+def record_plan(launches, inputs: tuple, native: bool) -> tuple[Plan, torch.Tensor]:
+    """A first call of a shape: launches(call) (a Call of the inputs and a new output) makes its
+    launches through launch, which records them into the shape's plan. Returns the plan and this
+    call's output. Direct launches on NVIDIA GPUs (the decode path) and on any GPU (native)."""
     global _recording
+    hidden_states = inputs[0]
     device = hidden_states.device
     acc_dtype = torch.float32 if target.interpreting() else torch.bfloat16
     out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
-    weights = tuple(t.view(torch.uint8) for t in (w1, w2, w1_scale, w2_scale))
-    bits = (hidden_states.view(torch.int32),) if native else ()
-    call_tensors = (hidden_states, *weights, topk_weights, topk_ids, out, *bits)
+    call = Call.of(inputs, out, native)
     _recording = recorded = []
     try:
-        launch_all(out, *weights, *bits)
+        launches(call)
     finally:
         _recording = None
-    launches = [_Launch(*launch, call_tensors) for launch in recorded]
     gpu = device.type == "cuda" and not target.interpreting()
     direct = DIRECT_LAUNCH and (gpu if native else target.fast_decode(device))
-    raw = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
-    plan = DecodePlan(
-        launches,
-        tuple(hidden_states.shape),
-        acc_dtype,
-        direct=direct,
-        bits=native,
-        inputs=raw,
-        amd=target.targets_amd(),
-    )
-    plan.first_out = out
-    return plan
+    recorded = [_Launch(*launch, call.tensors()) for launch in recorded]
+    return Plan(recorded, out, direct, inputs, amd=target.targets_amd(), bits=native), out

@@ -1,8 +1,12 @@
 """The routing launches of the Triton backend (launches 1 and 2 of a call): the aiter-compatible
 routing of topk_ids into routing blocks (kernels/routing.py, and the native path's own routing
-kernels in kernels/native.py), the activations a1 quantized in the same launch, and the routing
-arrays' sizes and buffers, which every path's stage 1 and stage 2 read.
+kernels in kernels/native.py), the activations a1 written in the same launch, and the routing
+arrays' sizes and buffers, which every path's stage 1 and stage 2 read. Each step has one result
+type: routing_buffers the Routing, route_decode the Routing and the bf16 a1, route_native the
+Routing (a1 where the caller passes its buffers, fp4_activations).
 """
+
+from typing import NamedTuple
 
 import torch
 import triton
@@ -23,132 +27,107 @@ ROUTE_CHUNK = 4096
 COUNT_CHUNK = 1024
 
 
+class Routing(NamedTuple):
+    """The aiter-compatible routing arrays (moe_sorting's layout) that both stages read: each routing
+    block's slots (token * topk + k, padded with n_slots), its expert, and [valid slots, tokens]."""
+
+    sorted_ids: torch.Tensor
+    sorted_expert_ids: torch.Tensor
+    num_valid_ids: torch.Tensor
+
+
 def routing_capacity(n_slots: int, n_experts: int, block_m: int) -> int:
     """Blocks that the padded routing can take at most: every expert that is hit pads < block_m."""
     return triton.cdiv(n_slots + min(n_experts, n_slots) * (block_m - 1), block_m)
 
 
-def routing_buffers(n_slots: int, n_experts: int, block_m: int, device: torch.device) -> tuple:
-    """The routing arrays from the buffers pool: sorted_ids, sorted_expert_ids, num_valid_ids."""
+def routing_buffers(n_slots: int, n_experts: int, block_m: int, device: torch.device) -> Routing:
+    """The routing arrays from the buffers pool, sized for routing_capacity."""
     n_blocks = routing_capacity(n_slots, n_experts, block_m)
-    return (
+    return Routing(
         get_buffer("sorted_ids", (n_blocks * block_m,), torch.int32, device),
         get_buffer("sorted_expert_ids", (n_blocks,), torch.int32, device),
         get_buffer("num_valid_ids", (2,), torch.int32, device),
     )
 
 
-def route_and_quantize(
+def fp4_activations(hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The native a1 buffers from the pool: fp4 bytes [M, H/2] and e8m0 scale bytes [M, H/32]."""
+    n_tokens, d_hidden = hidden_states.shape
+    device = hidden_states.device
+    return (
+        get_buffer("a1_fp4", (n_tokens, d_hidden // 2), torch.uint8, device),
+        get_buffer("a1_scale", (n_tokens, d_hidden // 32), torch.uint8, device),
+    )
+
+
+def route_decode(
+    hidden_states: torch.Tensor, topk_ids: torch.Tensor, n_experts: int, block_m: int, out: torch.Tensor
+) -> tuple[Routing, torch.Tensor]:
+    """The decode path's launches 1 and 2: the routing of topk_ids for blocks of block_m rows, `out`
+    zeroed and a1, the hidden states copied into a bf16 buffer of the pool (in k_slot column order,
+    the order stage 1 reads)."""
+    n_tokens, d_hidden = hidden_states.shape
+    device = hidden_states.device
+    routing = routing_buffers(topk_ids.numel(), n_experts, block_m, device)
+    a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
+    fast = target.fast_decode(device)
+    pdl = target.pdl_options(fast)
+    activations = (hidden_states, a1)
+    chunk_counts = _histograms(
+        moe_prep_kernel, topk_ids, n_experts, activations, out, QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl
+    )
+    _launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, pdl)
+    return routing, a1
+
+
+def route_native(
     hidden_states: torch.Tensor,
     topk_ids: torch.Tensor,
     n_experts: int,
     block_m: int,
     out: torch.Tensor,
-    native: bool = False,
-    quantize: bool = True,
+    a1: tuple[torch.Tensor, torch.Tensor] | None = None,
     launches: int = 2,
     quant_blocks: int = QUANT_BLOCKS,
     hidden_bits: torch.Tensor | None = None,
-):
-    """Launches 1 and 2: the aiter-compatible routing of topk_ids for routing blocks of block_m
-    rows (sorted_ids, sorted_expert_ids, num_valid_ids), the activations a1 (hidden_states
-    quantized), and `out` zeroed. Returns (sorted_ids, sorted_expert_ids, num_valid_ids, a1), all
-    from the buffers pool; a1 is the decode path's bf16 buffer (in k_slot column order), or with
-    native the pair (fp4 bytes [M, H/2], e8m0 bytes [M, H/32]). The native path's variants:
-    quantize=False writes no a1 (None; stage 1 quantizes), launches=1 does it all in one launch
-    (moe_native_route_kernel), quant_blocks sets the 32-blocks per quantizing program
-    (NativeTileConfig.quant_blocks); hidden_bits is hidden_states viewed as int32 pairs (the native
-    launches' view of it; made here if None, given by a caller whose launches are recorded into a
-    plan)."""
+) -> Routing:
+    """The native path's routing in `launches` launches (1: moe_native_route_kernel does it all),
+    `out` zeroed, and with a1 (fp4_activations) the hidden states quantized into it, quant_blocks
+    32-blocks per program (without, stage 1 quantizes its rows). hidden_bits: the hidden states'
+    int32 view that a recorded plan's launches take (made here if None)."""
     n_tokens, d_hidden = hidden_states.shape
-    topk = topk_ids.shape[1]
-    n_slots = n_tokens * topk
-    device = hidden_states.device
-    sorted_ids, sorted_expert_ids, num_valid_ids = routing_buffers(n_slots, n_experts, block_m, device)
-    hist_chunk, n_chunks = histogram_chunks(n_slots)
-    expert_bins = triton.next_power_of_2(n_experts + 1)
-    chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, device)
-    quant_programs = triton.cdiv(n_tokens * d_hidden // 32, quant_blocks)
-    fast = target.fast_decode(device) and not native
-    pdl = target.pdl_options(fast)
-    if native:
-        a1 = (
-            (
-                get_buffer("a1_fp4", (n_tokens, d_hidden // 2), torch.uint8, device),
-                get_buffer("a1_scale", (n_tokens, d_hidden // 32), torch.uint8, device),
-            )
-            if quantize
-            else None
-        )
-        # Without a1 its pointers are the hidden states' (never written: QUANT is off).
-        a1_ptrs = a1 or (hidden_states, hidden_states)
-        bits = hidden_states.view(torch.int32) if hidden_bits is None else hidden_bits
-        if launches == 1:
-            plan.launch(
-                moe_native_route_kernel,
-                (n_experts + quant_programs,),
-                topk_ids,
-                bits,
-                *a1_ptrs,
-                out,
-                sorted_ids,
-                sorted_expert_ids,
-                num_valid_ids,
-                n_tokens,
-                n_experts,
-                n_slots,
-                d_hidden,
-                TOPK=topk,
-                BLOCK_M=block_m,
-                EXPERT_BINS=expert_bins,
-                SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
-                MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
-                COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
-                QUANT_BLOCKS=quant_blocks,
-                QUANT=quantize,
-                GFX950=target.gfx950_converts(),
-            )
-            return sorted_ids, sorted_expert_ids, num_valid_ids, a1
+    n_slots = topk_ids.numel()
+    routing = routing_buffers(n_slots, n_experts, block_m, hidden_states.device)
+    bits = hidden_states.view(torch.int32) if hidden_bits is None else hidden_bits
+    # Without a1 its pointers are the hidden states' (never written: QUANT is off).
+    activations = (bits, *(a1 or (hidden_states, hidden_states)))
+    quant = dict(QUANT_BLOCKS=quant_blocks, QUANT=a1 is not None, GFX950=target.gfx950_converts())
+    if launches == 1:
         plan.launch(
-            moe_native_prep_kernel,
-            (n_chunks + quant_programs,),
+            moe_native_route_kernel,
+            (n_experts + _quant_programs(out, quant_blocks),),
             topk_ids,
-            bits,
-            *a1_ptrs,
+            *activations,
             out,
-            chunk_counts,
+            *routing,
             n_tokens,
+            n_experts,
             n_slots,
-            n_chunks,
             d_hidden,
-            EXPERT_BINS=expert_bins,
-            HIST_CHUNK=hist_chunk,
-            QUANT_BLOCKS=quant_blocks,
-            QUANT=quantize,
-            GFX950=target.gfx950_converts(),
+            COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
+            **_placement(topk_ids, n_experts, block_m),
+            **quant,
         )
-    else:
-        a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
-        plan.launch(
-            moe_prep_kernel,
-            (n_chunks + quant_programs,),
-            topk_ids,
-            hidden_states,
-            a1,
-            out,
-            chunk_counts,
-            n_tokens,
-            n_slots,
-            n_chunks,
-            d_hidden,
-            EXPERT_BINS=expert_bins,
-            HIST_CHUNK=hist_chunk,
-            QUANT_BLOCKS=quant_blocks,
-            FAST=fast,
-            **pdl,
-        )
-    launch_route(topk_ids, chunk_counts, (sorted_ids, sorted_expert_ids, num_valid_ids), n_experts, block_m, pdl)
-    return sorted_ids, sorted_expert_ids, num_valid_ids, a1
+        return routing
+    chunk_counts = _histograms(moe_native_prep_kernel, topk_ids, n_experts, activations, out, **quant)
+    _launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, target.pdl_options(False))
+    return routing
+
+
+def _quant_programs(out: torch.Tensor, quant_blocks: int) -> int:
+    """Programs that quantize the hidden states (and zero `out`, of their shape), quant_blocks 32-blocks each."""
+    return triton.cdiv(out.numel() // 32, quant_blocks)
 
 
 def histogram_chunks(n_slots: int) -> tuple[int, int]:
@@ -158,27 +137,62 @@ def histogram_chunks(n_slots: int) -> tuple[int, int]:
     return hist_chunk, triton.cdiv(n_slots, hist_chunk)
 
 
-def launch_route(topk_ids, chunk_counts, routing: tuple, n_experts: int, block_m: int, pdl: dict) -> None:
-    """Launch 2 of the decode path: moe_route_kernel places each expert's slots from the
-    chunk histograms into the routing arrays (routing_buffers)."""
+def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, **options) -> torch.Tensor:
+    """Launch 1 of two routing launches (moe_prep_kernel, moe_native_prep_kernel): per chunk of slots
+    a histogram of its experts, and in programs of QUANT_BLOCKS 32-blocks (options) the activations
+    (the hidden states and a1's buffers) and `out` zeroed. Returns the histograms' buffer."""
+    n_tokens, d_hidden = out.shape
+    n_slots = topk_ids.numel()
+    hist_chunk, n_chunks = histogram_chunks(n_slots)
+    expert_bins = triton.next_power_of_2(n_experts + 1)
+    chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, out.device)
+    plan.launch(
+        kernel,
+        (n_chunks + _quant_programs(out, options["QUANT_BLOCKS"]),),
+        topk_ids,
+        *activations,
+        out,
+        chunk_counts,
+        n_tokens,
+        n_slots,
+        n_chunks,
+        d_hidden,
+        EXPERT_BINS=expert_bins,
+        HIST_CHUNK=hist_chunk,
+        **options,
+    )
+    return chunk_counts
+
+
+def _placement(topk_ids: torch.Tensor, n_experts: int, block_m: int) -> dict:
+    """The constexprs of a launch that places each expert's slots into the routing arrays
+    (moe_route_kernel, moe_native_route_kernel)."""
     n_tokens, topk = topk_ids.shape
     n_slots = n_tokens * topk
-    n_chunks, expert_bins = chunk_counts.shape
+    return dict(
+        TOPK=topk,
+        BLOCK_M=block_m,
+        EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
+        SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
+        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
+    )
+
+
+def _launch_route(topk_ids, chunk_counts, routing: Routing, n_experts: int, block_m: int, pdl: dict) -> None:
+    """Launch 2 of two: moe_route_kernel places each expert's slots from the chunk histograms into
+    the routing arrays."""
+    n_chunks = chunk_counts.shape[0]
     plan.launch(
         moe_route_kernel,
         (n_experts,),
         topk_ids,
         chunk_counts,
         *routing,
-        n_tokens,
+        topk_ids.shape[0],
         n_experts,
-        n_slots,
+        topk_ids.numel(),
         n_chunks,
-        TOPK=topk,
-        BLOCK_M=block_m,
-        EXPERT_BINS=expert_bins,
         MAX_CHUNKS=triton.next_power_of_2(n_chunks),
-        SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
-        MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
+        **_placement(topk_ids, n_experts, block_m),
         **pdl,
     )

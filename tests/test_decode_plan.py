@@ -1,4 +1,4 @@
-"""The decode path's per-shape plans (moe_triton.plan.DecodePlan): later calls of a shape replay the
+"""The decode path's per-shape plans (moe_triton.plan.Plan): later calls of a shape replay the
 first call's recorded launches with their own tensors; on the NVIDIA path through the compiled
 kernels' launchers, with the JIT launch as the fallback."""
 

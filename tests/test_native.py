@@ -21,7 +21,7 @@ import buffers
 from moe_triton import plan as plans
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.native import xcd_program
-from moe_triton.routing import route_and_quantize
+from moe_triton.routing import fp4_activations, route_native
 from moe_triton.target import native_default
 from moe_triton.tiles import NativeTileConfig, TileConfig
 from moe_triton.tiles_amd import (
@@ -214,14 +214,13 @@ def test_one_routing_launch_writes_the_aiter_layout(triton_device, n_tokens, top
     topk_ids = skewed_topk_ids(n_tokens, topk, n_experts, seed=n_tokens).to(triton_device)
     hidden = torch.randn(n_tokens, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     out = torch.full((n_tokens, 64), float("nan"), device=triton_device)
-    sorted_ids, sorted_experts, num_valid, a1 = route_and_quantize(
-        hidden.to(triton_device), topk_ids, n_experts, block_m, out, native=True, quantize=False, launches=1
-    )
+    routing = route_native(hidden.to(triton_device), topk_ids, n_experts, block_m, out, launches=1)
+    sorted_ids, sorted_experts, num_valid = routing
     want_ids, _, want_experts, want_valid = sorted_buffers(
         topk_ids.cpu().long(), torch.ones(topk_ids.shape), n_experts, block_m
     )
     total = int(want_valid[0])
-    assert a1 is None and num_valid.cpu().tolist() == [total, n_tokens]
+    assert num_valid.cpu().tolist() == [total, n_tokens]
     assert torch.equal(sorted_ids[:total].cpu(), want_ids[:total])
     assert torch.equal(sorted_experts[: total // block_m].cpu(), want_experts[: total // block_m])
     assert torch.equal(out.cpu(), torch.zeros(n_tokens, 64))
@@ -289,10 +288,12 @@ def test_packed_activations_are_the_reference_quantizer_bit_for_bit(triton_devic
     hidden = hidden.to(torch.bfloat16).to(triton_device)
     topk_ids = torch.tensor([[0, 1]] * 6, dtype=torch.int32, device=triton_device)
     out = torch.empty_like(hidden, dtype=torch.float32)
-    for name, shape in (("a1_fp4", (6, 256)), ("a1_scale", (6, 16))):
-        buffers.get_buffer(name, shape, torch.uint8, hidden.device).fill_(0xAB)
+    fp4, scales = a1 = fp4_activations(hidden)
+    assert (fp4.shape, scales.shape) == ((6, 256), (6, 16))
+    for buf in a1:
+        buf.fill_(0xAB)
     before = hidden.clone()
-    *_, (fp4, scales) = route_and_quantize(hidden, topk_ids, 2, 16, out, native=True)
+    route_native(hidden, topk_ids, 2, 16, out, a1)
     ref_fp4, ref_scales = quantize_activation(hidden)
     assert torch.equal(hidden.view(torch.int16), before.view(torch.int16))
     assert torch.equal(fp4, ref_fp4)

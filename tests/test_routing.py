@@ -1,6 +1,6 @@
 """The Triton backend's routing (moe_prep_kernel's chunk histograms, then moe_route_kernel) against
 aiter's moe_sorting layout built in plain torch (aiter_double.sort_routing), plus the other
-duties of route_and_quantize: zero the output, leave topk_ids alone.
+duties of route_decode: zero the output, leave topk_ids alone.
 
 The shapes reach the launcher's corners: one histogram chunk; several chunks and a placement loop
 of two chunks; chunks larger than 1024 slots (at most 8 histogram programs: 9000 slots in 5 chunks
@@ -12,7 +12,7 @@ import pytest
 import torch
 from aiter_double import sorted_buffers
 
-from moe_triton.routing import route_and_quantize
+from moe_triton.routing import route_decode
 
 
 def skewed_topk_ids(n_tokens: int, topk: int, n_experts: int, seed: int) -> torch.Tensor:
@@ -36,7 +36,7 @@ def test_routing_matches_aiter_layout(triton_device, n_tokens, topk, n_experts, 
     hidden = torch.randn(n_tokens, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     out = torch.full((n_tokens, 64), float("nan"), device=triton_device)
 
-    sorted_ids, sorted_expert_ids, num_valid_ids, _a1 = route_and_quantize(
+    (sorted_ids, sorted_expert_ids, num_valid_ids), _a1 = route_decode(
         hidden.to(triton_device), topk_ids, n_experts, block_m, out
     )
 

@@ -12,7 +12,7 @@ from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_refe
 
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
-from moe_triton.tiles import TileConfig
+from moe_triton.tiles import NativeTileConfig, TileConfig
 from moe_triton.tiles_nvidia import default_config
 from problem.cases import SMOKE
 from reference import check_implementation, generate_input, ref_kernel
@@ -135,6 +135,14 @@ def test_tail_tiles_must_be_smaller_powers_of_two(tail_m):
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
     with pytest.raises(ValueError, match="tail_m"):
         fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tail_tiles(tail_m))
+
+
+def test_the_decode_path_refuses_native_tiles():
+    data = generate_input(**small_case())
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    tiles = NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1)
+    with pytest.raises(ValueError, match="tiles: the decode path takes a TileConfig, got NativeTileConfig"):
+        fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles, native=False)
 
 
 def test_inputs_unchanged_and_new_data_on_reused_buffers():

@@ -125,7 +125,7 @@ def max_waves(stage: int, tile: dict, block_m: int = 0) -> int:
 
 
 def stage_grid(stage: int, params: dict, block_m: int, tile: dict) -> tuple[int, int, int]:
-    """The launcher's grid of a GEMM launch (moe_triton.native._native_plan)."""
+    """The launcher's grid of a GEMM launch (moe_triton.native.stage1, stage2)."""
     blocks = est.capacity(params, block_m)
     if stage == 1:
         return (blocks, _cdiv(params["dexpert"], tile["block_n1"]), 1)
