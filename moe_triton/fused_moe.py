@@ -24,6 +24,7 @@ from moe_triton.native import fused_moe_native
 from moe_triton.plan import DecodePlan, planned_call
 from moe_triton.tiles import NativeTileConfig, TileConfig
 from moe_triton.tiles_nvidia import static_tiles
+from problem.shapes import Shape
 
 
 def fused_moe_triton(
@@ -51,10 +52,8 @@ def fused_moe_triton(
     key = (hidden_states.shape, w1.shape, topk_ids.shape, hidden_states.device, tiles, target.pdl_enabled(), interpret)
 
     def build() -> "DecodePlan":
-        n_tokens, d_hidden = hidden_states.shape
-        n_experts, two_inter, _ = w1.shape
         device = hidden_states.device
-        shape = (n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1])
-        return decode_plan(*inputs, tiles or static_tiles(*shape, target.gluon_kernels(device)))
+        shape = Shape.of(hidden_states, w1, topk_ids)
+        return decode_plan(*inputs, tiles or static_tiles(shape, target.gluon_kernels(device)))
 
     return planned_call(key, build, inputs, interpret)

@@ -15,6 +15,7 @@ from moe_triton.routing import route_and_quantize, routing_buffers, routing_capa
 from moe_triton.target import amd_options, gfx950_converts, interpreting, silu_options
 from moe_triton.tiles import NativeTileConfig
 from moe_triton.tiles_amd import native_tile_config
+from problem.shapes import Shape
 
 # The native stage 1 that routes its own block (route_launches 0): compares per step of its rank
 # match (block_m rows x this / block_m slots: 256 slots per step spilled SGPRs at 32-row blocks on
@@ -68,7 +69,7 @@ def _native_plan(hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_i
     d_inter = two_inter // 2
     topk = topk_ids.shape[1]
     n_slots = n_tokens * topk
-    cfg = tiles or native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    cfg = tiles or native_tile_config(Shape.of(hidden_states, w1, topk_ids))
     _check_native_tiles(cfg, d_hidden, d_inter)
     block_m = cfg.block_m
     n_blocks = routing_capacity(n_slots, n_experts, block_m)

@@ -12,9 +12,10 @@ from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_refe
 
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
-from moe_triton.tiles import TileConfig
+from moe_triton.tiles import Stage, TileConfig
 from moe_triton.tiles_nvidia import default_config
 from problem.cases import SMOKE
+from problem.shapes import Shape
 from reference import check_implementation, generate_input, ref_kernel
 from submission import custom_kernel
 
@@ -103,14 +104,8 @@ def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1, max_regs2):
     data = generate_input(**small_case(dhidden=768, dexpert=768, bs=5, nroutedexperts=2, nexpertspertoken=1))
     tiles = TileConfig(
         block_m=16,
-        block_n1=512,
-        block_k1=256,
-        warps1=4,
-        stages1=2,
-        block_n2=512,
-        block_k2=256,
-        warps2=4,
-        stages2=2,
+        stage1=Stage(block_n=512, block_k=256, warps=4, stages=2),
+        stage2=Stage(block_n=512, block_k=256, warps=4, stages=2),
         n_tiles2=n_tiles2,
         max_regs1=max_regs1,
         max_regs2=max_regs2,
@@ -123,14 +118,8 @@ def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1, max_regs2):
 def tail_tiles(tail_m):
     return TileConfig(
         block_m=32,
-        block_n1=64,
-        block_k1=256,
-        warps1=4,
-        stages1=2,
-        block_n2=128,
-        block_k2=256,
-        warps2=4,
-        stages2=2,
+        stage1=Stage(block_n=64, block_k=256, warps=4, stages=2),
+        stage2=Stage(block_n=128, block_k=256, warps=4, stages=2),
         n_tiles2=1,
         tail_m=tail_m,
     )
@@ -183,8 +172,8 @@ def test_routing_capacity_bounds_the_padded_layout():
     # Every expert that is hit pads fewer than block_m rows; at most n_slots experts are hit.
     assert routing_capacity(n_slots=144, n_experts=257, block_m=16) == 144
     assert routing_capacity(n_slots=4608, n_experts=33, block_m=128) == 36 + 33
-    assert default_config(16, 7168, 256, 257, 9).block_m == 16
-    assert default_config(512, 7168, 2048, 33, 9).block_m == 128
+    assert default_config(Shape(16, 7168, 256, 257, 9)).block_m == 16
+    assert default_config(Shape(512, 7168, 2048, 33, 9)).block_m == 128
 
 
 @pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")
