@@ -93,44 +93,43 @@ GLUON_TUNED: dict[Shape, TileConfig] = {
 }
 
 
-def _tuned(n_tokens: int, d_inter: int, n_experts: int, **changes) -> TileConfig:
-    """An official shape's TUNED row with `changes`."""
-    return TUNED[Shape(n_tokens, 7168, d_inter, n_experts, 9)].replace(**changes)
-
-
-# The H200 runners-up (bench/notes/decode-path-*.md, 2026-11-30), named by what they change;
-# "retune": the stage-2 tiles before the nibble placement's retune; "block-m-64": the larger
-# routing blocks. Marked untimed: neighbours of the tuned tile that no sweep measured.
-ALTERNATES: dict[Shape, dict[str, TileConfig]] = {
+# The H200 runners-up (bench/notes/decode-path-*.md, 2026-11-30), each its shape's TUNED row with
+# the changes its name says; "retune": the stage-2 tiles before the nibble placement's retune;
+# "block-m-64": the larger routing blocks. Marked untimed: neighbours that no sweep measured.
+_RUNNERS_UP: dict[Shape, dict[str, dict]] = {
     Shape(16, 7168, 256, 257, 9): {
-        "regs1-off": _tuned(16, 256, 257, max_regs1=0),  # untimed
-        "stages1-2": _tuned(16, 256, 257, stages1=2),  # untimed
+        "regs1-off": dict(max_regs1=0),  # untimed
+        "stages1-2": dict(stages1=2),  # untimed
     },
     Shape(128, 7168, 256, 257, 9): {
-        "retune": _tuned(128, 256, 257, block_n2=128, block_k2=128, n_tiles2=4),
-        "regs1-128": _tuned(128, 256, 257, max_regs1=128),  # untimed
+        "retune": dict(block_n2=128, block_k2=128, n_tiles2=4),
+        "regs1-128": dict(max_regs1=128),  # untimed
     },
     Shape(512, 7168, 256, 257, 9): {
-        "regs2-80": _tuned(512, 256, 257, max_regs2=80),
-        "regs2-off": _tuned(512, 256, 257, max_regs2=0),
+        "regs2-80": dict(max_regs2=80),
+        "regs2-off": dict(max_regs2=0),
     },
     Shape(16, 7168, 512, 33, 9): {
-        "regs2-96": _tuned(16, 512, 33, max_regs2=96),
-        "regs2-off": _tuned(16, 512, 33, max_regs2=0),
-        "retune": _tuned(16, 512, 33, block_n2=64, n_tiles2=4, max_regs2=0),
+        "regs2-96": dict(max_regs2=96),
+        "regs2-off": dict(max_regs2=0),
+        "retune": dict(block_n2=64, n_tiles2=4, max_regs2=0),
     },
     Shape(128, 7168, 512, 33, 9): {
-        "block-m-64": _tuned(128, 512, 33, block_m=64, stages1=3, block_n2=64, max_regs1=0),
-        "regs1-off": _tuned(128, 512, 33, max_regs1=0),  # untimed
+        "block-m-64": dict(block_m=64, stages1=3, block_n2=64, max_regs1=0),
+        "regs1-off": dict(max_regs1=0),  # untimed
     },
     Shape(512, 7168, 512, 33, 9): {
-        "stages1-2": _tuned(512, 512, 33, stages1=2),  # untimed
-        "n-tiles2-2": _tuned(512, 512, 33, n_tiles2=2),  # untimed
+        "stages1-2": dict(stages1=2),  # untimed
+        "n-tiles2-2": dict(n_tiles2=2),  # untimed
     },
     Shape(512, 7168, 2048, 33, 9): {
-        "block-m-64": TileConfig(block_m=64, stage1=ROWS64, stage2=COLS64, n_tiles2=4),
-        "stages1-2": _tuned(512, 2048, 33, stages1=2),  # untimed
+        "block-m-64": dict(block_m=64, block_n1=32, warps1=4, block_n2=64, block_k2=256, n_tiles2=4, tail_m=0),
+        "stages1-2": dict(stages1=2),  # untimed
     },
+}
+ALTERNATES: dict[Shape, dict[str, TileConfig]] = {
+    shape: {name: TUNED[shape].replace(**changes) for name, changes in named.items()}
+    for shape, named in _RUNNERS_UP.items()
 }
 
 # The ALTERNATES that won their shape in the first-call selection on the H200 (2026-12-01,
