@@ -1,33 +1,9 @@
-"""Fused dynamic MXFP4 activation quantization + moe-sort scale layout, as one Triton kernel.
-
+"""Fused dynamic MXFP4 activation quantization + moe-sort scale layout, as one Triton kernel:
 `fused_dynamic_mxfp4_quant_moe_sort` is a drop-in for aiter's wrapper of the same name
 (aiter/ops/triton/quant/fused_mxfp4_quant.py:561 at f3be04a) and feeds the CK / FlyDSL / Triton
-MoE stages:
-
-* fp4 codes [rows, cols/2] (uint8 storage, viewed as float4_e2m1fn_x2) in TOKEN order, every
-  row of x: row t for topk == 1 (stage-1 input, x = hidden [M, H]), row t*topk + slot for
-  topk > 1 (stage-2 input, x = the stage-1 output viewed [M*topk, I]);
-* e8m0 scales gathered in SORTED order: scale row r belongs to sorted_ids[r] (slot << 24 | token),
-  stored in the e8m0_shuffle tiling (SPEC 3.5) of the matrix [ceil32(len(sorted_ids)),
-  ceil8(cols/32)], with aiter's shape (ceil(len/32), ceil(cols/256), 4, 16, 4), returned viewed as
-  [-1, ceil8(cols/32)]. Padding rows (token >= token_num, or r >= num_valid_ids[0] inside a
-  valid 32-row block) get byte 0, the byte of an all-zero block. 32-row blocks at or beyond
-  num_valid_ids[0] are not written (aiter leaves them uninitialised too).
-
-Numerics are SPEC 3.3 bit for bit, without aiter's saturating `s.to(uint8) + 127` cast: the byte
-is computed as s + 127 in integers, by mxfp4.encode's encoder on the inputs' bit patterns (exact
-for subnormals, -0 and tiny negatives on every backend). Inf/NaN follow mxfp4.codec.quantize_activation,
-which follows aiter's kernel: NaNs are left out of the block amax (aiter's tl.max ignores them), a
-NaN element gets code 7 with its sign bit, a block of NaNs only gets byte 254 (s = 127), and so
-does a block whose amax is Inf (its Inf elements code 7).
-
-One launch, two kinds of programs (as aiter's kernel): token-order programs quantize each row of
-x once (amax, scale, codes) and write its fp4 bytes; sorted-order programs gather the rows of
-32 sorted ids, compute only their block amaxes and write one 256-byte scale tile. So the
-element encoding runs once per row (not once per sorted entry: a topk == 1 token appears once per
-slot) and never on padding rows, and the sorted pass is loads and max. bf16 is read as int32
-element pairs. On a GPU a program covers 32 rows x 256 columns; in the CPU interpreter, whose
-cost is per operation rather than per element, programs are much larger.
+MoE stages: fp4 codes in token order, e8m0 scales gathered in sorted order in the e8m0_shuffle
+tiling (SPEC 3.5). Numerics are SPEC 3.3 bit for bit. The layouts, the Inf/NaN rules and the
+kernel's two kinds of programs: docs/aiter.md, "The quantizer".
 
 The outputs live in buffers.get_buffer cache entries (keyed by shape and topk) unless out /
 out_scales are given: the next call with the same shapes overwrites them.

@@ -3,128 +3,38 @@ shape, data. The aiter backend injects it into aiter.fused_moe.cfg_2stages at it
 (moe_aiter/inject.py: the rules a row must follow, the keying, the injection); `python -m
 bench.tune.aiter_rows` rewrites this file (bench/tune/write_overrides.py).
 
-Hand-derived rows (moe_aiter/inject.py's docstring says how), never timed on an MI355X;
+Hand-derived rows (docs/aiter_overrides.md says how), never timed on an MI355X;
 `python -m bench.tune.aiter_rows` on an MI355X replaces them with measured winners.
 
-Each row: aiter's key fields of the shape (padded tokens, model_dim, inter_dim, experts, topk; the
-others are fixed by moe_aiter.inject.aiter_key), aiter's row fields, the CK stage 2 used
-when FlyDSL is unavailable, and its provenance: `us` is the mean time measured by
+Each row (ROW_FIELDS): aiter's key fields of the shape (padded tokens, model_dim, inter_dim,
+experts, topk; the others are fixed by moe_aiter.inject.aiter_key), aiter's row fields, the CK
+stage 2 used when FlyDSL is unavailable, and its provenance: `us` is the mean time measured by
 `python -m bench.tune.aiter_rows` (None: never timed), with `date`, `versions` and `source`.
 """
 
 # ruff: noqa: E501
 
-OVERRIDE_ROWS = (
-    {
-        "token": 16,
-        "model_dim": 7168,
-        "inter_dim": 256,
-        "expert": 257,
-        "topk": 9,
-        "block_m": 32,
-        "ksplit": 0,
-        "kernelName1": "moe_ck2stages_gemm1_64x32x32x128_1x1_MulABScaleShuffled_v3_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
-        "kernelName2": "flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic",
-        "fallback_kernelName2": "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_v1_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16",
-        "us": None,
-        "date": None,
-        "versions": None,
-        "source": "by construction (block_m = MPerBlock = tile_m; E-257 stage 1 as in aiter dsv3_fp4_tuned_fmoe.csv); never timed",
-    },
-    {
-        "token": 128,
-        "model_dim": 7168,
-        "inter_dim": 256,
-        "expert": 257,
-        "topk": 9,
-        "block_m": 32,
-        "ksplit": 0,
-        "kernelName1": "moe_ck2stages_gemm1_256x32x128x128_1x4_MulABScaleShuffled_v3_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
-        "kernelName2": "flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic",
-        "fallback_kernelName2": "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_v1_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16",
-        "us": None,
-        "date": None,
-        "versions": None,
-        "source": "by construction (block_m = MPerBlock = tile_m; E-257 stage 1 as in aiter dsv3_fp4_tuned_fmoe.csv); never timed",
-    },
-    {
-        "token": 512,
-        "model_dim": 7168,
-        "inter_dim": 256,
-        "expert": 257,
-        "topk": 9,
-        "block_m": 32,
-        "ksplit": 0,
-        "kernelName1": "moe_ck2stages_gemm1_64x32x32x128_1x1_MulABScaleShuffled_v3_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
-        "kernelName2": "flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic",
-        "fallback_kernelName2": "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_v1_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16",
-        "us": None,
-        "date": None,
-        "versions": None,
-        "source": "by construction (block_m = MPerBlock = tile_m; E-257 stage 1 as in aiter dsv3_fp4_tuned_fmoe.csv); never timed",
-    },
-    {
-        "token": 16,
-        "model_dim": 7168,
-        "inter_dim": 512,
-        "expert": 33,
-        "topk": 9,
-        "block_m": 32,
-        "ksplit": 0,
-        "kernelName1": "moe_ck2stages_gemm1_64x32x32x128_1x1_MulABScaleShuffled_v3_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
-        "kernelName2": "flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic",
-        "fallback_kernelName2": "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_v1_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16",
-        "us": None,
-        "date": None,
-        "versions": None,
-        "source": "by construction (block_m = MPerBlock = tile_m; E-257 stage 1 as in aiter dsv3_fp4_tuned_fmoe.csv); never timed",
-    },
-    {
-        "token": 128,
-        "model_dim": 7168,
-        "inter_dim": 512,
-        "expert": 33,
-        "topk": 9,
-        "block_m": 32,
-        "ksplit": 0,
-        "kernelName1": "moe_ck2stages_gemm1_256x32x128x128_1x4_MulABScaleShuffled_v3_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
-        "kernelName2": "flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic",
-        "fallback_kernelName2": "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_v1_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16",
-        "us": None,
-        "date": None,
-        "versions": None,
-        "source": "by construction (block_m = MPerBlock = tile_m; E-257 stage 1 as in aiter dsv3_fp4_tuned_fmoe.csv); never timed",
-    },
-    {
-        "token": 512,
-        "model_dim": 7168,
-        "inter_dim": 512,
-        "expert": 33,
-        "topk": 9,
-        "block_m": 64,
-        "ksplit": 0,
-        "kernelName1": "moe_ck2stages_gemm1_256x64x128x128_1x4_MulABScaleShuffled_v3_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
-        "kernelName2": "flydsl_moe2_afp4_wfp4_bf16_t64x128x256_atomic",
-        "fallback_kernelName2": "moe_ck2stages_gemm2_256x64x128x128_1x4_MulABScaleExpertWeightShuffled_v3_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16",
-        "us": None,
-        "date": None,
-        "versions": None,
-        "source": "by construction (block_m = MPerBlock = tile_m; E-257 stage 1 as in aiter dsv3_fp4_tuned_fmoe.csv); never timed",
-    },
-    {
-        "token": 512,
-        "model_dim": 7168,
-        "inter_dim": 2048,
-        "expert": 33,
-        "topk": 9,
-        "block_m": 32,
-        "ksplit": 0,
-        "kernelName1": "moe_ck2stages_gemm1_256x32x128x128_1x4_MulABScaleShuffled_v3_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16",
-        "kernelName2": "flydsl_moe2_afp4_wfp4_bf16_t32x128x256_atomic",
-        "fallback_kernelName2": "moe_ck2stages_gemm2_64x32x32x128_1x1_MulABScaleExpertWeightShuffled_v1_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16",
-        "us": None,
-        "date": None,
-        "versions": None,
-        "source": "by construction (block_m = MPerBlock = tile_m; E-257 stage 1 as in aiter dsv3_fp4_tuned_fmoe.csv); never timed",
-    },
+from moe_aiter.catalogue import ck_moe_kernel_name, flydsl_moe_kernel_name
+
+# fmt: off
+CK1_64X32X32X128 = ck_moe_kernel_name(1, (64, 32, 32, 128, 1, 1, 3))
+FLYDSL2_T32X128X256_ATOMIC = flydsl_moe_kernel_name(2, 32, 128, 256, "atomic")
+CK2_64X32X32X128 = ck_moe_kernel_name(2, (64, 32, 32, 128, 1, 1, 1))
+CK1_256X32X128X128 = ck_moe_kernel_name(1, (256, 32, 128, 128, 1, 4, 3))
+CK1_256X64X128X128 = ck_moe_kernel_name(1, (256, 64, 128, 128, 1, 4, 3))
+FLYDSL2_T64X128X256_ATOMIC = flydsl_moe_kernel_name(2, 64, 128, 256, "atomic")
+CK2_256X64X128X128 = ck_moe_kernel_name(2, (256, 64, 128, 128, 1, 4, 3))
+SOURCE = "by construction (block_m = MPerBlock = tile_m; E-257 stage 1 as in aiter dsv3_fp4_tuned_fmoe.csv); never timed"
+
+ROW_FIELDS = ("token", "model_dim", "inter_dim", "expert", "topk", "block_m", "ksplit", "kernelName1", "kernelName2", "fallback_kernelName2", "us", "date", "versions", "source")
+OVERRIDE_TABLE = (
+    (16, 7168, 256, 257, 9, 32, 0, CK1_64X32X32X128, FLYDSL2_T32X128X256_ATOMIC, CK2_64X32X32X128, None, None, None, SOURCE),
+    (128, 7168, 256, 257, 9, 32, 0, CK1_256X32X128X128, FLYDSL2_T32X128X256_ATOMIC, CK2_64X32X32X128, None, None, None, SOURCE),
+    (512, 7168, 256, 257, 9, 32, 0, CK1_64X32X32X128, FLYDSL2_T32X128X256_ATOMIC, CK2_64X32X32X128, None, None, None, SOURCE),
+    (16, 7168, 512, 33, 9, 32, 0, CK1_64X32X32X128, FLYDSL2_T32X128X256_ATOMIC, CK2_64X32X32X128, None, None, None, SOURCE),
+    (128, 7168, 512, 33, 9, 32, 0, CK1_256X32X128X128, FLYDSL2_T32X128X256_ATOMIC, CK2_64X32X32X128, None, None, None, SOURCE),
+    (512, 7168, 512, 33, 9, 64, 0, CK1_256X64X128X128, FLYDSL2_T64X128X256_ATOMIC, CK2_256X64X128X128, None, None, None, SOURCE),
+    (512, 7168, 2048, 33, 9, 32, 0, CK1_256X32X128X128, FLYDSL2_T32X128X256_ATOMIC, CK2_64X32X32X128, None, None, None, SOURCE),
 )
+# fmt: on
+OVERRIDE_ROWS = tuple(dict(zip(ROW_FIELDS, row, strict=True)) for row in OVERRIDE_TABLE)

@@ -1,34 +1,17 @@
-"""The MI355X path: aiter f3be04a's 2-stage fused MoE, driven stage by stage with the
-project's shape overrides (moe_aiter/inject.py) and activation quantizer (quant.py).
+"""The MI355X path: aiter f3be04a's 2-stage fused MoE, driven stage by stage with the project's
+shape overrides (moe_aiter/inject.py) and activation quantizer (quant.py; MOE_AITER_QUANT=aiter
+selects aiter's own).
 
 fused_moe_aiter(data) (MOE_BACKEND=aiter) does what aiter.fused_moe.fused_moe does for this
 problem (aiter/fused_moe.py:216-367 and fused_moe_2stages :1025-1265), minus its per-call
-allocations and re-derivations:
-
-1. once per process (and again if aiter's table object is replaced): shape_overrides.inject
-   puts the override rows into aiter.fused_moe.cfg_2stages and clears get_2stage_cfgs' cache;
-2. once per shape: get_2stage_cfgs(get_padded_M(M), model_dim, inter_dim, E, topk, bf16,
-   fp4x2, fp4x2, per_1x32, True, Silu, False, hidden_pad, intermediate_pad, True), in aiter's
-   argument order (:278-294), and the buffers (buffers.get_buffer) for the sort, the stage-1
-   output, the quantized activations and the output;
-3. per call: aiter.moe_sorting_fwd into the cached buffers (it zeroes the output); then
-   * ksplit > 1 (cktile stages, :929-955): bf16 hidden states straight into stage 1 and its bf16
-     output straight into stage 2, no activation quantization (as :1078-1089, :1181-1191);
-   * otherwise: MXFP4 quant + sorted scales of the hidden states -> CK stage 1 ->
-     re-quant of the [M*topk, inter] intermediate -> stage 2 (FlyDSL or CK, per the row).
-   Weight scales are viewed as e8m0 and fp4 activations as fp4x2, as aiter does.
-
-The quantizer is the project's Triton kernel (quant.py) unless MOE_AITER_QUANT=aiter selects
-aiter's own fused_dynamic_mxfp4_quant_moe_sort. Shuffled weights that lost their Python
-attribute `is_shuffled` (any .clone() or .to() drops it, aiter issue 2194) get it back on a view,
-so the preshuffled kernels are dispatched; the input tensors are never modified.
-
-The returned tensor is a cached buffer: the next call for the same shape overwrites it.
+allocations and re-derivations: the overrides injected once per process (again if aiter's table
+object is replaced), aiter's metadata and the buffers once per shape (AiterPlan), then per call the
+sort, the quantizations and the two stages (docs/aiter.md, "The pipeline"). The input tensors are
+never modified; the returned tensor is a cached buffer that the next call of the shape overwrites.
 
 fused_moe_aiter_template(data) (MOE_BACKEND=aiter-fused) is the leaderboard template's single
 aiter.fused_moe(...) call, unchanged, for side-by-side runs against aiter's own defaults (run it
 in a process where fused_moe_aiter has not injected the overrides, or it will see them too).
-
 Nothing here imports aiter at module import time.
 """
 

@@ -1,92 +1,24 @@
-"""Shape-keyed overrides of aiter's 2-stage fused-MoE config for the official benchmark shapes.
+"""Shape-keyed overrides of aiter's 2-stage fused-MoE config for the official benchmark shapes:
+the rows (shape_overrides.py) keyed exactly as aiter f3be04a keys its tuned-fmoe table
+(aiter_key), checked against the rules a row must follow (row_problems, validate) and injected into
+aiter.fused_moe.cfg_2stages at run time (inject), or written as a tuned_fmoe CSV for
+AITER_CONFIG_FMOE (bench/tune/aiter_csv.py). Importing this module does not import aiter.
 
-The table is plain data: one row per benchmark shape, keyed exactly as aiter f3be04a keys its
-tuned-fmoe table, so it can be injected into `aiter.fused_moe.cfg_2stages` at run time
-(`inject`) or written as a tuned_fmoe CSV for AITER_CONFIG_FMOE (bench/tune/aiter_csv.py). Importing
-this module does not import aiter.
-
-How aiter f3be04a uses a row (file:line at f3be04a12a0cfd6b5e2c7a94edc774f1bc24460d)
----------------------------------------------------------------------------------------
-* aiter/fused_moe.py:568 `cfg_2stages = None`; get_2stage_cfgs (:674 lru_cache, :675) fills it
-  on first use from AITER_CONFIGS.AITER_CONFIG_FMOE_FILE (:741-746) with pandas, dropping rows
-  whose `_tag` is not empty (:712-713), indexed by the 13 columns of :692-706, and looks the row
-  up with the tuple of :748-762: (cu_num, token, model_dim, inter_dim, expert, topk,
-  str(activation), str(dtype), str(q_dtype_a), str(q_dtype_w), str(q_type), use_g1u1,
-  doweight_stage1), token being get_padded_M(M) (:607-620, called at :279 and :1062). Row fields read:
-  block_m, ksplit, kernelName1, kernelName2 (:878-881) and run_1stage (:882).
-* A row naming a FlyDSL kernel is dropped when FlyDSL is unavailable, unless the CSV has a
-  row tagged `flydsl_fallback` for the key (:809-825); rows injected into the dict have no such
-  fallback, so `inject` substitutes the row's CK stage-2 kernel itself.
-* ksplit > 1 with bf16 out, per_1x32, fp4x2 weights and is_shuffled selects the cktile stages
-  (:929-955), which take bf16 activations (no MXFP4 activation quantization: fused_moe.py:1078-1089
-  and :1181-1191) and use block_m = 16 for token < 2048 (:952) WHATEVER the row says; the
-  kernel names are not used on that branch. The judged reference (aiter's default config for
-  these shapes, ksplit 0) quantizes both GEMM inputs to MXFP4, and skipping that moves the output
-  far outside the tolerance: measured here with reference.ref_kernel against the same layer
-  without activation quantization, 66221 and 65381 of 114688 elements fail |d| <= 5e-2 +
-  5e-2 |ref| on the two bs=16 benchmark shapes (E=33/I=512 and E=257/I=256; max |d| 0.62 and 0.64
-  on outputs of mean magnitude 0.5). So `validate` rejects ksplit > 1 rows unless
-  OVERRIDE_ALLOW_BF16_ACTIVATIONS is set (the seed submission's rows had ksplit 2 at 16 tokens;
-  they are replaced by quantized rows below).
-* Otherwise (`ck2stages` in kernelName1, :957) stage 1 is ck_moe_stage1 with kernelName1 and
-  stage 2 is _flydsl_stage2_wrapper for a `flydsl_` kernelName2 when FlyDSL is available
-  (:971-975), else aiter.ck_moe_stage2_fwd with kernelName2 (:977-983). The sorting block
-  block_m goes to moe_sorting (:301-311), to both activation quantizations
-  (block_size=block_size_M, :1104-1111, :1204-1211) and to both stages (block_m=..., :1173,
-  :1260).
-
-Must block_m equal the CK kernel's MPerBlock and the FlyDSL tile_m? Yes.
----------------------------------------------------------------------------------------
-* The quantizer requires block_m % 32 == 0: aiter/ops/triton/quant/fused_mxfp4_quant.py:609
-  `assert block_size % BLOCK_SIZE_M == 0` with BLOCK_SIZE_M = 32. So block_m 16 is impossible
-  whenever activations are quantized (ksplit <= 1).
-* CK stage 1/2 (csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages.cu): a kernelName found in
-  the lookup table is returned as is (:26-33); block_m is only used to pick a heuristic kernel
-  (:36-43, :113, :176) and to bound sorted_size (:83, :147). The instance's MPerBlock is a
-  compile-time template argument (gemm_moe_ck2stages_common_mxfp4.cuh:17, :106) of
-  ck::DeviceMoeGemmMXBPreShuffle, whose gridwise Run (composable_kernel
-  include/ck/tensor_operation/gpu/grid/gridwise_moe_mx_gemm_bpreshuffle.hpp, read at a later CK
-  commit than aiter's pinned submodule d5acfd8d, which is not on disk here) takes
-  expert_block_id = blockIdx.y, returns when expert_block_id * MPerBlock >= num_valid_ids[0],
-  reads expert_id = sorted_expert_ids[expert_block_id] and launches ceil(sorted_size / MPerBlock)
-  row blocks. sorted_expert_ids holds one expert per block_m rows (moe_sorting), so a 128-row
-  kernel on a 32-row sort multiplies rows 128b..128b+127 by the weights of the expert of rows
-  32b..32b+31: the wrong expert for most rows. aiter's own heuristics map block_m to the instance of equal
-  MPerBlock (csrc/ck_gemm_moe_2stages_codegen/gen_instances.py:276-286 for A4W4 stage 1,
-  :630-640 and :652-660 for stage 2), and every row of
-  aiter/configs/model_configs/dsv3_fp4_tuned_fmoe.csv (rows 2-15) pairs block_m with the same
-  MPerBlock (and the one FlyDSL row, t64, with block_m 64).
-* FlyDSL stage 2 (aiter/ops/flydsl/kernels/mixed_moe_gemm_2stage.py, compile_mixed_moe_gemm2
-  :1400): workgroup bx = block_id("y") (:1721) handles sorted rows from bx_m = bx * tile_m
-  (:1852) with expert sorted_expert_ids[bx] (:1865), and the grid has gy = size_expert_ids_in
-  (:2797) = sorted_expert_ids.numel() (aiter/ops/flydsl/moe_kernels.py:569) rows of workgroups.
-  _flydsl_stage2_wrapper passes only the name's tile_m (aiter/fused_moe.py:661) and swallows
-  block_m in **_kwargs (:646). So tile_m must equal block_m.
-* FlyDSL's registry at f3be04a (aiter/ops/flydsl/moe_kernels.py:11, :33, :95-102) holds stage-2
-  fp4 kernels with tile_m in {32, 64}, tile_n in {128, 256}, tile_k 256, modes atomic/reduce
-  (:66-92); `flydsl_moe2_afp4_wfp4_bf16_t16x128x128_atomic` is not among them.
-
-Consequences for the seed submission's rows: block_m 32/64 paired with the 128-row
-gemm1 (256x128x128x128) and with the 16-row FlyDSL t16x128x128 would compute wrong results;
-t16 cannot be used at all on the quantized path (it would need block_m 16, which the quantizer
-forbids); the two ksplit-2 rows fail the tolerance (above). The committed rows (shape_overrides.py) use a gemm1
-instance whose MPerBlock equals block_m -- for E=257 the one aiter's dsv3 table picked at the
-same token count (64x32x32x128 at 16 and 512 tokens, 256x32x128x128 at 128); for E=33, which
-aiter's table lacks, 64x32x32x128 at 16 tokens, 256x32x128x128 at 128 tokens and for I=2048,
-256x64x128x128 with block_m 64 at 512 tokens and I=512; all in the a4w4 instance list,
-csrc/ck_gemm_moe_2stages_codegen/gemm_moe_ck2stages_common.py:202-208 -- and the registered
-FlyDSL stage 2 with tile_m = block_m (t32x128x256 / t64x128x256, atomic), with the CK stage 2 of
-the same MPerBlock as fallback.
-`validate` rejects any row that breaks these rules. Those rows have not been timed on an
-MI355X (none was available); they are correct by construction, not tuned (`python -m bench.tune.aiter_rows`
-re-derives them by timing every valid row there).
+How aiter uses a row and why a row must pair block_m with the kernels' MPerBlock and tile_m, and
+refuse ksplit > 1 (bf16 activations, outside the judged tolerance), with aiter's file:line:
+docs/aiter_overrides.md, "How aiter f3be04a uses a row".
 """
 
 import importlib
 import inspect
 import re
 
-from moe_aiter.catalogue import AITER_COMMIT, CK_A4W4_GEMM1_INSTANCES, CK_A4W4_GEMM2_INSTANCES
+from moe_aiter.catalogue import (
+    AITER_COMMIT,
+    CK_A4W4_GEMM1_INSTANCES,
+    CK_A4W4_GEMM2_INSTANCES,
+    ck_moe_kernel_name,
+)
 from shape_overrides import OVERRIDE_ROWS
 
 OVERRIDE_CU_NUM = 256  # MI355X
@@ -131,25 +63,6 @@ _CFG_PARAMS = (
     "intermediate_pad",
     "is_shuffled",
 )
-
-# The name suffixes for this problem: Nswizzle always 0 (gen_instances.py:865), Quant3 =
-# QuantType.per_1x32, stage 1 without routed weight (doweight_stage1 False), stage 2 with it,
-# element ops MulABScaleShuffled / MulABScaleExpertWeightShuffled (gemm_moe_ck2stages_common.py:425, :491).
-_CK1_SUFFIX = "MulABScaleShuffled_v{v}_Nswizzle0_Quant3_MulRoutedWeight0_silu_FP4X2_FP4X2_B16"
-_CK2_SUFFIX = "MulABScaleExpertWeightShuffled_v{v}_Nswizzle0_Quant3_MulRoutedWeight1_FP4X2_FP4X2_B16"
-
-
-def ck_moe_kernel_name(stage: int, instance: tuple) -> str:
-    """aiter's CK 2-stage kernel name (kernelInstanceGEMM1/2.name) of an a4w4 instance tuple."""
-    block, m, n, k, mw, nw, ver = instance
-    suffix = (_CK1_SUFFIX if stage == 1 else _CK2_SUFFIX).format(v=ver)
-    return f"moe_ck2stages_gemm{stage}_{block}x{m}x{n}x{k}_{mw}x{nw}_{suffix}"
-
-
-def flydsl_moe_kernel_name(stage: int, tile_m: int, tile_n: int, tile_k: int, mode: str = "atomic") -> str:
-    """FlyDSL kernel name for fp4 activations, fp4 weights, bf16 out (moe_kernels.py:14-28 format)."""
-    name = f"flydsl_moe{stage}_afp4_wfp4_bf16_t{tile_m}x{tile_n}x{tile_k}"
-    return f"{name}_{mode}" if mode else name
 
 
 def aiter_key(
@@ -264,6 +177,26 @@ def _ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: str
     return []
 
 
+def _flydsl_problems(key: tuple, name: str, block_m: int, registry: dict | None, fallback: str | None) -> list[str]:
+    """Why a FlyDSL kernelName2, and the CK stage 2 standing in for it, do not fit a row."""
+    problems = []
+    fly = parse_flydsl_moe_kernel_name(name)
+    if fly is None:
+        problems.append(f"{key}: kernelName2 {name!r} is not a FlyDSL kernel name")
+    else:
+        if (fly["stage"], fly["a_dtype"], fly["b_dtype"], fly["out_dtype"]) != (2, "fp4", "fp4", "bf16"):
+            problems.append(f"{key}: kernelName2 {name!r} is not a stage-2 fp4 x fp4 -> bf16 FlyDSL kernel")
+        if fly["tile_m"] != block_m:
+            problems.append(f"{key}: kernelName2 tile_m {fly['tile_m']} != block_m {block_m}")
+        if registry is not None and name not in registry:
+            problems.append(f"{key}: kernelName2 {name!r} is not registered in FlyDSL's _KERNEL_PARAMS")
+    if fallback is not None and (
+        fallback not in _known_ck_names(2) or parse_ck_moe_kernel_name(fallback)["MPerBlock"] != block_m
+    ):
+        problems.append(f"{key}: FlyDSL fallback {fallback!r} is not an a4w4 gemm2 instance of MPerBlock {block_m}")
+    return problems
+
+
 def row_problems(
     key: tuple,
     row: dict,
@@ -315,23 +248,8 @@ def row_problems(
     elif block_m not in (32, 64, 128):
         problems.append(f"{key}: no heuristic CK stage 1 for block_m={block_m} (gen_instances.py:276-293)")
     if name2.startswith("flydsl_"):
-        fly = parse_flydsl_moe_kernel_name(name2)
-        if fly is None:
-            problems.append(f"{key}: kernelName2 {name2!r} is not a FlyDSL kernel name")
-        else:
-            if (fly["stage"], fly["a_dtype"], fly["b_dtype"], fly["out_dtype"]) != (2, "fp4", "fp4", "bf16"):
-                problems.append(f"{key}: kernelName2 {name2!r} is not a stage-2 fp4 x fp4 -> bf16 FlyDSL kernel")
-            if fly["tile_m"] != block_m:
-                problems.append(f"{key}: kernelName2 tile_m {fly['tile_m']} != block_m {block_m}")
-            if flydsl_registry is not None and name2 not in flydsl_registry:
-                problems.append(f"{key}: kernelName2 {name2!r} is not registered in FlyDSL's _KERNEL_PARAMS")
         fallback = (FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks).get(key)
-        if fallback is not None:
-            ck_fb = parse_ck_moe_kernel_name(fallback)
-            if fallback not in _known_ck_names(2) or ck_fb["MPerBlock"] != block_m:
-                problems.append(
-                    f"{key}: FlyDSL fallback {fallback!r} is not an a4w4 gemm2 instance of MPerBlock {block_m}"
-                )
+        problems += _flydsl_problems(key, name2, block_m, flydsl_registry, fallback)
     elif name2:
         problems += _ck_name_problems(key, 2, name2, block_m, "neither a CK stage-2 nor a FlyDSL")
     elif block_m not in (32, 64, 128):

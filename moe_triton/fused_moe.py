@@ -51,8 +51,8 @@ def fused_moe_triton(
     def record() -> tuple[plan.Plan, torch.Tensor]:
         shape = Shape.of(hidden_states, w1, topk_ids)
         if native:
-            return first_call(NATIVE, inputs, shape, tiles or native_tile_config(*shape))
-        return first_call(DECODE, inputs, shape, tiles or static_tiles(*shape, target.gluon_kernels(device)))
+            return first_call(NATIVE, inputs, shape, tiles or native_tile_config(shape))
+        return first_call(DECODE, inputs, shape, tiles or static_tiles(shape, target.gluon_kernels(device)))
 
     return plan.planned_call(key, record, inputs, interpret)
 

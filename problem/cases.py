@@ -38,11 +38,3 @@ def case_name(case: dict) -> str:
         f"H{case['dhidden']}-I{case['dexpert']}-E{case['nroutedexperts']}{shared}"
         f"-k{case['nexpertspertoken']}{shared}-bs{case['bs']}"
     )
-
-
-def table_key(case: dict) -> tuple[int, int, int, int, int]:
-    """The tables' shape key of a case (selection.candidates.shape_key of its config): d_hidden, d_inter,
-    experts and experts per token with the shared ones counted, tokens."""
-    shared = case["nsharedexperts"]
-    experts, topk = case["nroutedexperts"] + shared, case["nexpertspertoken"] + shared
-    return (case["dhidden"], case["dexpert"], experts, topk, case["bs"])

@@ -59,3 +59,9 @@ class Shape(NamedTuple):
         shared = case["nsharedexperts"]
         experts, topk = case["nroutedexperts"] + shared, case["nexpertspertoken"] + shared
         return cls(case["bs"], case["dhidden"], case["dexpert"], experts, topk)
+
+    @classmethod
+    def of_config(cls, config: dict) -> "Shape":
+        """The shape of an input tuple's config dict (SPEC 2: total_top_k counts the shared experts)."""
+        experts = config["n_routed_experts"] + config["n_shared_experts"]
+        return cls(config["bs"], config["d_hidden"], config["d_expert"], experts, config["total_top_k"])

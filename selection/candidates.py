@@ -21,17 +21,11 @@ import torch
 from moe_triton.target import gluon_kernels
 from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
-from moe_triton.tiles_nvidia import ALTERNATES, SELECTION_WINNERS, static_tiles, tile_config
+from moe_triton.tiles_nvidia import ALTERNATES, COLS64, ROWS64, SELECTION_WINNERS, static_tiles, tile_config
+from problem.shapes import Shape
 
 if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
     from task import input_t, output_t
-
-
-def shape_key(config: dict) -> tuple[int, int, int, int, int]:
-    """The tables' key of an input tuple's config dict (SPEC 2): (d_hidden, d_inter, experts, topk,
-    tokens), the shared experts counted, as in moe_triton's tile tables."""
-    n_experts = config["n_routed_experts"] + config["n_shared_experts"]
-    return (config["d_hidden"], config["d_expert"], n_experts, config["total_top_k"], config["bs"])
 
 
 class Candidate(NamedTuple):
@@ -89,16 +83,14 @@ def _triton(name: str, tiles, native: bool) -> Candidate:
     return Candidate(name, functools.partial(run_triton, tiles=tiles, native=native), repr(tiles))
 
 
-def _cpu_candidates(config: dict) -> list[Candidate]:
+def _cpu_candidates(shape: Shape) -> list[Candidate]:
     """The decode table tile, the default rule's tiles one routing-block size up, the native path."""
     from moe_triton.target import native_default
 
-    key = shape_key(config)
-    d_hidden, d_inter, n_experts, topk, n_tokens = key
     native = native_default(torch.device("cpu"))
-    table = (native_tile_config if native else tile_config)(n_tokens, d_hidden, d_inter, n_experts, topk)
-    larger = min(128, 2 * default_block_m(n_tokens, n_experts, topk))
-    neighbour = TileConfig(larger, 32, 256, 4, 3, 64, 256, 4, 2, 4)
+    table = (native_tile_config if native else tile_config)(shape)
+    larger = min(128, 2 * default_block_m(shape))
+    neighbour = TileConfig(block_m=larger, stage1=ROWS64, stage2=COLS64, n_tiles2=4)
     other = "triton-decode" if native else "triton-native"
     return [
         Candidate("triton", run_triton, repr(table)),
@@ -107,34 +99,31 @@ def _cpu_candidates(config: dict) -> list[Candidate]:
     ]
 
 
-def _gpu_candidates(key: tuple, every: bool) -> list[Candidate]:
+def _gpu_candidates(shape: Shape, every: bool) -> list[Candidate]:
     """The static choice, the decode table tile when the static choice runs a Gluon stage (the
     choice before it), and the ALTERNATES that won their shape (SELECTION_WINNERS); every: all
     ALTERNATES."""
-    d_hidden, d_inter, n_experts, topk, n_tokens = key
-    shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-    static, decode = static_tiles(*shape, gluon=gluon_kernels(torch.device("cuda"))), tile_config(*shape)
+    static, decode = static_tiles(shape, gluon=gluon_kernels(torch.device("cuda"))), tile_config(shape)
     out = [Candidate("triton", run_triton, repr(static))]
     if static != decode:
         out.append(_triton("triton:decode", decode, False))
-    alternates = ALTERNATES.get(key, {})
-    names = alternates if every else SELECTION_WINNERS.get(key, ())
+    alternates = ALTERNATES.get(shape, {})
+    names = alternates if every else SELECTION_WINNERS.get(shape, ())
     return out + [_triton(f"triton:{n}", alternates[n], False) for n in names]
 
 
 def candidates_for(config: dict, target: str, every: bool = False) -> list[Candidate]:
     """The candidates of one shape, the choice without selection first; every
     (MOE_SELECT_CANDIDATES=all): on NVIDIA and other GPUs also those that never won a shape."""
+    shape = Shape.of_config(config)
     if target == "cpu":
-        return _cpu_candidates(config)
-    key = shape_key(config)
-    d_hidden, d_inter, n_experts, topk, n_tokens = key
+        return _cpu_candidates(shape)
     if target == "gpu":
-        return _gpu_candidates(key, every=every)
-    table = native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+        return _gpu_candidates(shape, every=every)
+    table = native_tile_config(shape)
     native = [
         Candidate("triton", run_triton, repr(table)),
-        *(_triton(f"triton:{n}", t, True) for n, t in NATIVE_ALTERNATES.get(key, {}).items()),
+        *(_triton(f"triton:{n}", t, True) for n, t in NATIVE_ALTERNATES.get(shape, {}).items()),
     ]
     if target == "gfx950":
         return native

@@ -1,12 +1,14 @@
 """The selection's choices on disk, so that the leaderboard's later runs (benchmark, leaderboard:
 new processes in the same job) reuse what the test run measured.
 
-One JSON file, $XDG_CACHE_HOME (else ~/.cache)/moe-mxfp4/choices.json: a stamp (device, package
-version, a digest of the submission's source files, torch / triton / aiter versions) and per
-shape key the candidates in the order measured (fastest first), the digest of the candidates
-they were chosen among, and the medians. A file that does not parse, or whose stamp is another
-one, is ignored with one stderr line and replaced at the next write; an entry whose candidates
-changed is not used. Writes go to a temporary file renamed over the old one (atomic).
+One JSON file, $XDG_CACHE_HOME (else ~/.cache)/moe-mxfp4/choices.json: a stamp (format, device,
+package version, a digest of the submission's source files, torch / triton / aiter versions) and
+per shape (key_text: its sizes by name) the candidates in the order measured (fastest first), the
+digest of the candidates they were chosen among, and the medians. A file that does not parse, or
+whose stamp is another one, is ignored with one stderr line and replaced at the next write; an
+entry whose candidates changed is not used. Writes go to a temporary file renamed over the old
+one (atomic). Format 1 keyed the shapes by their sizes in another order: such a file is another
+stamp's, ignored.
 """
 
 import hashlib
@@ -20,7 +22,9 @@ from pathlib import Path
 import torch
 import triton
 
-FORMAT = 1
+from problem.shapes import Shape
+
+FORMAT = 2
 PACKAGE_VERSION = "0.1.0"  # pyproject.toml's
 
 
@@ -76,8 +80,9 @@ def stamp(folder: Path) -> dict:
     }
 
 
-def _key_text(key: tuple) -> str:
-    return ",".join(map(str, key))
+def key_text(shape: Shape) -> str:
+    """A shape's key in the file, e.g. n_tokens=16,d_hidden=7168,d_inter=256,n_experts=257,topk=9."""
+    return ",".join(f"{name}={size}" for name, size in shape._asdict().items())
 
 
 class ChoiceFile:
@@ -116,9 +121,9 @@ class ChoiceFile:
             self._entries = self._read()
         return self._entries
 
-    def get(self, key: tuple, digest: str) -> list[str] | None:
-        """The stored order of candidate names for key, if it was chosen among the same candidates."""
-        entry = self.entries().get(_key_text(key))
+    def get(self, shape: Shape, digest: str) -> list[str] | None:
+        """The stored order of candidate names for shape, if it was chosen among the same candidates."""
+        entry = self.entries().get(key_text(shape))
         if not isinstance(entry, dict) or entry.get("candidates") != digest:
             return None
         order = entry.get("order")
@@ -126,9 +131,9 @@ class ChoiceFile:
             return None
         return order
 
-    def put(self, key: tuple, digest: str, order: list[str], medians_us: dict[str, float]) -> None:
+    def put(self, shape: Shape, digest: str, order: list[str], medians_us: dict[str, float]) -> None:
         """Store one shape's choice (merged with what another process wrote meanwhile)."""
-        self.entries()[_key_text(key)] = {"candidates": digest, "order": order, "median_us": medians_us}
+        self.entries()[key_text(shape)] = {"candidates": digest, "order": order, "median_us": medians_us}
         merged = {**self._read_quietly(), **self._entries}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,8 +19,9 @@ from collections.abc import Callable
 import torch
 
 from problem.cases import case_name
+from problem.shapes import Shape
 from reference import ATOL, RTOL, compare, ref_kernel
-from selection.candidates import Candidate, shape_key
+from selection.candidates import Candidate
 
 SELECT_ENV = "MOE_SELECT"
 SELECT_VALUES = ("auto", "1", "0")
@@ -197,11 +198,11 @@ class Selector:
         self.clock = clock
         self.capturing = capturing
         self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self._choices: dict[tuple, list[Candidate]] = {}
+        self._choices: dict[Shape, list[Candidate]] = {}
 
     def choice(self, config: dict) -> str | None:
         """The name of the candidate the shape of config runs now (None before its first call)."""
-        order = self._choices.get(shape_key(config))
+        order = self._choices.get(Shape.of_config(config))
         return order[0].name if order else None
 
     def known(self, config: dict) -> tuple[str, str] | None:
@@ -210,21 +211,23 @@ class Selector:
         candidates = self.candidates_fn(config)
         if len(candidates) == 1:
             return candidates[0].name, "the only candidate"
-        names = self.store.get(shape_key(config), candidates_digest(candidates)) if self.store is not None else None
+        names = (
+            self.store.get(Shape.of_config(config), candidates_digest(candidates)) if self.store is not None else None
+        )
         if names and set(names) <= {c.name for c in candidates}:
             return names[0], "stored"
         return None
 
     def __call__(self, data):
-        key = shape_key(data[-1])
-        order = self._choices.get(key)
+        shape = Shape.of_config(data[-1])
+        order = self._choices.get(shape)
         if order is None:
             if self.capturing():
                 return self.candidates_fn(data[-1])[0].run(data)  # no selection inside a graph
             order = self.prepare(data)
-        return self._run(key, order, data)
+        return self._run(shape, order, data)
 
-    def _run(self, key: tuple, order: list[Candidate], data):
+    def _run(self, shape: Shape, order: list[Candidate], data):
         """The first candidate's output; one that raises is dropped for this shape from now on."""
         while True:
             try:
@@ -240,11 +243,11 @@ class Selector:
 
     def prepare(self, data, budget: float | None = None) -> list[Candidate]:
         """The shape's survivors, fastest first: from the store, else selected on data (and stored)."""
-        key = shape_key(data[-1])
+        shape = Shape.of_config(data[-1])
         candidates = self.candidates_fn(data[-1])
         digest = candidates_digest(candidates)
         by_name = {c.name: c for c in candidates}
-        stored = self.store.get(key, digest) if self.store is not None else None
+        stored = self.store.get(shape, digest) if self.store is not None else None
         if len(candidates) == 1:
             order = candidates  # nothing to choose between: no reference, no timing
             self.log(f"moe-mxfp4 select {shape_name(data[-1])}: {candidates[0].name} (the only candidate)")
@@ -252,11 +255,11 @@ class Selector:
             order = [by_name[name] for name in stored]
             self.log(f"moe-mxfp4 select {shape_name(data[-1])}: {order[0].name} (stored in {self.store.path})")
         else:
-            order = self._select(key, candidates, digest, data, budget)
-        self._choices[key] = order
+            order = self._select(shape, candidates, digest, data, budget)
+        self._choices[shape] = order
         return order
 
-    def _select(self, key, candidates, digest, data, budget) -> list[Candidate]:
+    def _select(self, shape, candidates, digest, data, budget) -> list[Candidate]:
         on_gpu = data[0].device.type == "cuda"
         measure = self.measure or (measure_cuda if on_gpu else measure_cpu)
         reps = self.reps or (GPU_REPS if on_gpu else CPU_REPS)
@@ -277,5 +280,5 @@ class Selector:
         name = shape_name(data[-1])
         self.log(f"moe-mxfp4 select {name}: {', '.join(parts)} -> {chosen} in {self.clock() - t0:.1f} s")
         if self.store is not None and medians:
-            self.store.put(key, digest, [c.name for c in order], {n: round(m * 1e6, 1) for n, m in medians.items()})
+            self.store.put(shape, digest, [c.name for c in order], {n: round(m * 1e6, 1) for n, m in medians.items()})
         return order

@@ -1,8 +1,12 @@
 """aiter f3be04a's names of the CK and FlyDSL kernels the tests build rows from: valid ones and the
-starting rows' invalid choices (moe_aiter/inject.py's docstring says why these fail)."""
+starting rows' invalid choices (docs/aiter_overrides.md says why these fail)."""
 
-from moe_aiter.catalogue import CK_A4W4_GEMM1_INSTANCES, CK_A4W4_GEMM2_INSTANCES
-from moe_aiter.inject import ck_moe_kernel_name, flydsl_moe_kernel_name
+from moe_aiter.catalogue import (
+    CK_A4W4_GEMM1_INSTANCES,
+    CK_A4W4_GEMM2_INSTANCES,
+    ck_moe_kernel_name,
+    flydsl_moe_kernel_name,
+)
 
 CK_S1_32 = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[0])
 CK_S1_32_SMALL = ck_moe_kernel_name(1, CK_A4W4_GEMM1_INSTANCES[3])  # 64x32x32x128 (dsv3 table, most tokens)

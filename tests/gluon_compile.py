@@ -23,7 +23,7 @@ from moe_triton.tiles import TileConfig
 function, pairs = json.loads(sys.argv[1])
 out = []
 for case, fields in pairs:
-    for launch in decode_launches(case, TileConfig(*fields)):  # compiled for sm_90, the H200's way
+    for launch in decode_launches(case, TileConfig.from_dict(fields)):  # compiled for sm_90, the H200's way
         if launch.function != function:
             continue
         kernel = launch.kernel
@@ -56,7 +56,7 @@ def compiled_launches(pairs: list[tuple[dict, TileConfig]], function: str) -> li
     """What the SASS of each launch of `function` holds, for (case, tiles) pairs compiled for sm_90."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION")}
     done = subprocess.run(
-        [sys.executable, "-c", COMPILE_DRIVER, json.dumps([function, [(c, list(t)) for c, t in pairs]])],
+        [sys.executable, "-c", COMPILE_DRIVER, json.dumps([function, [(c, t.as_dict()) for c, t in pairs]])],
         cwd=ROOT,
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import buffers
 from moe_aiter import backend as ab
+from moe_aiter import catalogue
 from moe_aiter import inject as so
 from moe_triton.target import interpreting
 from mxfp4.codec import dequantize
@@ -68,10 +69,14 @@ def add_override(monkeypatch, data, block_m, ksplit=0, name1=None, name2=None, f
     if ksplit > 1:
         row = dict(block_m=16, ksplit=ksplit, kernelName1="", kernelName2="", run_1stage=False)
     else:
-        name1 = so.ck_moe_kernel_name(1, next(i for i in so.CK_A4W4_GEMM1_INSTANCES if i[1] == block_m and i[0] == 256))
-        name2 = name2 or so.flydsl_moe_kernel_name(2, block_m, 128, 256)
+        name1 = catalogue.ck_moe_kernel_name(
+            1, next(i for i in catalogue.CK_A4W4_GEMM1_INSTANCES if i[1] == block_m and i[0] == 256)
+        )
+        name2 = name2 or catalogue.flydsl_moe_kernel_name(2, block_m, 128, 256)
         row = dict(block_m=block_m, ksplit=ksplit, kernelName1=name1, kernelName2=name2, run_1stage=False)
-        fallback = so.ck_moe_kernel_name(2, next(i for i in so.CK_A4W4_GEMM2_INSTANCES if i[1] == block_m))
+        fallback = catalogue.ck_moe_kernel_name(
+            2, next(i for i in catalogue.CK_A4W4_GEMM2_INSTANCES if i[1] == block_m)
+        )
         monkeypatch.setitem(so.FLYDSL_FALLBACK_KERNEL2, key, fallback)
     monkeypatch.setitem(so.OVERRIDES, key, row)
     return key, row

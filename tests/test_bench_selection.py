@@ -13,6 +13,7 @@ from bench.runner.case_args import UsageError
 from bench.runner.pins import pin_rows, pins_text
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
 from moe_triton.tiles_nvidia import ALTERNATES
+from problem.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,16 +88,15 @@ def test_the_report_shows_the_choice_and_the_first_calls_time_per_backend(tmp_pa
     assert "no table row selects it" in (tmp_path / "out" / "test_pins.py").read_text()
 
 
-def _row(key, choice, backend="select", status="pass", mean_us=100.0):
-    h, i, e, k, bs = key
+def _row(shape, choice, backend="select", status="pass", mean_us=100.0):
     return {
         "backend": backend,
-        "dhidden": h,
-        "dexpert": i,
-        "nroutedexperts": e - 1,
+        "dhidden": shape.d_hidden,
+        "dexpert": shape.d_inter,
+        "nroutedexperts": shape.n_experts - 1,
         "nsharedexperts": 1,
-        "nexpertspertoken": k - 1,
-        "bs": bs,
+        "nexpertspertoken": shape.topk - 1,
+        "bs": shape.n_tokens,
         "choice": choice,
         "status": status,
         "mean_us": mean_us,
@@ -104,12 +104,12 @@ def _row(key, choice, backend="select", status="pass", mean_us=100.0):
 
 
 def test_the_pin_rows_name_the_alternate_tile_and_what_no_table_pins():
-    key, other = (7168, 256, 257, 9, 128), (7168, 512, 33, 9, 16)
+    key, other = Shape(128, 7168, 256, 257, 9), Shape(16, 7168, 512, 33, 9)
     rows = [
         _row(key, "triton:retune"),
         _row(key, "triton", backend="later"),  # one row per shape: the first
         _row(other, "triton"),
-        _row((7168, 512, 33, 9, 512), "triton:block-m-64", status="fail"),
+        _row(Shape(512, 7168, 512, 33, 9), "triton:block-m-64", status="fail"),
     ]
     nvidia = pin_rows(rows, amd=False)
     assert nvidia == {"TUNED": [f"    {key}: {ALTERNATES[key]['retune']!r},  # selected by select, 100.0 us"]}

@@ -441,22 +441,23 @@ def test_a_stage_in_two_launches_shares_its_weights_by_programs():
 def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
     from bench.gfx950.variants import variants
     from moe_triton import tiles_amd, tiles_nvidia
-    from problem.cases import SMOKE, table_key
+    from problem.cases import SMOKE
+    from problem.shapes import Shape
 
     params = SMOKE[0]
-    key = table_key(params)
-    assert key == (512, 256, 9, 5, 8)  # shared experts counted in E and topk, as the launcher reads them
-    table = tiles_amd.native_tile_config(8, 512, 256, 9, 5)
+    key = Shape.of_case(params)
+    assert key == Shape(8, 512, 256, 9, 5)  # shared experts counted in E and topk, as the launcher reads them
+    table = tiles_amd.native_tile_config(key)
     monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {})
     assert variants(params) == [("table", table)]
-    wide = table._replace(block_n1=64, warps1=4)
-    deep = table._replace(stages2=3)
-    monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {key: {"wide": wide, "deep": deep}, (1, 2, 3, 4, 5): {}})
+    wide = table.replace(block_n1=64, warps1=4)
+    deep = table.replace(stages2=3)
+    monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {key: {"wide": wide, "deep": deep}, Shape(1, 2, 3, 4, 5): {}})
     assert variants(params) == [("table", table), ("wide", wide), ("deep", deep)]
-    assert variants(SMOKE[1]) == [("table", tiles_amd.native_tile_config(5, 256, 512, 5, 3))]
-    decode = tiles_nvidia.tile_config(8, 512, 256, 9, 5)
-    monkeypatch.setattr(tiles_nvidia, "ALTERNATES", {key: {"n64": decode._replace(block_n1=64)}})
-    assert variants(params, "decode") == [("table", decode), ("n64", decode._replace(block_n1=64))]
+    assert variants(SMOKE[1]) == [("table", tiles_amd.native_tile_config(Shape(5, 256, 512, 5, 3)))]
+    decode = tiles_nvidia.tile_config(key)
+    monkeypatch.setattr(tiles_nvidia, "ALTERNATES", {key: {"n64": decode.replace(block_n1=64)}})
+    assert variants(params, "decode") == [("table", decode), ("n64", decode.replace(block_n1=64))]
     monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {key: {"table": wide}})
     with pytest.raises(ValueError, match="table named twice"):
         variants(params)
@@ -474,9 +475,11 @@ ALTERNATES_DRIVER = """
 import json, sys
 from moe_triton import tiles_amd
 
-table = tiles_amd.native_tile_config(8, 512, 256, 9, 5)
-tiles_amd.NATIVE_ALTERNATES[(512, 256, 9, 5, 8)] = {
-    name: table._replace(**fields) for name, fields in json.loads(sys.argv[1]).items()
+from problem.shapes import Shape
+
+table = tiles_amd.native_tile_config(Shape(8, 512, 256, 9, 5))
+tiles_amd.NATIVE_ALTERNATES[Shape(8, 512, 256, 9, 5)] = {
+    name: table.replace(**fields) for name, fields in json.loads(sys.argv[1]).items()
 }
 if sys.argv[2] == "rank":
     from problem.cases import SMOKE
@@ -505,7 +508,8 @@ def test_the_check_compiles_and_checks_every_variant(tmp_path):
     assert "ESTIMATE (static, not a time) = launches x gap" in text
     assert f"constants: {model.MI355X.describe()}" in text
     order = json.loads(ranking.read_text())["cases"]["smoke0"]
-    assert order["key"] == [512, 256, 9, 5, 8] and order["broken"] == ["nk32"]
+    assert order["shape"] == dict(n_tokens=8, d_hidden=512, d_inter=256, n_experts=9, topk=5)
+    assert order["broken"] == ["nk32"]
     assert sorted(name for name, _ in order["variants"]) == ["n64", "table"]
     assert [us for _, us in order["variants"]] == sorted(us for _, us in order["variants"])
 
@@ -537,6 +541,7 @@ def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp
     """The launches of one native call (the routing's, then stage 1 and stage 2) against those the check
     saw, for variants given as --extra-variants."""
     from moe_triton import tiles_amd
+    from problem.shapes import Shape
 
     kernel_variants = {
         "xcd": {"xcds": 8},
@@ -551,14 +556,14 @@ def test_the_launches_per_call_are_the_drivers_count_for_each_kernel_variant(tmp
     assert done.returncode in (0, 1) and "0 variants failed" in done.stdout or "PASS" in done.stdout, done.stdout[
         -3000:
     ]
-    table = tiles_amd.native_tile_config(8, 512, 256, 9, 5)
+    table = tiles_amd.native_tile_config(Shape(8, 512, 256, 9, 5))
     rows = {line.split(" | ")[1]: line for line in md.read_text().splitlines() if "| H512-I256" in line}
     for name, fields in {"table": {}, **kernel_variants}.items():
-        launches = table._replace(**fields).route_launches + 2
+        launches = table.replace(**fields).route_launches + 2
         assert f" | {launches} | " in rows[name], (name, rows[name])
         kernels = [line for line in md.read_text().splitlines() if line.startswith(f"| smoke0 | {name} | ")]
         assert len(kernels) == launches + 1  # its launches and its case row
-    assert {table._replace(**f).route_launches + 2 for f in kernel_variants.values()} == {2, 3, 4}
+    assert {table.replace(**f).route_launches + 2 for f in kernel_variants.values()} == {2, 3, 4}
 
 
 def test_extra_variants_name_only_tile_fields(tmp_path):
@@ -587,7 +592,7 @@ def test_the_kernel_variants_file_names_tile_fields():
     from moe_triton import tiles
 
     found = json.loads((ROOT / "bench/gfx950/kernel_variants.json").read_text())
-    assert found and all(set(fields) <= set(tiles.NativeTileConfig._fields) for fields in found.values())
+    assert found and all(set(fields) <= set(tiles.NativeTileConfig.field_names()) for fields in found.values())
 
 
 def test_the_summary_takes_the_table_tiles_and_the_lowest_variant_within_the_limits():

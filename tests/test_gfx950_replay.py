@@ -18,7 +18,8 @@ import torch
 
 from bench.gfx950.replay import LEADING, LauncherCall, differences
 from moe_triton.tiles_amd import NATIVE_VARIANTS, native_tile_config
-from problem.cases import BENCHMARKS, SMOKE, TESTS, table_key
+from problem.cases import BENCHMARKS, SMOKE, TESTS
+from problem.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = [sys.executable, *filter(None, os.environ.get("MOE_TEST_PYTHONS", "").split(os.pathsep))]
@@ -44,8 +45,7 @@ def _replay(python: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def _table_tiles(case):
-    d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
-    return native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    return native_tile_config(Shape.of_case(case))
 
 
 def test_the_replay_passes_each_launcher_what_the_jit_passes_on_gfx950(tmp_path):
@@ -67,7 +67,7 @@ def test_the_replay_passes_each_launcher_what_the_jit_passes_on_gfx950(tmp_path)
     expected = [
         f"PASS: {table_launches} launches of 13 case tiles replayed as the JIT "
         "launches them on gfx950; respecialised inputs of smoke0 left to the JIT",
-        f"PASS: {sum(_launches(smoke0._replace(**f)) for f in EXTRA.values())} launches of 2 case tiles "
+        f"PASS: {sum(_launches(smoke0.replace(**f)) for f in EXTRA.values())} launches of 2 case tiles "
         "replayed as the JIT launches them on gfx950 (",
     ]
     for python, results in done.items():

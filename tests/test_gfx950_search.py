@@ -7,7 +7,7 @@ import pytest
 
 from bench.gfx950 import model, search
 from bench.gfx950.estimate import capacity, gemm_programs
-from moe_triton.tiles import NativeTileConfig
+from moe_triton.tiles import NativeTileConfig, Stage
 from problem.cases import BENCHMARKS
 
 E33_BS16, E33_BS512 = BENCHMARKS[3], BENCHMARKS[5]
@@ -156,11 +156,18 @@ def test_combinations_add_the_modes_launches_and_pick_the_best_of_each_launch_co
 
 
 def test_combination_names_say_what_runs():
-    cfg = NativeTileConfig(32, 64, 256, 4, 3, 128, 256, 8, 2, 2, nonkdim=32, route_launches=1)
+    cfg = NativeTileConfig(
+        block_m=32,
+        stage1=Stage(block_n=64, block_k=256, warps=4, stages=3),
+        stage2=Stage(block_n=128, block_k=256, warps=8, stages=2),
+        n_tiles2=2,
+        nonkdim=32,
+        route_launches=1,
+    )
     assert search.describe(cfg) == "r1-m32-128x256w4s3-128x256w8s2t2-nk32"
-    assert search.describe(cfg._replace(route_launches=0)) == "q0-m32-128x256w4s3-128x256w8s2t2-nk32"
+    assert search.describe(cfg.replace(route_launches=0)) == "q0-m32-128x256w4s3-128x256w8s2t2-nk32"
     # The routing launches' quant_blocks where it differs from the decode path's 16.
-    assert search.describe(cfg._replace(quant_blocks=128)) == "r1-m32-128x256w4s3-128x256w8s2t2-nk32-q128"
+    assert search.describe(cfg.replace(quant_blocks=128)) == "r1-m32-128x256w4s3-128x256w8s2t2-nk32-q128"
     assert search.tiles_of(cfg, search.Group(64), "route2", {}, {}, 256).quant_blocks == 256
 
 

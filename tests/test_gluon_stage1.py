@@ -21,7 +21,8 @@ from moe_triton.kernels.decode import FAST_EXP
 from moe_triton.routing import routing_buffers, routing_capacity
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED, gluon_variant, static_tiles, tile_config
-from problem.cases import SMOKE, TESTS, table_key
+from problem.cases import SMOKE, TESTS
+from problem.shapes import Shape
 from reference import generate_input, quant_dequant_activation
 
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -118,7 +119,8 @@ def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit
 def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the_k_loop():
     from problem.cases import BENCHMARKS
 
-    pairs = [(c, GLUON_TUNED[table_key(c)]) for c in BENCHMARKS if getattr(GLUON_TUNED.get(table_key(c)), "gluon1", 0)]
+    tuned = [(c, GLUON_TUNED.get(Shape.of_case(c))) for c in BENCHMARKS]
+    pairs = [(c, tiles) for c, tiles in tuned if getattr(tiles, "gluon1", 0)]
     launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert len(launches) == sum(2 if t.tail_m else 1 for _, t in pairs)  # full blocks' launch and the tails'
     # (h columns, folded): a folded tile's full blocks' launch issues the tail block's wgmmas too
@@ -141,7 +143,7 @@ def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the
 @pytest.mark.cpu_only
 def test_two_test_shapes_compile_with_both_widths():
     pairs = [
-        (case, gluon_variant(tile_config(table_key(case)[4], *table_key(case)[:4]), block_n, stages=3, parts=2))
+        (case, gluon_variant(tile_config(Shape.of_case(case)), block_n, stages=3, parts=2))
         for case in TESTS[:2]
         for block_n in (64, 128)
     ]
@@ -158,14 +160,14 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
         with pytest.raises(ValueError, match=r"^tiles: gluon1 needs an NVIDIA sm_90 GPU"):
             run(data, tiles)
         monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
-    for bad, field in ((tiles._replace(gluon1=3), "gluon1 must be"), (tiles._replace(block_n1=96), "block_n1")):
+    for bad, field in ((tiles.replace(gluon1=3), "gluon1 must be"), (tiles.replace(block_n1=96), "block_n1")):
         with pytest.raises(ValueError, match=r"^tiles: gluon1") as err:
             run(data, bad)
         assert field in str(err.value) and "\n" not in str(err.value)
     for block_n, regs, most in ((64, 60, 168), (64, 48, 168), (64, 176, 168), (128, 104, 96)):
         says = f"^tiles: max_regs1 with gluon1 must be 0 or a multiple of 8 from 56 to {most}, not {regs}$"
         with pytest.raises(ValueError, match=says):
-            run(data, tiles._replace(block_n1=block_n, max_regs1=regs))
+            run(data, tiles.replace(block_n1=block_n, max_regs1=regs))
 
 
 @pytest.mark.parametrize(
@@ -188,10 +190,8 @@ def test_a_register_budget_is_split_within_the_launchs_registers(budget, num_wg)
 
 def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
     for key, tiles in GLUON_TUNED.items():
-        d_hidden, d_inter, n_experts, topk, n_tokens = key
-        shape = (n_tokens, d_hidden, d_inter, n_experts, topk)
-        assert static_tiles(*shape, gluon=True) == tiles and (tiles.gluon1 or tiles.gluon2)
-        assert static_tiles(*shape, gluon=False) == TUNED[key]
+        assert static_tiles(key, gluon=True) == tiles and (tiles.gluon1 or tiles.gluon2)
+        assert static_tiles(key, gluon=False) == TUNED[key]
         # the routing as measured; each stage the decode table's or a Gluon one
         assert (tiles.block_m, tiles.tail_m) == (TUNED[key].block_m, TUNED[key].tail_m)
         stage1 = ("block_n1", "block_k1", "warps1", "stages1", "max_regs1")
@@ -255,7 +255,7 @@ def test_gluon_check_refuses_a_variant_the_kernel_does_not_take_in_one_line(argv
 def test_fold_needs_the_gluon_stage_1_and_tail_tiles(monkeypatch):
     data = generate_input(**small_case())
     monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
-    tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2)._replace(fold1=1, tail_m=0)
+    tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2).replace(fold1=1, tail_m=0)
     with pytest.raises(ValueError, match=r"^tiles: fold1 needs gluon1 and tail_m, not 2 and 0$"):
         run(data, tiles)
 
@@ -267,10 +267,10 @@ def test_on_the_gpu_the_fold_gives_the_decode_paths_a2_bit_for_bit(case, block_n
     from bench.h200.harness import poison
 
     data = generate_input(**case)
-    tiles = case_tiles(data)._replace(block_m=32, tail_m=16)
+    tiles = case_tiles(data).replace(block_m=32, tail_m=16)
     run(data, tiles)
     want = routed_a2(data, 32)[1]
     poison(data[0].shape)
-    out = run(data, gluon_variant(tiles, block_n, 3, 2)._replace(fold1=1))
+    out = run(data, gluon_variant(tiles, block_n, 3, 2).replace(fold1=1))
     assert torch.equal(routed_a2(data, 32)[1].view(torch.int16), want.view(torch.int16))
     assert_matches_reference(data, out)

@@ -22,7 +22,8 @@ from moe_triton.routing import routing_buffers
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant
 from mxfp4.codec import dequantize
-from problem.cases import SMOKE, table_key
+from problem.cases import SMOKE
+from problem.shapes import Shape
 from reference import generate_input
 
 
@@ -111,7 +112,8 @@ def test_a_torch_model_of_the_gluon_stage_2_tiling_gives_the_plain_products_and_
 def test_the_table_tiles_compile_for_sm90_unserialized_without_spills_and_with_paired_atomics():
     from problem.cases import BENCHMARKS
 
-    pairs = [(c, GLUON_TUNED[table_key(c)]) for c in BENCHMARKS if getattr(GLUON_TUNED.get(table_key(c)), "gluon2", 0)]
+    tuned = [(c, GLUON_TUNED.get(Shape.of_case(c))) for c in BENCHMARKS]
+    pairs = [(c, tiles) for c, tiles in tuned if getattr(tiles, "gluon2", 0)]
     assert pairs, "no table tile runs the Gluon stage 2"
     launches = compiled_launches(pairs, "moe_gluon_stage2_kernel")
     assert len(launches) == sum(2 if t.tail_m else 1 for _, t in pairs)  # full blocks' launch and the tails'
@@ -137,9 +139,9 @@ def test_bad_gluon_stage_2_tiles_are_refused_in_one_line(monkeypatch):
             run(data, tiles)
         monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     bad_tiles = (
-        (tiles._replace(gluon2=3), "gluon2 must be"),
-        (tiles._replace(block_n2=64), "block_n2 128 or 256"),
-        (tiles._replace(n_tiles2=3), "N (256) of 384"),
+        (tiles.replace(gluon2=3), "gluon2 must be"),
+        (tiles.replace(block_n2=64), "block_n2 128 or 256"),
+        (tiles.replace(n_tiles2=3), "N (256) of 384"),
     )
     for bad, says in bad_tiles:
         with pytest.raises(ValueError, match=r"^tiles: gluon2") as err:
@@ -247,6 +249,6 @@ def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
     assert decode.tail_m  # the table's own tails are kept
     folded = variants(args, decode, decode)["gluon-n64-s4-p2-fold"]
     assert (folded.fold1, folded.block_m, folded.tail_m) == (1, decode.block_m, decode.tail_m)
-    untailed = decode._replace(block_m=16, tail_m=0)
+    untailed = decode.replace(block_m=16, tail_m=0)
     folded = variants(args, untailed, untailed)["gluon-n64-s4-p2-fold"]
     assert (folded.fold1, folded.block_m, folded.tail_m) == (1, 32, 16)

@@ -23,7 +23,7 @@ from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.native import xcd_program
 from moe_triton.routing import fp4_activations, route_native
 from moe_triton.target import native_default
-from moe_triton.tiles import NativeTileConfig, TileConfig
+from moe_triton.tiles import NativeTileConfig, Stage, TileConfig
 from moe_triton.tiles_amd import (
     NATIVE_ALTERNATES,
     NATIVE_TUNED,
@@ -33,6 +33,7 @@ from moe_triton.tiles_amd import (
 )
 from mxfp4.codec import quantize_activation
 from problem.cases import SMOKE
+from problem.shapes import Shape
 from reference import generate_input
 
 needs_dot_scaled = pytest.mark.skipif(not HAS_DOT_SCALED, reason="this Triton's interpreter has no dot_scaled")
@@ -44,9 +45,7 @@ def run_native(data, tiles=None):
 
 
 def table_tiles(data):
-    hidden, w1, *_, topk_ids, _config = data
-    n_experts, two_inter, _ = w1.shape
-    return native_tile_config(hidden.shape[0], hidden.shape[1], two_inter // 2, n_experts, topk_ids.shape[1])
+    return native_tile_config(Shape.of(data[0], data[1], data[-2]))
 
 
 # The kernel variants' fields, combined so that four runs per case reach every code path: the XCD
@@ -88,7 +87,7 @@ def test_odd_shapes(overrides):
 @pytest.mark.parametrize("case", VARIANT_CASES.values(), ids=VARIANT_CASES.keys())
 def test_kernel_variants_match_reference(case, variant):
     data = generate_input(**case)
-    assert_matches_reference(data, run_native(data, table_tiles(data)._replace(**variant)))
+    assert_matches_reference(data, run_native(data, table_tiles(data).replace(**variant)))
 
 
 # 5 tokens of 2 experts of 4 and a shared one, at H-512.
@@ -120,7 +119,7 @@ QUANT_AND_CHAINS = {
 def test_longer_quantizing_programs_and_chains_match_the_table_tile_and_reference(case, variant):
     data = generate_input(**case)
     _poison(data)
-    out = run_native(data, table_tiles(data)._replace(**variant))
+    out = run_native(data, table_tiles(data).replace(**variant))
     assert_matches_reference(data, out)
     _poison(data)
     assert_same_sums(out, run_native(data, table_tiles(data)), data[-1]["total_top_k"])
@@ -140,7 +139,7 @@ PLAN_VARIANTS = {
 def test_later_native_calls_replay_the_plan_with_their_own_tensors(monkeypatch, variant):
     monkeypatch.setattr(plans, "_plans", type(plans._plans)())
     first, other = (generate_input(**{**SMALL_CASE, "seed": seed}) for seed in (5, 6))
-    tiles = table_tiles(first)._replace(**variant)
+    tiles = table_tiles(first).replace(**variant)
     assert_matches_reference(first, run_native(first, tiles))
     (plan,) = plans._plans.values()
     assert plan.bits and len(plan.launches) == tiles.route_launches + 2
@@ -156,7 +155,7 @@ def test_a_direct_native_launch_takes_the_hidden_states_for_their_int32_view(mon
     # the call's hidden states there (a pointer either way), never the first call's view.
     monkeypatch.setattr(plans, "_plans", type(plans._plans)())
     first, other = (generate_input(**{**SMALL_CASE, "seed": seed}) for seed in (5, 6))
-    tiles = table_tiles(first)._replace(fused_quant=True, route_launches=0)
+    tiles = table_tiles(first).replace(fused_quant=True, route_launches=0)
     run_native(first, tiles)
     (plan,) = plans._plans.values()
     (fake,) = go_direct(monkeypatch, plan)[:1]
@@ -173,7 +172,7 @@ def test_a_direct_native_launch_takes_the_hidden_states_for_their_int32_view(mon
 def test_128_row_blocks_match_reference():
     # The E-33 bs-512 rows' routing blocks (tiles_amd), one block per expert here.
     data = generate_input(**SMALL_CASE)
-    assert_matches_reference(data, run_native(data, table_tiles(data)._replace(block_m=128, route_launches=1)))
+    assert_matches_reference(data, run_native(data, table_tiles(data).replace(block_m=128, route_launches=1)))
 
 
 def test_tile_fields_are_checked():
@@ -185,7 +184,7 @@ def test_tile_fields_are_checked():
         (dict(quant_blocks=0), "quant_blocks must be a power of 2, got 0"),
     ]:
         with pytest.raises(ValueError, match=message):
-            run_native(data, tiles._replace(**bad))
+            run_native(data, tiles.replace(**bad))
 
 
 @triton.jit
@@ -234,7 +233,7 @@ def test_stage1_routing_its_own_block_writes_the_aiter_layout(rows):
     # 280 slots: the rank match takes two steps of 256 at 16-row blocks, three of 128 at 32 (the
     # quant0 variants of the 32-row shapes); several blocks per expert.
     data = generate_input(**small_case(bs=70))
-    tiles = table_tiles(data)._replace(fused_quant=True, route_launches=0, **rows)
+    tiles = table_tiles(data).replace(fused_quant=True, route_launches=0, **rows)
     for key, buf in list(buffers._pool.items()):
         if key[0] in ("sorted_ids", "sorted_expert_ids", "num_valid_ids"):
             buf.fill_(-7)
@@ -255,9 +254,9 @@ def test_variant_tiles_are_checked():
     data = generate_input(**small_case())
     tiles = table_tiles(data)
     with pytest.raises(ValueError, match="route_launches 0 .* needs fused_quant"):
-        run_native(data, tiles._replace(route_launches=0))
+        run_native(data, tiles.replace(route_launches=0))
     with pytest.raises(ValueError, match="route_launches must be 0, 1 or 2"):
-        run_native(data, tiles._replace(route_launches=3))
+        run_native(data, tiles.replace(route_launches=3))
 
 
 @needs_dot_scaled
@@ -267,7 +266,12 @@ def test_tiles_that_do_not_divide_the_shape_and_poisoned_scratch():
     # buffers start poisoned (0x77: finite codes, scale 2^-8) and the output must not depend on it.
     # Two routed experts of one per token (and the shared one): three blocks instead of seven.
     data = generate_input(**small_case(dhidden=768, dexpert=512, bs=5, nroutedexperts=2, nexpertspertoken=1))
-    tiles = NativeTileConfig(32, 64, 256, 4, 2, 512, 256, 4, 2, 3)
+    tiles = NativeTileConfig(
+        block_m=32,
+        stage1=Stage(block_n=64, block_k=256, warps=4, stages=2),
+        stage2=Stage(block_n=512, block_k=256, warps=4, stages=2),
+        n_tiles2=3,
+    )
     run_native(data, tiles)
     for key, buf in list(buffers._pool.items()):
         if key[0] in ("a1_fp4", "a1_scale", "a2_fp4", "a2_scale"):
@@ -326,33 +330,36 @@ def test_shapes_past_32_bit_offsets_are_refused():
 
 def test_the_native_path_refuses_decode_tiles():
     data = generate_input(**small_case())
-    tiles = TileConfig(16, 32, 256, 4, 2, 64, 256, 4, 2, 1)
+    tiles = TileConfig(
+        block_m=16,
+        stage1=Stage(block_n=32, block_k=256, warps=4, stages=2),
+        stage2=Stage(block_n=64, block_k=256, warps=4, stages=2),
+        n_tiles2=1,
+    )
     with pytest.raises(ValueError, match="tiles: the native path takes a NativeTileConfig"):
         run_native(data, tiles)
 
 
 def test_native_tiles_cover_every_official_shape():
-    from problem.cases import BENCHMARKS, TESTS, table_key
+    from problem.cases import BENCHMARKS, TESTS
 
     for case in TESTS + BENCHMARKS:
-        experts = case["nroutedexperts"] + case["nsharedexperts"]
-        topk = case["nexpertspertoken"] + case["nsharedexperts"]
-        key = (case["dhidden"], case["dexpert"], experts, topk, case["bs"])
+        key = Shape.of_case(case)
         assert key in NATIVE_TUNED
-        cfg = native_tile_config(case["bs"], case["dhidden"], case["dexpert"], experts, topk)
+        cfg = native_tile_config(key)
         assert cfg.block_m in (16, 32, 64, 128) and cfg.block_n1 % 32 == 0
         # The selection's candidates: kernel variants of the row, each with its launch count.
         for name, alt in NATIVE_ALTERNATES[key].items():
-            assert alt != cfg and alt._replace(**NATIVE_VARIANTS[name]) == alt, name
+            assert alt != cfg and alt.replace(**NATIVE_VARIANTS[name]) == alt, name
             assert alt.nonkdim == 16 or alt.block_m >= 32, name
     # Two launches for every official shape, three at most for each: the routing's, then
     # stage 1 and stage 2.
     fewest = {key: 2 + min(a.route_launches for a in alts.values()) for key, alts in NATIVE_ALTERNATES.items()}
-    benchmarks = [table_key(case) for case in BENCHMARKS]
+    benchmarks = [Shape.of_case(case) for case in BENCHMARKS]
     assert all(fewest[key] == 2 for key in benchmarks) and max(fewest.values()) <= 3
     # The default rule: routing blocks by rows per expert, at most 64.
-    assert native_default_config(16, 7168, 256, 257, 9).block_m == 16
-    assert native_default_config(4096, 7168, 256, 8, 9).block_m == 64
+    assert native_default_config(Shape(16, 7168, 256, 257, 9)).block_m == 16
+    assert native_default_config(Shape(4096, 7168, 256, 8, 9)).block_m == 64
 
 
 @needs_dot_scaled

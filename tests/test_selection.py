@@ -14,11 +14,11 @@ import submission
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
 from moe_triton.tiles_nvidia import ALTERNATES, GLUON_TUNED, SELECTION_WINNERS, TUNED, tile_config
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
+from problem.shapes import Shape
 from reference import ATOL, RTOL, check_implementation, generate_input, make_config, ref_kernel
 from selection import candidates as cands
 from selection import choice_file, prerun
 from selection import selector as sel
-from selection.candidates import shape_key
 
 
 @pytest.fixture(scope="module")
@@ -274,13 +274,18 @@ STAMP = {"format": 1, "device": "test", "package": "0", "source": "abc", "torch"
 def test_the_choice_file_round_trips_and_writes_atomically(tmp_path):
     path = tmp_path / "moe-mxfp4" / "choices.json"
     store = choice_file.ChoiceFile(path, STAMP)
-    assert store.get((1, 2, 3, 4, 5), "d") is None
-    store.put((1, 2, 3, 4, 5), "d", ["b", "a"], {"a": 2.0, "b": 1.0})
-    store.put((1, 2, 3, 4, 6), "d", ["a"], {"a": 2.0})
+    assert store.get(Shape(1, 2, 3, 4, 5), "d") is None
+    store.put(Shape(1, 2, 3, 4, 5), "d", ["b", "a"], {"a": 2.0, "b": 1.0})
+    store.put(Shape(1, 2, 3, 4, 6), "d", ["a"], {"a": 2.0})
     again = choice_file.ChoiceFile(path, STAMP)
-    assert again.get((1, 2, 3, 4, 5), "d") == ["b", "a"] and again.get((1, 2, 3, 4, 6), "d") == ["a"]
-    assert again.get((1, 2, 3, 4, 5), "other candidates") is None
+    assert again.get(Shape(1, 2, 3, 4, 5), "d") == ["b", "a"] and again.get(Shape(1, 2, 3, 4, 6), "d") == ["a"]
+    assert again.get(Shape(1, 2, 3, 4, 5), "other candidates") is None
     assert [p.name for p in path.parent.iterdir()] == ["choices.json"]  # no temporary left behind
+    stored = json.loads(path.read_text())["shapes"]
+    assert set(stored) == {
+        "n_tokens=1,d_hidden=2,d_inter=3,n_experts=4,topk=5",
+        "n_tokens=1,d_hidden=2,d_inter=3,n_experts=4,topk=6",
+    }
 
 
 @pytest.mark.parametrize(
@@ -296,12 +301,12 @@ def test_a_corrupt_or_foreign_choice_file_is_ignored_with_one_line(tmp_path, cap
     path = tmp_path / "choices.json"
     path.write_text(content)
     store = choice_file.ChoiceFile(path, STAMP)
-    assert store.get((1, 2, 3, 4, 5), "d") is None
-    assert store.get((1, 2, 3, 4, 6), "d") is None
+    assert store.get(Shape(1, 2, 3, 4, 5), "d") is None
+    assert store.get(Shape(1, 2, 3, 4, 6), "d") is None
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith(f"moe-mxfp4 select: choice file {path} ignored: {why}")
-    store.put((1, 2, 3, 4, 5), "d", ["a"], {"a": 1.0})  # replaced by a valid one
-    assert choice_file.ChoiceFile(path, STAMP).get((1, 2, 3, 4, 5), "d") == ["a"]
+    store.put(Shape(1, 2, 3, 4, 5), "d", ["a"], {"a": 1.0})  # replaced by a valid one
+    assert choice_file.ChoiceFile(path, STAMP).get(Shape(1, 2, 3, 4, 5), "d") == ["a"]
 
 
 def test_a_stored_choice_is_used_without_selecting_and_a_changed_candidate_list_selects_again(tmp_path, data, expected):
@@ -365,10 +370,10 @@ def test_the_cache_folder_follows_xdg_cache_home(monkeypatch, tmp_path):
 
 def test_the_static_choice_is_the_first_candidate_on_every_target():
     config = make_config(7168, 256, 256, 8, 1, 16)
-    key = shape_key(config)
+    key = Shape.of_config(config)
     gpu = cands.candidates_for(config, "gpu", every=True)
     assert [c.name for c in gpu] == ["triton", *(f"triton:{n}" for n in ALTERNATES[key])]
-    assert gpu[0].detail == repr(tile_config(16, 7168, 256, 257, 9))
+    assert gpu[0].detail == repr(tile_config(Shape(16, 7168, 256, 257, 9)))
     # by default the static choice and the alternates that won the shape
     won = cands.candidates_for(config, "gpu")
     assert [c.name for c in won] == ["triton", "triton:regs1-off"] and won[1].detail == repr(
@@ -389,13 +394,27 @@ def test_the_static_backend_is_aiter_on_an_mi355x_for_every_shape_unless_moe_bac
     assert submission.selected_backend() == "triton"
 
 
-def test_a_cases_table_key_is_its_configs_shape_key():
-    from problem.cases import SMOKE, table_key
+def test_a_cases_shape_is_its_configs_and_its_tensors():
+    from problem.cases import SMOKE
 
     for case in TESTS + BENCHMARKS + SMOKE:
         shape = {k: v for k, v in case.items() if k != "seed"}
-        assert table_key(case) == shape_key(make_config(**shape))
-    assert shape_key(make_config(7168, 256, 256, 8, 1, 16)) == (7168, 256, 257, 9, 16)
+        assert Shape.of_case(case) == Shape.of_config(make_config(**shape))
+    for case in SMOKE:
+        data = generate_input(**case)
+        assert Shape.of(data[0], data[5], data[10]) == Shape.of_case(case) == Shape.of_config(data[-1])
+    assert Shape.of_config(make_config(7168, 256, 256, 8, 1, 16)) == Shape(16, 7168, 256, 257, 9)
+
+
+def test_the_tile_lookups_take_a_shape_and_refuse_a_plain_tuple():
+    from moe_triton.tiles_amd import native_tile_config
+    from moe_triton.tiles_nvidia import static_tiles
+
+    shape = Shape(n_tokens=16, d_hidden=7168, d_inter=256, n_experts=257, topk=9)
+    assert tile_config(shape) == TUNED[shape] and static_tiles(shape, gluon=False) == TUNED[shape]
+    for lookup in (tile_config, native_tile_config, lambda s: static_tiles(s, gluon=True)):
+        with pytest.raises(TypeError, match=r"^shape: expected a problem.shapes.Shape, got tuple \(7168, 256"):
+            lookup((7168, 256, 257, 9, 16))
 
 
 def test_the_alternates_are_runners_up_of_tuned_shapes_and_differ_from_the_table():
@@ -412,7 +431,7 @@ def test_the_default_candidates_on_a_gpu_are_the_static_choice_and_the_selection
     sm90 = cands.gluon_kernels(torch.device("cuda"))
     for case in TESTS + BENCHMARKS:
         config = make_config(**{k: v for k, v in case.items() if k != "seed"})
-        key = shape_key(config)
+        key = Shape.of_config(config)
         names = [c.name for c in cands.candidates_for(config, "gpu")]
         decode = ["triton:decode"] if sm90 and key in GLUON_TUNED else []
         assert names == ["triton", *decode, *(f"triton:{n}" for n in SELECTION_WINNERS.get(key, ()))]
@@ -428,7 +447,7 @@ def test_the_candidate_set_comes_from_the_environment_and_bad_values_are_refused
 
 def test_a_shape_whose_static_choice_is_the_gluon_stage_1_keeps_the_decode_table_as_a_candidate(monkeypatch):
     config = make_config(7168, 2048, 32, 8, 1, 512)
-    key = shape_key(config)
+    key = Shape.of_config(config)
     monkeypatch.setattr(cands, "gluon_kernels", lambda device: True)
     found = {c.name: c.detail for c in cands.candidates_for(config, "gpu")}
     assert list(found)[:2] == ["triton", "triton:decode"]
@@ -643,7 +662,7 @@ def test_end_to_end_the_real_cpu_candidates_select_and_the_output_is_correct(mon
         assert all(f" {n} " in lines[0] for n in names) and " -> " in lines[0]
         chosen = submission.selector().choice(data[-1])
         stored = json.loads((tmp_path / "moe-mxfp4" / "choices.json").read_text())["shapes"]
-        assert stored[",".join(map(str, shape_key(data[-1])))]["order"][0] == chosen
+        assert stored[choice_file.key_text(Shape.of_config(data[-1]))]["order"][0] == chosen
         again = generate_input(**{**TINY[0], "seed": 77})
         assert check_implementation(again, submission.custom_kernel(again))[0]
         assert not [line for line in capfd.readouterr().err.splitlines() if line.startswith("moe-mxfp4 select")]
@@ -656,14 +675,21 @@ RANKING = "bench/results/gfx950/native-triton-3.6.0-ranking.json"  # bench/gfx95
 
 def test_the_native_alternates_follow_the_offline_estimates_ranking():
     """The budget skips the last candidates first: NATIVE_ALTERNATES lists each shape's variants
-    in the order of the ESTIMATE's ranking for triton 3.6 (ties keep the table's order)."""
+    in the order of the ESTIMATE's ranking for triton 3.6 (ties keep the table's order). The
+    ranking names its cases by the runner's labels (its "key", written before "shape", holds the
+    sizes in another order)."""
     ranking = json.loads((Path(__file__).resolve().parents[1] / RANKING).read_text())
+    shapes = {
+        f"{group}{i}": Shape.of_case(c)
+        for group, cases in (("test", TESTS), ("bench", BENCHMARKS))
+        for i, c in enumerate(cases)
+    }
     seen = 0
-    for case in ranking["cases"].values():
-        names = list(NATIVE_ALTERNATES.get(tuple(case["key"]), {}))
+    for label, case in ranking["cases"].items():
+        names = list(NATIVE_ALTERNATES.get(shapes[label], {}))
         if not names:
             continue
         estimate = dict(case["variants"])
-        assert sorted(names, key=lambda n: estimate[n]) == names, case["key"]
+        assert sorted(names, key=lambda n: estimate[n]) == names, label
         seen += 1
     assert seen == len(NATIVE_ALTERNATES)

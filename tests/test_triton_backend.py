@@ -12,9 +12,10 @@ from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_refe
 
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
-from moe_triton.tiles import NativeTileConfig, TileConfig
+from moe_triton.tiles import NativeTileConfig, Stage, TileConfig
 from moe_triton.tiles_nvidia import default_config
 from problem.cases import SMOKE
+from problem.shapes import Shape
 from reference import check_implementation, generate_input, ref_kernel
 from submission import custom_kernel
 
@@ -101,15 +102,27 @@ def test_tiles_that_do_not_divide_the_shape(n_tiles2, max_regs1, max_regs2):
     # the end and must add nothing. The register caps only reach the compiler on NVIDIA GPUs.
     # Two routed experts of one per token (and the shared one): three blocks instead of seven.
     data = generate_input(**small_case(dhidden=768, dexpert=768, bs=5, nroutedexperts=2, nexpertspertoken=1))
-    # block_m, block_n1, block_k1, warps1, stages1, block_n2, block_k2, warps2, stages2, n_tiles2
-    tiles = TileConfig(16, 512, 256, 4, 2, 512, 256, 4, 2, n_tiles2, max_regs1=max_regs1, max_regs2=max_regs2)
+    tiles = TileConfig(
+        block_m=16,
+        stage1=Stage(block_n=512, block_k=256, warps=4, stages=2),
+        stage2=Stage(block_n=512, block_k=256, warps=4, stages=2),
+        n_tiles2=n_tiles2,
+        max_regs1=max_regs1,
+        max_regs2=max_regs2,
+    )
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
     out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles)
     assert_matches_reference(data, out)
 
 
 def tail_tiles(tail_m):
-    return TileConfig(32, 64, 256, 4, 2, 128, 256, 4, 2, 1, tail_m=tail_m)
+    return TileConfig(
+        block_m=32,
+        stage1=Stage(block_n=64, block_k=256, warps=4, stages=2),
+        stage2=Stage(block_n=128, block_k=256, warps=4, stages=2),
+        n_tiles2=1,
+        tail_m=tail_m,
+    )
 
 
 def test_tail_blocks_on_their_own_tiles():
@@ -140,7 +153,12 @@ def test_tail_tiles_must_be_smaller_powers_of_two(tail_m):
 def test_the_decode_path_refuses_native_tiles():
     data = generate_input(**small_case())
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
-    tiles = NativeTileConfig(16, 128, 256, 8, 2, 128, 256, 4, 2, 1)
+    tiles = NativeTileConfig(
+        block_m=16,
+        stage1=Stage(block_n=128, block_k=256, warps=8, stages=2),
+        stage2=Stage(block_n=128, block_k=256, warps=4, stages=2),
+        n_tiles2=1,
+    )
     with pytest.raises(ValueError, match="tiles: the decode path takes a TileConfig, got NativeTileConfig"):
         fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles, native=False)
 
@@ -167,8 +185,8 @@ def test_routing_capacity_bounds_the_padded_layout():
     # Every expert that is hit pads fewer than block_m rows; at most n_slots experts are hit.
     assert routing_capacity(n_slots=144, n_experts=257, block_m=16) == 144
     assert routing_capacity(n_slots=4608, n_experts=33, block_m=128) == 36 + 33
-    assert default_config(16, 7168, 256, 257, 9).block_m == 16
-    assert default_config(512, 7168, 2048, 33, 9).block_m == 128
+    assert default_config(Shape(16, 7168, 256, 257, 9)).block_m == 16
+    assert default_config(Shape(512, 7168, 2048, 33, 9)).block_m == 128
 
 
 @pytest.mark.skipif(not ON_GPU, reason="CUDA graphs need a GPU")

@@ -152,3 +152,15 @@ def test_written_table_validates_and_round_trips_through_inject(tmp_path, monkey
     dbl.flydsl_available = False
     live = so.inject(dbl.fused_moe, overrides=overrides, fallbacks=fallbacks)
     assert live[key]["kernelName2"] == ck_fast.kernelName2
+
+
+def test_the_committed_table_is_what_the_writer_writes():
+    """shape_overrides.py reads back as it was written: its rows rendered again, with its own
+    account of where they come from, give the file byte for byte (so a rewrite changes rows only)."""
+    from bench.tune import write_overrides
+    from shape_overrides import OVERRIDE_ROWS
+
+    text = (ROOT / "shape_overrides.py").read_text()
+    how = text.split('"""')[1].split("\n\n")[1]
+    assert write_overrides.render([dict(r) for r in OVERRIDE_ROWS], how) == text
+    assert ta.read_table(ROOT / "shape_overrides.py") == [dict(r) for r in OVERRIDE_ROWS]

@@ -205,7 +205,7 @@ def model_constant(text: str) -> tuple[str, float]:
 
 
 def ranking_json(title: str, footnote: str, ranking: dict) -> str:
-    """--ranking's file, one case a line: its shape key, [variant, ESTIMATE us] lowest first for the
+    """--ranking's file, one case a line: its shape, [variant, ESTIMATE us] lowest first for the
     variants within the limits, and the names of those that break one (no candidates)."""
     cases = [
         f"  {json.dumps(label)}: "
@@ -326,7 +326,7 @@ def _check(args, asm_folder: AsmFolder | None) -> int:
     from bench.gfx950.variants import config_fields, extra_variants, variants
     from bench.runner.case_args import UsageError, select_cases
     from bench.runner.report import aiter_times
-    from problem.cases import table_key
+    from problem.shapes import Shape
 
     try:
         cases = select_cases(args.cases)
@@ -364,7 +364,8 @@ def _check(args, asm_folder: AsmFolder | None) -> int:
             broken = any(rep.violations for rep, _ in analysed)
             failed |= broken
             case_rows.append(report.case_row(case, note, est, aiter.get(case.shape_key()), name, broken))
-            entry = ranking.setdefault(case.label, {"key": list(table_key(case.params)), "variants": [], "broken": []})
+            shape = Shape.of_case(case.params)._asdict()
+            entry = ranking.setdefault(case.label, {"shape": shape, "variants": [], "broken": []})
             if broken:
                 entry["broken"].append(name)
             else:

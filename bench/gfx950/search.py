@@ -41,6 +41,7 @@ from pathlib import Path
 
 from bench.gfx950 import estimate as est
 from bench.gfx950 import model
+from problem.shapes import Shape
 
 # The space (docs/gfx950.md gives the reasons). block_k must divide the stage's K; nonkdim 32 at
 # blocks of 32 rows and more; routing blocks from a quarter to twice the rows per expert, 16 to 128.
@@ -176,7 +177,7 @@ def stage_bound(
 def tiles_of(table, group: Group, mode: str, stage1: dict, stage2: dict, quant_blocks: int | None = None):
     """The NativeTileConfig of a combination (fields over the shape's table tile)."""
     fields = {**MODES[mode][0], "block_m": group.block_m, "nonkdim": group.nonkdim, "waves_per_eu": group.waves_per_eu}
-    return table._replace(**fields, **stage1, **stage2, quant_blocks=quant_blocks or table.quant_blocks)
+    return table.replace(**fields, **stage1, **stage2, quant_blocks=quant_blocks or table.quant_blocks)
 
 
 def describe(cfg) -> str:
@@ -270,11 +271,9 @@ class Search:
 
     def __init__(self, case, machine: model.Machine = model.MI355X, max_compiled: int = MAX_COMPILED):
         from moe_triton.tiles_amd import native_tile_config
-        from problem.cases import table_key
 
         self.case, self.params, self.machine, self.max_compiled = case, case.params, machine, max_compiled
-        d_hidden, d_inter, n_experts, topk, n_tokens = table_key(self.params)
-        self.table = native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+        self.table = native_tile_config(Shape.of_case(self.params))
         self.compiled = 0  # launch_case calls that compiled at least one new kernel
         self.compile_seconds: list[tuple[float, int]] = []  # (seconds, new kernels) per such call
 
@@ -313,7 +312,7 @@ class Search:
         out = {}
         for mode, (fields, _) in MODES.items():
             for quant_blocks in ROUTE_QUANT_BLOCKS if fields["route_launches"] else (self.table.quant_blocks,):
-                cfg = self.table._replace(
+                cfg = self.table.replace(
                     **fields, block_m=group.block_m, nonkdim=group.nonkdim, quant_blocks=quant_blocks
                 )
                 found = self.call(cfg)
@@ -330,7 +329,7 @@ class Search:
 
     def stage_list(self, stage: int, group: Group, mode: str) -> tuple[list[Found], int, int, bool]:
         """(best Found, candidates bounded, compiled, exact) of one stage's list."""
-        base = self.table._replace(**MODES[mode][0], block_m=group.block_m, nonkdim=group.nonkdim)
+        base = self.table.replace(**MODES[mode][0], block_m=group.block_m, nonkdim=group.nonkdim)
         index = MODES[mode][1] - (3 - stage)  # stage 1 is the second to last launch, stage 2 the last
         quantizes = stage == 1 and base.fused_quant
         candidates = []
@@ -344,7 +343,7 @@ class Search:
         seed = (stage1_fields if stage == 1 else stage2_fields)(self.table)
 
         def evaluate(tile: dict) -> tuple[float, float] | None:
-            return self.launch_us(base._replace(**tile), index)
+            return self.launch_us(base.replace(**tile), index)
 
         best, compiled, exact = branch_and_bound(candidates, evaluate, max_compiled=self.max_compiled, seeds=(seed,))
         if stage == 2:
@@ -399,7 +398,7 @@ def search_case(case, machine: model.Machine = model.MI355X, log=print, max_comp
             ranked.append(
                 dict(
                     name=describe(cfg),
-                    tiles=cfg._asdict(),
+                    tiles=cfg.as_dict(),
                     launches=MODES[mode][1],
                     estimate_us=round(total, 2),
                     floor_ratio=round(total / floor2, 3),
@@ -409,13 +408,13 @@ def search_case(case, machine: model.Machine = model.MI355X, log=print, max_comp
     chosen = pick(ranked)
     # The chosen combinations compiled whole: the ESTIMATE of the call itself (the sum above, checked).
     for row in chosen:
-        found = search.call(search.table._replace(**row["tiles"]))
+        found = search.call(search.table.replace(**row["tiles"]))
         analysed, estimate = found
         row["estimate_us"] = round(estimate.estimate_us, 2)
         row["floor_ratio"] = round(estimate.estimate_us / floor2, 3)
         row["broken"] = [v for rep, _ in analysed for v in rep.violations]
     return dict(
-        key=list(_key(case)),
+        shape=Shape.of_case(case.params)._asdict(),
         floor2_us=round(floor2, 2),
         ranked=sorted(chosen, key=lambda r: r["estimate_us"]),
         lists=lists,
@@ -427,12 +426,6 @@ def _list_row(group: Group, stage: int, family: str, bounded: int, compiled: int
     """The JSON's record of one stage list: how many tiles the bound kept, how many compiled, whether
     the bound stopped it."""
     return dict(group=group.__dict__, stage=stage, family=family, bounded=bounded, compiled=compiled, exact=exact)
-
-
-def _key(case) -> tuple:
-    from problem.cases import table_key
-
-    return table_key(case.params)
 
 
 def markdown(result: dict) -> str:

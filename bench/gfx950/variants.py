@@ -16,22 +16,21 @@ def variants(params: dict, path: str = "native", extra: dict | None = None) -> l
     then `extra` (name -> fields to replace in the table's tile: variants tried before they are named
     in tile_configs)."""
     from moe_triton import tiles_amd, tiles_nvidia
-    from problem.cases import table_key
+    from problem.shapes import Shape
 
-    key = table_key(params)
-    d_hidden, d_inter, n_experts, topk, n_tokens = key
+    shape = Shape.of_case(params)
     if path == "native":
-        table = tiles_amd.native_tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
-        alternates = tiles_amd.NATIVE_ALTERNATES.get(key, {})
+        table = tiles_amd.native_tile_config(shape)
+        alternates = tiles_amd.NATIVE_ALTERNATES.get(shape, {})
     else:
-        table = tiles_nvidia.tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
-        alternates = tiles_nvidia.ALTERNATES.get(key, {})
+        table = tiles_nvidia.tile_config(shape)
+        alternates = tiles_nvidia.ALTERNATES.get(shape, {})
     found = [(TABLE, table), *alternates.items()]
-    found += [(name, table._replace(**fields)) for name, fields in (extra or {}).items()]
+    found += [(name, table.replace(**fields)) for name, fields in (extra or {}).items()]
     names = [name for name, _ in found]
     clash = sorted({name for name in names if names.count(name) > 1})
     if clash:
-        raise ValueError(f"variants of {key}: {', '.join(clash)} named twice (the table tile is {TABLE!r})")
+        raise ValueError(f"variants of {shape}: {', '.join(clash)} named twice (the table tile is {TABLE!r})")
     return found
 
 
@@ -39,7 +38,7 @@ def config_fields(path: str = "native") -> tuple[str, ...]:
     """The fields a variant of this path may set."""
     from moe_triton import tiles
 
-    return (tiles.NativeTileConfig if path == "native" else tiles.TileConfig)._fields
+    return (tiles.NativeTileConfig if path == "native" else tiles.TileConfig).field_names()
 
 
 def extra_variants(path: Path, fields: tuple[str, ...]) -> dict[str, dict]:

@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from moe_triton.tiles_nvidia import ALTERNATES, tile_config
-    from problem.cases import BENCHMARKS, TESTS, case_name, table_key
+    from problem.cases import BENCHMARKS, TESTS, case_name
+    from problem.shapes import Shape
 
     print("| case | tiles | kernel | regs | local B | STL+LDL | shared B | HGMMA | loop instrs | loop: top ops |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -204,10 +205,10 @@ def main(argv: list[str] | None = None) -> int:
         name = case_name(case)
         if args.names and not any(n in name for n in args.names):
             continue
-        d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
-        variants = {"table": tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)}
+        shape = Shape.of_case(case)
+        variants = {"table": tile_config(shape)}
         if args.alternates:
-            variants.update(ALTERNATES.get(table_key(case), {}))
+            variants.update(ALTERNATES.get(shape, {}))
         for label, tiles in variants.items():
             try:
                 rows = compile_case(case, tiles)

@@ -61,10 +61,10 @@ def base_tiles(case: dict):
     """(the decode table's tile, the static sm_90 tile) of an official case."""
     from bench.h200.harness import table_tile
     from moe_triton.tiles_nvidia import GLUON_TUNED
-    from problem.cases import table_key
+    from problem.shapes import Shape
 
     decode = table_tile(case)
-    return decode, GLUON_TUNED.get(table_key(case), decode)
+    return decode, GLUON_TUNED.get(Shape.of_case(case), decode)
 
 
 def variants(args, decode, static, d_hidden: int = 7168) -> dict:
@@ -85,9 +85,9 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
             for p in args.splits:
                 for r in args.regs:
                     name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{'-fold' if args.fold else ''}"
-                    stage1[name] = gluon_variant(decode, n, s, p, r)._replace(**{**routing, **fold})
+                    stage1[name] = gluon_variant(decode, n, s, p, r).replace(**{**routing, **fold})
     named = dict(stage1) if args.stage1_variants else {}
-    bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static._replace(**routing)}
+    bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static.replace(**routing)}
     for spec in args.stage2:
         n, stages, parts, n_tiles, regs = stage2_fields(spec)
         for prefix, base in bases.items():

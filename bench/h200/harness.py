@@ -32,10 +32,9 @@ def official_cases(selectors: list[str]) -> list[tuple[str, dict]]:
 def table_tile(case: dict):
     """The decode table's tile of a case."""
     from moe_triton.tiles_nvidia import tile_config
-    from problem.cases import table_key
+    from problem.shapes import Shape
 
-    d_hidden, d_inter, n_experts, topk, n_tokens = table_key(case)
-    return tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    return tile_config(Shape.of_case(case))
 
 
 def run_tiles(data, tiles):

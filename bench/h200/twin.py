@@ -100,17 +100,17 @@ def compile_static() -> dict:
 
     os.environ["TRITON_INTERPRET"] = "0"
     from moe_triton.tiles_nvidia import ALTERNATES, tile_config
-    from problem.cases import table_key
+    from problem.shapes import Shape
 
     cases = {}
     for params in (*TESTS, *BENCHMARKS):
-        d_hidden, d_inter, n_experts, topk, n_tokens = table_key(params)
+        shape = Shape.of_case(params)
         # the decode table's tile, which the twin models (on an H200 two shapes' static choice is
         # the Gluon stage 1's instead: moe_triton/tiles_nvidia.py's GLUON_TUNED)
-        table = tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+        table = tile_config(shape)
         alternates = {
             tile: [static_record(x) for x in decode_launches(params, tiles)]
-            for tile, tiles in ALTERNATES.get(table_key(params), {}).items()
+            for tile, tiles in ALTERNATES.get(shape, {}).items()
         }
         cases[case_name(params)] = {
             "params": params,
@@ -254,14 +254,15 @@ def measure(out: Path, reps: int = 15) -> dict:
     import triton
 
     from moe_triton.tiles_nvidia import ALTERNATES
-    from problem.cases import BENCHMARKS, TESTS, case_name, table_key
+    from problem.cases import BENCHMARKS, TESTS, case_name
+    from problem.shapes import Shape
     from reference import generate_input
 
     found = {}
     for params in (*TESTS, *BENCHMARKS):
         data = generate_input(**params)
         row = {}
-        for tile, tiles in [("table", None), *ALTERNATES.get(table_key(params), {}).items()]:
+        for tile, tiles in [("table", None), *ALTERNATES.get(Shape.of_case(params), {}).items()]:
             row[tile] = call_us(data, tiles, reps)
             print(f"{case_name(params):>30} {tile:>12}: {row[tile]:8.1f} us", flush=True)
         found[case_name(params)] = row

@@ -18,13 +18,12 @@ def compiled_h_kernels(params: dict) -> list[tuple[str, str, str, list[str]]]:
     from bench.gfx950.run import launch_case
     from bench.h200.twin import decode_launches
     from moe_triton.tiles_nvidia import GLUON_TUNED, gluon_variant, tile_config
-    from problem.cases import table_key
+    from problem.shapes import Shape
 
-    key = table_key(params)
-    d_hidden, d_inter, n_experts, topk, n_tokens = key
-    decode = tile_config(n_tokens, d_hidden, d_inter, n_experts, topk)
+    shape = Shape.of_case(params)
+    decode = tile_config(shape)
     # the Gluon stage 1: its table tile, or the decode tile's routing with its fixed stage-1 fields
-    gluon = GLUON_TUNED.get(key) or gluon_variant(decode, 64, stages=decode.stages1, parts=2)
+    gluon = GLUON_TUNED.get(shape) or gluon_variant(decode, 64, stages=decode.stages1, parts=2)
     paths = (("decode", decode, False), ("gluon", gluon, False), ("native", None, True))
     compiled = [
         ("sm_90", path, launch) for path, tiles, native in paths for launch in decode_launches(params, tiles, native)

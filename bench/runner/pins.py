@@ -14,14 +14,14 @@ def pin_rows(rows: Sequence[dict], amd: bool) -> dict[str, list[str]]:
     row); amd says which tile table an alternate tile belongs to."""
     from moe_triton.tiles_amd import NATIVE_ALTERNATES
     from moe_triton.tiles_nvidia import ALTERNATES
-    from problem.cases import table_key
+    from problem.shapes import Shape
 
     tile_table, alternates = ("NATIVE_TUNED", NATIVE_ALTERNATES) if amd else ("TUNED", ALTERNATES)
     tables: dict[str, list[str]] = {tile_table: [], "not pinnable": []}
     seen = set()
     for r in rows:
         choice = r.get("choice")
-        key = table_key(r)
+        key = Shape.of_case(r)
         if not choice or r["status"] != "pass" or key in seen:
             continue
         seen.add(key)

@@ -28,8 +28,12 @@ if str(ROOT) not in sys.path:
 from bench.runner.case_args import UsageError, select_cases  # noqa: E402
 from bench.runner.preflight import UsageParser, shown  # noqa: E402
 from bench.tune import write_overrides  # noqa: E402
-from moe_aiter.catalogue import CK_A4W4_GEMM1_INSTANCES, CK_A4W4_GEMM2_INSTANCES  # noqa: E402
-from moe_aiter.inject import ck_moe_kernel_name, flydsl_moe_kernel_name  # noqa: E402
+from moe_aiter.catalogue import (  # noqa: E402
+    CK_A4W4_GEMM1_INSTANCES,
+    CK_A4W4_GEMM2_INSTANCES,
+    ck_moe_kernel_name,
+    flydsl_moe_kernel_name,
+)
 
 # FlyDSL stage 2 at aiter f3be04a (aiter/ops/flydsl/moe_kernels.py:63-92, registered at import by
 # :95-102): tile_m x tile_n x tile_k x mode for fp4 weights. Its stage 1 takes no fp4 activations
@@ -185,14 +189,14 @@ def winners(records: dict[str, dict]) -> tuple[list[dict], list[str]]:
 
 
 def read_table(path: Path) -> list[dict]:
-    """The rows of a data module written by bench/tune/write_overrides.py (read without importing it)."""
-    import ast
+    """The rows of a data module written by bench/tune/write_overrides.py (run from its path, not
+    imported as shape_overrides)."""
+    import runpy
 
-    tree = ast.parse(path.read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "OVERRIDE_ROWS" for t in node.targets):
-            return [dict(r) for r in ast.literal_eval(node.value)]
-    raise ValueError(f"{path}: no OVERRIDE_ROWS")
+    rows = runpy.run_path(str(path)).get("OVERRIDE_ROWS")
+    if rows is None:
+        raise ValueError(f"{path}: no OVERRIDE_ROWS")
+    return [dict(r) for r in rows]
 
 
 def merge_rows(old: list[dict], new: list[dict]) -> list[dict]:
@@ -214,7 +218,7 @@ def write_table(path: Path, rows: list[dict]) -> Path:
     tuned = sorted({r["date"] for r in rows if r["us"] is not None})
     how = (
         f"Rows with `us` were tuned by `python -m bench.tune.aiter_rows` ({', '.join(tuned)}); rows whose `us` is\n"
-        "None were derived by hand (moe_aiter/inject.py's docstring says how) and never timed."
+        "None were derived by hand (docs/aiter_overrides.md says how) and never timed."
     )
     return write_overrides.write(path, rows, how)
 

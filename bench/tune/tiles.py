@@ -33,6 +33,7 @@ from moe_triton.tiles import TileConfig
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
 from moe_triton.tiles_nvidia import ALTERNATES, tile_config
 from problem.cases import case_name
+from problem.shapes import Shape
 from reference import check_implementation, generate_input
 
 STAGE1_OPTIONS = [
@@ -63,21 +64,19 @@ def run(data, tiles, native: bool = False):
     return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles, native=native)
 
 
-def shape_key(data) -> tuple[int, int, int, int, int]:
-    n_tokens, d_hidden = data[0].shape
-    return (d_hidden, data[1].shape[1] // 2, data[1].shape[0], data[10].shape[1], n_tokens)
+def shape_of(data) -> Shape:
+    return Shape.of(data[0], data[5], data[10])
 
 
 def case_tiles(data, native: bool = False):
-    d_hidden, d_inter, n_experts, topk, n_tokens = shape_key(data)
-    return (native_tile_config if native else tile_config)(n_tokens, d_hidden, d_inter, n_experts, topk)
+    return (native_tile_config if native else tile_config)(shape_of(data))
 
 
 def named_tiles(data, native: bool, alternates: bool) -> dict:
     """The table's tile ("table") and, with alternates, the selection's named alternates."""
     named = {"table": case_tiles(data, native)}
     if alternates:
-        named.update((NATIVE_ALTERNATES if native else ALTERNATES).get(shape_key(data), {}))
+        named.update((NATIVE_ALTERNATES if native else ALTERNATES).get(shape_of(data), {}))
     return named
 
 
@@ -141,13 +140,13 @@ def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, 
         prep = math.inf
         for i in range(max(len(STAGE1_OPTIONS), len(STAGE2_OPTIONS))):
             s1, s2 = STAGE1_OPTIONS[i % len(STAGE1_OPTIONS)], STAGE2_OPTIONS[i % len(STAGE2_OPTIONS)]
-            tiles = base._replace(block_m=block_m, **s1, **s2)
+            tiles = base.replace(block_m=block_m, **s1, **s2)
             try:
                 times = kernel_times(lambda t=tiles: run(data, t), reps, flush)
             except Exception as exc:  # a tile that does not compile is a result, not a stop
-                log.append(dict(tiles=tiles._asdict(), error=f"{type(exc).__name__}: {exc}"[:300]))
+                log.append(dict(tiles=tiles.as_dict(), error=f"{type(exc).__name__}: {exc}"[:300]))
                 continue
-            log.append(dict(tiles=tiles._asdict(), kernel_us=times))
+            log.append(dict(tiles=tiles.as_dict(), kernel_us=times))
             prep = min(prep, times.get("moe_prep_kernel", math.inf) + times.get("moe_route_kernel", 0.0))
             s1_best = min(s1_best, (times["moe_stage1_kernel"], i % len(STAGE1_OPTIONS)), key=lambda x: x[0])
             s2_best = min(s2_best, (times["moe_stage2_kernel"], i % len(STAGE2_OPTIONS)), key=lambda x: x[0])
@@ -158,7 +157,7 @@ def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, 
         )
         if s1_best[1] is not None and s2_best[1] is not None and total < best_total:
             best_total = total
-            best = base._replace(block_m=block_m, **STAGE1_OPTIONS[s1_best[1]], **STAGE2_OPTIONS[s2_best[1]])
+            best = base.replace(block_m=block_m, **STAGE1_OPTIONS[s1_best[1]], **STAGE2_OPTIONS[s2_best[1]])
     return best, log
 
 
@@ -218,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         for spec in args.variants:
             field, values = spec.split("=")
             kind = type(getattr(candidates[0], field))
-            candidates = [c._replace(**{field: kind(int(v))}) for c in candidates for v in values.split(",")]
+            candidates = [c.replace(**{field: kind(int(v))}) for c in candidates for v in values.split(",")]
         for tiles in dict.fromkeys(candidates):
             ok, msg = check_implementation(data, run(data, tiles, args.native))
             times = time_call(lambda t=tiles, d=data: run(d, t, args.native), args.reps, flush)
@@ -226,11 +225,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} {tiles}: {mean:8.1f} us {'ok' if ok else 'FAIL ' + msg.splitlines()[0]}", flush=True)
             rows.append(
                 dict(
-                    case=name, kind="time", tiles=tiles._asdict(), ok=ok, mean_us=mean, best_us=min(times), message=msg
+                    case=name, kind="time", tiles=tiles.as_dict(), ok=ok, mean_us=mean, best_us=min(times), message=msg
                 )
             )
         if args.sweep:
-            tuned_lines.append(f"    {shape_key(data)}: {candidates[-1]!r},")
+            tuned_lines.append(f"    {shape_of(data)!r}: {candidates[-1]!r},")
     if tuned_lines:
         print("TUNED = {\n" + "\n".join(tuned_lines) + "\n}")
     if args.json:
