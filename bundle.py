@@ -1,9 +1,6 @@
 """Write the package as ONE submission file for the leaderboard: `python bundle.py [-o PATH]`.
 
-The file carries every project module that submission.py reaches through any import, each whole,
-its imports of project modules moved under one private package, moe_mxfp4_<hash>, which it writes
-under the cache on import before it runs submission.py's code (docs/bundle.md). A bad option is
-one line and exit status 2; a package that cannot be bundled one line and exit status 1.
+How the file works, and what it refuses: docs/bundle.md.
 """
 
 from __future__ import annotations
@@ -114,9 +111,7 @@ def prefixed(source: str, tree: ast.Module, package: str, tops: set[str]) -> str
 
 
 def load(package: str, sources: dict[str, str], entry: str):
-    """The bundle's loader (copied into it): each file written under the cache (else the temporary
-    folder) where missing or different, through a temporary file renamed over it (no process reads
-    half a file); that folder on sys.path; the entry's code returned."""
+    """The bundle's loader (copied into it): sources written, folder on sys.path, entry's code returned."""
     import importlib
     import os
     import sys
@@ -225,15 +220,13 @@ def validate(text: str, directives: bool = True) -> None:
 
 
 def shadowed_modules(root: str | Path = ".") -> frozenset[str]:
-    """The module names an output file must not take (see RUNNER_MODULES): submission, the
-    default, is the one project module it may replace."""
+    """The module names an output file must not take; submission, the default, it may replace."""
     project = {name.split(".")[0] for name in project_modules(Path(root))}
     return frozenset((set(sys.stdlib_module_names) | ALLOWED_PACKAGES | RUNNER_MODULES | project) - {"submission"})
 
 
 def check_paths(out: Path, root: Path) -> None:
-    """The usage errors of -o and --root, before anything is bundled: -o a folder, below a file or
-    named like a module it would shadow (see RUNNER_MODULES); --root no folder."""
+    """The usage errors of -o and --root, before anything is bundled."""
     existing = next(folder for folder in out.parents if folder.exists())
     if out.is_dir():
         raise UsageError(f"-o {out}: a folder; give the file to write, e.g. -o {out / 'submission.py'}")

@@ -1,10 +1,5 @@
-"""The leaderboard's input generation and a torch a4w4 reference of the layer (SPEC 1, 2, 4).
-
-generate_input follows the runner's draw order exactly; on a GPU the random stream depends on
-the device, so inputs are statistically, not bitwise, the runner's. ref_kernel is the a4w4
-pipeline of SPEC 1 in fp32, vectorised per expert; it accumulates the slots in fp32 and rounds
-once, where the runner's aiter kernel adds bf16 atomically.
-"""
+"""The leaderboard's input generation (its draws in its order) and a torch a4w4 reference of the layer
+that accumulates in fp32 and rounds once (SPEC 1, 2, 4)."""
 
 import contextlib
 import math
@@ -139,12 +134,9 @@ def silu_and_mul(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def slot_outputs(data: "input_t", h_of=silu_and_mul, quantize=None, round_gemm=None):
-    """SPEC 1 a4w4 in torch from the raw weights, one pass per expert that is hit: yields (slots,
-    y * w) per expert, the fp32 contributions of its slots (flat indices into topk_ids) to their
-    tokens' output rows. h_of(gate, up) computes h (bench/numerics/budget.py varies it);
-    quantize(rows) -> fp32 each GEMM's activations (None: SPEC 3.3's MXFP4, quant_dequant_activation)
-    and round_gemm(fp32) -> fp32 each GEMM's output as stored (None: kept in fp32), which the peers'
-    torch models vary (bench/h200/peers/)."""
+    """SPEC 1 a4w4 per expert that is hit: yields (slots, y * w), the fp32 contributions of its slots
+    (flat indices into topk_ids). The steps that tools vary: h_of(gate, up) -> h, quantize(rows) ->
+    fp32 GEMM activations (None: SPEC 3.3), round_gemm(fp32) -> a GEMM's output as stored (None: fp32)."""
     quantize = quantize or quant_dequant_activation
     round_gemm = round_gemm or (lambda t: t)
     hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, config = data
@@ -170,8 +162,7 @@ def slot_outputs(data: "input_t", h_of=silu_and_mul, quantize=None, round_gemm=N
 
 @torch.no_grad()
 def ref_kernel(data: "input_t", h_of=silu_and_mul, quantize=None, round_gemm=None) -> "output_t":
-    """SPEC 1 a4w4: the slots' contributions (slot_outputs, h from h_of; quantize and round_gemm
-    as there) added per token in fp32, rounded once."""
+    """SPEC 1 a4w4: slot_outputs added per token in fp32, rounded once."""
     hidden, *_, topk_ids, _config = data
     out = torch.zeros(hidden.shape, dtype=torch.float32, device=hidden.device)
     for slots, y in slot_outputs(data, h_of, quantize, round_gemm):

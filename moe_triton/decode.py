@@ -1,10 +1,5 @@
-"""The decode path's steps (kernels/decode.py: the fp4 weights decoded to bf16 in registers, bf16
-MMAs; the NVIDIA path), as PATH gives them to the launch machinery (fused_moe): its tile checks,
-a2 in bf16 from the buffers pool, the routing with a1 copied to bf16 (routing.route_decode), then
-stage 1 and stage 2, one launch each or two with a tail tile. With gluon1 tiles stage 1 is the
-warp-specialized Gluon kernel (kernels/gluon_stage1.py, sm_90); with gluon2 tiles stage 2 is
-(kernels/gluon_stage2.py).
-"""
+"""The decode path's steps (fp4 weights decoded to bf16 in registers, bf16 MMAs; Gluon stages on sm_90)
+for the launch machinery (docs/triton.md)."""
 
 import torch
 import triton
@@ -18,18 +13,12 @@ from problem.shapes import Shape
 
 
 def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
-    """The tiles that this path cannot run on this shape and device: a ValueError naming the field."""
+    """The tiles that this path cannot run on this shape and device (the Gluon stages need sm_90, K
+    steps of 128, 2 or 4 MMA warpgroups and 32-bit offsets): a ValueError naming the field."""
     if cfg.tail_m and not (16 <= cfg.tail_m < cfg.block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
         raise ValueError(
             f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {cfg.block_m}"
         )
-    check_gluon(cfg, shape, n_blocks, device)
-
-
-def check_gluon(cfg: TileConfig, shape: Shape, n_blocks: int, device) -> None:
-    """The Gluon stages (kernels/gluon_stage1.py, gluon_stage2.py) run where their tiles fit: an
-    sm_90 GPU (wgmma, setmaxnreg), K steps of 128, 2 or 4 MMA warpgroups (of 32 h columns in stage
-    1, of 64 output columns in stage 2), 32-bit offsets."""
     n_tokens, d_hidden, d_inter, n_experts, _ = shape
     stages = (
         (1, cfg.gluon1, d_hidden, cfg.block_n1, 32, d_inter),
@@ -72,18 +61,13 @@ def check_gluon(cfg: TileConfig, shape: Shape, n_blocks: int, device) -> None:
 
 
 def gluon_launch_registers(num_wg: int) -> int:
-    """The most registers a thread of a Gluon program of num_wg MMA warpgroups and the loader's can
-    have at launch: one program an SM (65536 registers), in multiples of 8 (168 or 96)."""
+    """The most registers a thread can have at launch at one Gluon program of num_wg + 1 warpgroups an SM."""
     return 65536 // (128 * (num_wg + 1)) // 8 * 8
 
 
 def gluon_registers(max_regs: int, num_wg: int) -> dict:
-    """A Gluon stage's register split (max_regs1 or max_regs2 of its tiles, num_wg MMA warpgroups):
-    with 0 the whole register file for one program an SM (the compiler's 168 a thread at two
-    warpgroups; MMA warpgroups 224 or 104, the loader 56); with R, R a thread at launch (ptxas
-    .maxnreg), so that 65536 / (R x 32 x the program's warps) programs share an SM, split by
-    setmaxnreg between the loader (56, or 40 below R 72) and equal MMA warpgroups, the default
-    partition (MMA warpgroup 0) taking what is left."""
+    """A Gluon stage's launch registers and setmaxnreg split for its max_regs tile field (docs/triton.md,
+    "The register split")."""
     if not max_regs:
         return {"MMA_REGS": 224 if num_wg == 2 else 104, "LOADER_REGS": 56}
     loader = 56 if max_regs >= 72 else 40
@@ -97,20 +81,18 @@ def scratch(shape: Shape, cfg, n_blocks: int, device) -> tuple[torch.Tensor]:
 
 
 def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tensor]]:
-    """Launches 1 and 2: the routing and a1 (routing.route_decode)."""
+    """Launches 1 and 2: the routing and a1."""
     routing, a1 = route_decode(call.hidden_states, call.topk_ids, layer.shape.n_experts, layer.cfg.block_m, call.out)
     return routing, (a1,)
 
 
 def row_tiles(cfg) -> tuple[int, ...]:
-    """One launch per stage, or two when the tiles name a tail: blocks with at most tail_m real rows
-    (an expert's last block, mostly) then run on tail_m-row tiles instead of block_m."""
+    """The row tiles of a stage's launches: block_m, and tail_m for the tail blocks where set."""
     return (cfg.block_m, cfg.tail_m) if cfg.tail_m else (cfg.block_m,)
 
 
 def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch.Tensor]) -> None:
-    """Stage 1, a2 = silu(a1 w1_gate) * a1 w1_up per routing block: the Triton kernel, or the Gluon
-    one with gluon1 tiles (imported here: a Triton without Gluon, or another GPU's, never needs it)."""
+    """Stage 1, a2 = silu(a1 w1_gate) * a1 w1_up per routing block (Gluon imported only where used)."""
     shape, cfg = layer.shape, layer.cfg
     fast = target.fast_decode(call.out.device)
     if cfg.gluon1:
@@ -132,8 +114,7 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
 
 
 def stage2(call: plan.Call, layer: plan.Layer, routing: Routing) -> None:
-    """Stage 2, out += topk_weights x a2 w2 per routing block: the Triton kernel, or the Gluon one
-    with gluon2 tiles."""
+    """Stage 2, out += topk_weights x a2 w2 per routing block."""
     shape, cfg = layer.shape, layer.cfg
     fast = target.fast_decode(call.out.device)
     if cfg.gluon2:
@@ -161,7 +142,6 @@ def stage2(call: plan.Call, layer: plan.Layer, routing: Routing) -> None:
 
 
 def triton_options(block_n: int, block_k: int, warps: int, stages: int, max_regs: int, fast: bool) -> dict:
-    """A Triton stage's tile constexprs and launch options (one stage's fields of the tiles)."""
     return dict(
         BLOCK_N=block_n,
         BLOCK_K=block_k,
@@ -175,8 +155,7 @@ def triton_options(block_n: int, block_k: int, warps: int, stages: int, max_regs
 
 
 def gluon_options(stages: int, split: int, num_wg: int, max_regs: int, fast: bool) -> dict:
-    """A Gluon stage's constexprs and launch options: K steps of 128, num_wg MMA warpgroups, 4 warps
-    launched (MMA warpgroup 0; the kernel starts its other partitions) and their register split."""
+    """4 warps launched: MMA warpgroup 0; the kernel starts its other partitions."""
     return dict(
         BLOCK_K=128,
         STAGES=stages,

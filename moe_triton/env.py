@@ -1,6 +1,5 @@
-"""MOE_TRITON_NATIVE, which forces the Triton backend's path, by one rule for the launcher
-(target.native_default) and the up-front checks of the runner and the pre-run; it imports
-nothing, so that the runner checks it before Triton is imported."""
+"""MOE_TRITON_NATIVE, read by one rule for the launcher and the runner's up-front checks; imports nothing,
+so that the runner checks it before Triton is imported."""
 
 import os
 

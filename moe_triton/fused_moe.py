@@ -1,14 +1,4 @@
-"""The Triton backend's entry point, fused_moe_triton: it picks the path (decode.py, the NVIDIA one;
-native.py, chosen on a gfx950 device and selectable anywhere with `native=True` or
-MOE_TRITON_NATIVE=1 / 0) and its tiles, and runs the shape's plan: routing, stage 1 and stage 2 in
-four launches (six with a tail tile), no host sync. first_call is the launch machinery both paths
-share: a shape's first call runs the path's checks and scratch, then its launches, recorded into
-the shape's plan (plan.py), which later calls replay; each path gives only what differs (plan.Path).
-
-Scratch comes from the buffers pool; the output is a new tensor every call. Under Triton's CPU
-interpreter, which has no bf16 atomics, stage 2 accumulates into an fp32 tensor that is rounded to
-bf16 at the end; on a GPU it adds bf16 atomically into the output, as the runner's aiter kernel does.
-"""
+"""The Triton backend's entry point, and first_call, the launch machinery both paths share (docs/triton.md)."""
 
 import torch
 
@@ -33,13 +23,10 @@ def fused_moe_triton(
     tiles: TileConfig | NativeTileConfig | None = None,
     native: bool | None = None,
 ) -> torch.Tensor:
-    """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales
-    2-D [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. The caller validates the input tuple
-    (problem.validation.validate_inputs); the shapes are read from the tensors. native picks the
-    path (None: target.native_default); tiles overrides that path's tile table (bench/tune/tiles.py).
-    Without tiles, the native table (tiles_amd.native_tile_config) or off the native path the static
-    one (tiles_nvidia.static_tiles) picks. A plan is kept per path, input sizes, device, tiles, PDL
-    switch and interpreter."""
+    """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales 2-D
+    [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. Inputs validated by the caller
+    (problem.validation.validate_inputs). native picks the path (None: target.native_default); tiles
+    overrides the path's tile table."""
     device = hidden_states.device
     if native is None:
         native = target.native_default(device)
@@ -58,9 +45,7 @@ def fused_moe_triton(
 
 
 def first_call(path: plan.Path, inputs: tuple, shape: Shape, cfg) -> tuple[plan.Plan, torch.Tensor]:
-    """A shape's first call on a path with tiles cfg: the path's checks and scratch, then its
-    launches, routing, stage 1 and stage 2, recorded into the shape's plan (plan.record_plan).
-    Returns the plan and this call's output."""
+    """A shape's first call on a path with tiles cfg: checks, scratch, launches -> (plan, output)."""
     device = inputs[0].device
     if not isinstance(cfg, path.tiles):
         name = "native" if path.native else "decode"

@@ -1,8 +1,5 @@
-"""The native path's steps (kernels/native.py: tl.dot_scaled on packed MXFP4 operands, gfx950's
-scaled MFMAs; Triton emulates dot_scaled elsewhere), as PATH gives them to the launch machinery
-(fused_moe): its tile checks, a2 as fp4 bytes and e8m0 scales from the buffers pool, the routing
-and a1 (routing.route_native; none where stage 1 routes its own block), stage 1 and stage 2.
-"""
+"""The native path's steps (tl.dot_scaled on packed MXFP4 operands: gfx950's scaled MFMAs) for the
+launch machinery (docs/gfx950.md)."""
 
 import torch
 import triton
@@ -23,9 +20,7 @@ ZERO_BLOCK = 1024
 
 
 def check(shape: Shape, cfg: NativeTileConfig, n_blocks: int, device) -> None:
-    """The tiles that this path cannot run on this shape: a ValueError naming the field; a shape
-    too large for the kernels' 32-bit offsets (within an expert, a1, a2 and the output) is one
-    naming the hidden states."""
+    """Tiles this path cannot run on this shape, or a shape past its 32-bit offsets: a ValueError."""
     if cfg.route_launches not in (0, 1, 2):
         raise ValueError(f"tiles: route_launches must be 0, 1 or 2, got {cfg.route_launches}")
     if cfg.route_launches == 0 and not cfg.fused_quant:
@@ -52,9 +47,7 @@ def scratch(shape: Shape, cfg, n_blocks: int, device) -> tuple[torch.Tensor, tor
 
 
 def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tensor, torch.Tensor]]:
-    """The tiles' route_launches and a1 as stage 1 reads it: fp4 bytes and scales, or with fused_quant
-    the hidden states' int32 view twice (stage 1 quantizes; no scales). With route_launches 0 stage 1
-    routes its own block into the routing buffers: no launch here."""
+    """The routing (stage 1's with route_launches 0) and a1: fp4 and scales, or with fused_quant int32 pairs."""
     shape, cfg = layer.shape, layer.cfg
     hidden_pairs = (call.hidden_bits, call.hidden_bits)
     if cfg.route_launches == 0:
@@ -75,8 +68,7 @@ def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tenso
 
 
 def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch.Tensor, torch.Tensor]) -> None:
-    """Stage 1, a2 = mxfp4(silu(a1 w1_gate) * a1 w1_up) per routing block; with route_launches 0 it
-    also routes its own block and zeroes its share of the output."""
+    """Stage 1, a2 = mxfp4(silu(a1 w1_gate) * a1 w1_up) per routing block (and its routing)."""
     shape, cfg = layer.shape, layer.cfg
     own_route = cfg.route_launches == 0
     n_slots = shape.n_tokens * shape.topk

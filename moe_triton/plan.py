@@ -1,13 +1,6 @@
-"""The launch machinery's recording and replay for both paths: a shape's first call runs its
-launches on a Call of its tensors, and launch records each into the shape's Plan, which later calls
-replay with their own tensors (no tile lookup, buffer lookups or argument building). On a GPU the
-replay calls the launcher of the CompiledKernel that the first call's JIT launch returned, as
-JITFunction.run ends (triton 3.6 to 3.9; on gfx950 shown argument for argument by
-bench.gfx950.replay); it falls back to the JIT launch while a launch hook is registered (a
-profiler), for inputs that the JIT would specialise otherwise (dtype, 16-byte alignment, on AMD a
-storage over 2 GiB), and for good if a plan's first direct launch raises. Layer and Path are what a
-path's steps read and give (fused_moe.first_call runs them).
-"""
+"""Per-shape plans: a shape's first call records its launches, later calls replay them with their own
+tensors, saving the host time of the JIT launch (docs/triton.md, "Host time per call" and "The replay
+on gfx950")."""
 
 import inspect
 import os
@@ -32,8 +25,7 @@ _recording: "list | None" = None  # the launches of the plan being built, while 
 
 
 def launch(fn, grid: tuple, *args, **kwargs) -> None:
-    """fn[grid](*args, **kwargs), recorded into the plan being built, if any. A tile that asks the
-    GPU for more than it has (shared memory, registers) is a ValueError naming the kernel."""
+    """fn[grid](*args, **kwargs), recorded into the plan being built; a tile too large is a ValueError."""
     try:
         compiled = fn[grid](*args, **kwargs)
     except OutOfResources as exc:
@@ -53,20 +45,16 @@ def _hooks_idle() -> bool:
 
 
 def specialisation(tensors: tuple, amd: bool) -> tuple:
-    """What the JIT specialises a kernel on in these tensors beyond their shapes (the plans' key):
-    dtype, 16-byte alignment and, where the AMD backend addresses through 32-bit buffer offsets
-    (amd: the kernels target AMD; triton 3.6 to 3.9, knobs.amd.use_buffer_ops), whether the storage fits 2^31 - 1 bytes.
-    Inputs that differ in it from the first call's would make the JIT launch another kernel than the
-    recorded one: a wrong pointer assumption there is a memory fault, not an exception."""
+    """What the JIT specialises a kernel on in these tensors beyond their shapes: dtype, 16-byte alignment
+    and on AMD (buffer ops' 32-bit offsets) whether the storage is under 2 GiB. A replay on inputs that
+    differ in it would launch the wrong kernel."""
     if amd:
         return tuple((t.dtype, t.data_ptr() % 16 == 0, t.untyped_storage().nbytes() < 2**31) for t in tensors)
     return tuple((t.dtype, t.data_ptr() % 16 == 0) for t in tensors)
 
 
 class _Launch:
-    """One recorded launch: its JIT arguments with the call's tensors marked by position
-    (`slots`), and, for direct launches, every kernel parameter in signature order. `grid_arg` is
-    the grid as given to kernel[grid] (what launch metadata is made from), `grid` its three sizes."""
+    """One recorded launch: its JIT arguments and kernel parameters, the call's tensors by position."""
 
     __slots__ = ("fn", "grid_arg", "grid", "args", "kwargs", "slots", "params", "param_slots", "compiled")
 
@@ -89,10 +77,8 @@ class _Launch:
         self.fn[self.grid_arg](*args, **self.kwargs)
 
     def direct(self, tensors: tuple, stream, exact: bool) -> None:
-        """The launcher call that ends JITFunction.run. exact (AMD): with the launch metadata and hook
-        chains that it passes, argument for argument (bench.gfx950.replay); else None for the three,
-        the same effect while no hook is registered (the only time a replay runs) without the
-        1.3 us a launch that launch_metadata costs on the host."""
+        """The launcher call that ends JITFunction.run; exact (AMD) passes its launch metadata and hooks
+        too, else None for them, which saves 1.3 us a launch while no hook is registered."""
         params = self.params.copy()
         for k, i in self.param_slots:
             params[k] = tensors[i]
@@ -106,9 +92,8 @@ class _Launch:
 
 
 class Call(NamedTuple):
-    """A call's tensors as its launches take them, in the order a plan marks them by: the inputs with
-    the weights and their scales as bytes, the output, and on the native path the hidden states as
-    int32 pairs (its launches' view of them; None elsewhere)."""
+    """A call's tensors as its launches take them: the weights and scales as bytes, the output and on
+    the native path the hidden states as int32 pairs."""
 
     hidden_states: torch.Tensor
     w1: torch.Tensor
@@ -132,8 +117,7 @@ class Call(NamedTuple):
 
 
 class Layer(NamedTuple):
-    """What a shape's launches read besides the call's tensors: its sizes, tiles, routing blocks
-    (routing_capacity) and stage 1's output buffers (a2, and on the native path its scales)."""
+    """What a shape's launches read besides the call's tensors: sizes, tiles, routing blocks, a2."""
 
     shape: Shape
     cfg: object  # the path's tiles: TileConfig or NativeTileConfig
@@ -141,20 +125,15 @@ class Layer(NamedTuple):
     a2: tuple
 
     def stage1_args(self, call: Call, routing: tuple, a1: tuple) -> tuple:
-        """Stage 1's leading arguments on either path: a1, w1 and its scales, a2, the routing."""
         return (*a1, call.w1, call.w1_scale, *self.a2, *routing)
 
     def stage2_args(self, call: Call, routing: tuple) -> tuple:
-        """Stage 2's arguments before its constexprs on either path: a2, w2 and its scales, the
-        output, the routing weights, the routing and the sizes M, H, I."""
         sizes = (self.shape.n_tokens, self.shape.d_hidden, self.shape.d_inter)
         return (*self.a2, call.w2, call.w2_scale, call.out, call.topk_weights, *routing, *sizes)
 
 
 class Path(NamedTuple):
-    """A path's part of the launch machinery (fused_moe.first_call): its tiles' type, its checks (a
-    ValueError), a2's buffers, the routing (prep: Routing and a1 as stage 1 reads it) and the two
-    stages. native: its launches take the hidden states as int32 pairs; it replays on any GPU."""
+    """What a path gives fused_moe.first_call; native: hidden states as int32 pairs, replays on any GPU."""
 
     tiles: type
     check: Callable
@@ -202,21 +181,17 @@ class Plan:
 
 
 def clear_plans() -> None:
-    """Forget every recorded plan: each shape's next call records anew through JIT launches (for
-    tools that compile or compare launches)."""
+    """Forget every plan, so that each shape's next call records anew (tools that compare launches)."""
     _plans.clear()
 
 
 def latest_plan() -> "Plan | None":
-    """The plan that the last call recorded or replayed (for tools that read its launches)."""
+    """The plan that the last call recorded or replayed."""
     return next(reversed(_plans.values()), None)
 
 
 def planned_call(key: tuple, record, inputs: tuple, interpret: bool) -> torch.Tensor:
-    """A call through its shape's plan: record() makes it at the key's first call and returns it
-    with that call's output; later calls replay it with their own inputs (hidden_states, w1, w2,
-    w1_scale, w2_scale, topk_weights, topk_ids); the least recently used of more than MAX_PLANS
-    plans is dropped. Under the interpreter (interpret) the fp32 output is returned as bf16."""
+    """A call through the key's plan, made by record() -> (plan, output); the interpreter's fp32 as bf16."""
     plan = _plans.get(key)
     if plan is None:
         plan, out = record()
@@ -230,9 +205,7 @@ def planned_call(key: tuple, record, inputs: tuple, interpret: bool) -> torch.Te
 
 
 def record_plan(launches, inputs: tuple, native: bool) -> tuple[Plan, torch.Tensor]:
-    """A first call of a shape: launches(call) (a Call of the inputs and a new output) makes its
-    launches through launch, which records them into the shape's plan. Returns the plan and this
-    call's output. Direct launches on NVIDIA GPUs (the decode path) and on any GPU (native)."""
+    """A shape's first call: launches(call) runs and is recorded. Returns the plan and the output."""
     global _recording
     hidden_states = inputs[0]
     device = hidden_states.device

@@ -1,10 +1,5 @@
-"""The routing launches of the Triton backend (launches 1 and 2 of a call): the aiter-compatible
-routing of topk_ids into routing blocks (kernels/routing.py, and the native path's own routing
-kernels in kernels/native.py), the activations a1 written in the same launch, and the routing
-arrays' sizes and buffers, which every path's stage 1 and stage 2 read. Each step has one result
-type: routing_buffers the Routing, route_decode the Routing and the bf16 a1, route_native the
-Routing (a1 where the caller passes its buffers, fp4_activations).
-"""
+"""The routing launches (a call's first one or two): topk_ids into aiter-compatible routing blocks, a1
+written and the output zeroed in the same launches (docs/triton.md, "The kernels")."""
 
 from typing import NamedTuple
 
@@ -28,8 +23,7 @@ COUNT_CHUNK = 1024
 
 
 class Routing(NamedTuple):
-    """The aiter-compatible routing arrays (moe_sorting's layout) that both stages read: each routing
-    block's slots (token * topk + k, padded with n_slots), its expert, and [valid slots, tokens]."""
+    """aiter's moe_sorting layout: each block's slots, its expert, and [valid slots, tokens]."""
 
     sorted_ids: torch.Tensor
     sorted_expert_ids: torch.Tensor
@@ -64,9 +58,8 @@ def fp4_activations(hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Te
 def route_decode(
     hidden_states: torch.Tensor, topk_ids: torch.Tensor, n_experts: int, block_m: int, out: torch.Tensor
 ) -> tuple[Routing, torch.Tensor]:
-    """The decode path's launches 1 and 2: the routing of topk_ids for blocks of block_m rows, `out`
-    zeroed and a1, the hidden states copied into a bf16 buffer of the pool (in k_slot column order,
-    the order stage 1 reads)."""
+    """The decode path's routing for blocks of block_m rows, `out` zeroed, and a1: the hidden states in
+    a bf16 buffer in k_slot column order."""
     n_tokens, d_hidden = hidden_states.shape
     device = hidden_states.device
     routing = routing_buffers(topk_ids.numel(), n_experts, block_m, device)
@@ -92,10 +85,8 @@ def route_native(
     quant_blocks: int = QUANT_BLOCKS,
     hidden_bits: torch.Tensor | None = None,
 ) -> Routing:
-    """The native path's routing in `launches` launches (1: moe_native_route_kernel does it all),
-    `out` zeroed, and with a1 (fp4_activations) the hidden states quantized into it, quant_blocks
-    32-blocks per program (without, stage 1 quantizes its rows). hidden_bits: the hidden states'
-    int32 view that a recorded plan's launches take (made here if None)."""
+    """The native path's routing in `launches` (1 or 2) launches, `out` zeroed, and with a1
+    (fp4_activations) the hidden states quantized into it; hidden_bits: their int32 view (a plan's)."""
     n_tokens, d_hidden = hidden_states.shape
     n_slots = topk_ids.numel()
     routing = routing_buffers(n_slots, n_experts, block_m, hidden_states.device)
@@ -130,20 +121,13 @@ def _quant_programs(out: torch.Tensor, quant_blocks: int) -> int:
     return triton.cdiv(out.numel() // 32, quant_blocks)
 
 
-def histogram_chunks(n_slots: int) -> tuple[int, int]:
-    """(slots per histogram program, programs): a handful (at most 8), few enough for each route
-    program to sum their counts in one load, large enough chunks for their histograms to be cheap."""
-    hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
-    return hist_chunk, triton.cdiv(n_slots, hist_chunk)
-
-
 def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, **options) -> torch.Tensor:
-    """Launch 1 of two routing launches (moe_prep_kernel, moe_native_prep_kernel): per chunk of slots
-    a histogram of its experts, and in programs of QUANT_BLOCKS 32-blocks (options) the activations
-    (the hidden states and a1's buffers) and `out` zeroed. Returns the histograms' buffer."""
+    """Launch 1 of two: the experts' histogram per chunk of slots, a1 written, `out` zeroed."""
     n_tokens, d_hidden = out.shape
     n_slots = topk_ids.numel()
-    hist_chunk, n_chunks = histogram_chunks(n_slots)
+    # At most 8 chunks, so that each route program sums their counts in one load.
+    hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
+    n_chunks = triton.cdiv(n_slots, hist_chunk)
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, out.device)
     plan.launch(
@@ -165,8 +149,7 @@ def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, **opt
 
 
 def _placement(topk_ids: torch.Tensor, n_experts: int, block_m: int) -> dict:
-    """The constexprs of a launch that places each expert's slots into the routing arrays
-    (moe_route_kernel, moe_native_route_kernel)."""
+    """The constexprs of a launch that places each expert's slots into the routing arrays."""
     n_tokens, topk = topk_ids.shape
     n_slots = n_tokens * topk
     return dict(
@@ -179,8 +162,7 @@ def _placement(topk_ids: torch.Tensor, n_experts: int, block_m: int) -> dict:
 
 
 def _launch_route(topk_ids, chunk_counts, routing: Routing, n_experts: int, block_m: int, pdl: dict) -> None:
-    """Launch 2 of two: moe_route_kernel places each expert's slots from the chunk histograms into
-    the routing arrays."""
+    """Launch 2 of two: each expert's slots placed from the histograms."""
     n_chunks = chunk_counts.shape[0]
     plan.launch(
         moe_route_kernel,

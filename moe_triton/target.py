@@ -1,8 +1,4 @@
-"""What the Triton backend compiles for, asked in one place: the interpreter, the NVIDIA fast decode,
-gfx950 and its fp4 converts, whose silu the kernels reproduce, and the launch options that follow
-from the target (AMD's, programmatic dependent launch, register caps). Every path's launcher
-(decode.py, native.py, routing.py) reads these; this module imports none of them.
-"""
+"""What the Triton backend compiles for, asked in one place, and the launch options that follow from it."""
 
 import contextlib
 import functools
@@ -19,9 +15,7 @@ def interpreting() -> bool:
 
 
 def fast_decode(device: torch.device) -> bool:
-    """The weight decode's PTX path (one bf16x2 multiply per code pair, activations carrying
-    2^FAST_EXP) on NVIDIA GPUs; the portable, exact fp32 path everywhere else (ROCm, the
-    interpreter)."""
+    """The weight decode's PTX path on NVIDIA GPUs (docs/triton.md, "How the GEMMs read the weights")."""
     return device.type == "cuda" and torch.version.hip is None and not interpreting()
 
 
@@ -31,8 +25,7 @@ def _is_sm90(index: int) -> bool:
 
 
 def gluon_kernels(device: torch.device) -> bool:
-    """Whether the Gluon kernels (kernels/gluon_stage1.py, gluon_stage2.py: wgmma, setmaxnreg) run
-    here: the fast NVIDIA path on an sm_90 GPU (H100, H200)."""
+    """Whether the Gluon kernels (wgmma, setmaxnreg) run here: an sm_90 GPU (H100, H200)."""
     if not (fast_decode(device) and torch.cuda.is_available()):
         return False
     return _is_sm90(device.index if device.index is not None else torch.cuda.current_device())
@@ -54,44 +47,34 @@ def native_default(device: torch.device) -> bool:
 
 
 @functools.cache
-def _targets_amd(driver) -> bool:
-    """Whether a Triton driver compiles for AMD GPUs; asked once per driver object, since the
-    query reads the device's properties (a HIP call) and this runs on every layer call."""
-    return driver.get_current_target().backend == "hip"
-
-
-@functools.cache
-def _targets_gfx950(driver) -> bool:
-    target = driver.get_current_target()
-    return target.backend == "hip" and str(target.arch).startswith("gfx950")
+def _target(driver):
+    """A Triton driver's target, asked once per driver: the query is a HIP call on every layer call."""
+    return driver.get_current_target()
 
 
 def gfx950_converts() -> bool:
-    """Whether the native kernels compile for gfx950 (a ROCm MI355X, or the compile-only gfx950
-    driver of bench/gfx950/run.py), where they encode MXFP4 with its fp4 convert instruction
-    (mxfp4/convert.py); elsewhere (NVIDIA GPUs, other AMD GPUs, the interpreter) they run its
-    emulation."""
-    return not interpreting() and _targets_gfx950(triton.runtime.driver.active)
+    """Whether the native kernels compile for gfx950 (an MI355X, or bench/gfx950's compile-only
+    driver) and so use its fp4 convert instruction, not the emulation (docs/gfx950.md)."""
+    if interpreting():
+        return False
+    target = _target(triton.runtime.driver.active)
+    return target.backend == "hip" and str(target.arch).startswith("gfx950")
 
 
 def silu_judge() -> str:
-    """Whose silu the kernels that compute h reproduce bit for bit (moe_triton/kernels/silu.py,
-    docs/numerics.md): "ck" where Triton compiles for AMD GPUs (the MI355X's judge is aiter's CK
-    stage 1), "torch" elsewhere (reference.py on NVIDIA GPUs and under the CPU interpreter)."""
-    return "ck" if not interpreting() and _targets_amd(triton.runtime.driver.active) else "torch"
+    """The judge whose silu the kernels reproduce (docs/numerics.md, "The silu on each target")."""
+    return "ck" if targets_amd() else "torch"
 
 
 def silu_options() -> dict:
-    """The launch arguments of a kernel that computes h: its judge and, for aiter's CK (AMD), no FP
-    fusion (moe_triton/kernels/silu.py says why)."""
+    """The launch arguments of a kernel that computes h: its judge, and for CK's no FP fusion."""
     judge = silu_judge()
     return {"JUDGE": judge, **({"enable_fp_fusion": False} if judge == "ck" else {})}
 
 
 def targets_amd() -> bool:
-    """Whether the kernels compile for AMD GPUs: the active Triton driver is AMD's (a ROCm GPU, or the
-    compile-only gfx950 driver of bench/gfx950/run.py), and the interpreter is off."""
-    return not interpreting() and _targets_amd(triton.runtime.driver.active)
+    """Whether the kernels compile for AMD GPUs (a ROCm GPU, or bench/gfx950's compile-only driver)."""
+    return not interpreting() and _target(triton.runtime.driver.active).backend == "hip"
 
 
 def amd_options(nonkdim: int, waves_per_eu: int) -> dict:
@@ -106,15 +89,13 @@ PDL = True
 
 
 def pdl_enabled() -> bool:
-    """PDL as it is now: read through this function by the modules that key plans on it, so that
-    pdl_set reaches them."""
+    """PDL as it is now, read through a function so that pdl_set reaches the plans' key."""
     return PDL
 
 
 @contextlib.contextmanager
 def pdl_set(on: bool):
-    """PDL on or off while the block runs, as it was afterwards (tools that time kernels one by one:
-    with it, a kernel's time includes its wait for the previous one)."""
+    """PDL on or off while the block runs (tools that time kernels one by one)."""
     global PDL
     saved, PDL = PDL, on
     try:
@@ -124,12 +105,10 @@ def pdl_set(on: bool):
 
 
 def pdl_options(fast: bool) -> dict:
-    """The kernel argument that compiles the wait for the previous kernel into every kernel
-    (moe_triton.kernels.routing.after_previous_launch) and the launch option, where PDL applies."""
+    """The PDL kernel argument (kernels/routing.py, after_previous_launch) and launch option."""
     return {"PDL": True, "launch_pdl": True} if fast and PDL else {"PDL": False}
 
 
 def register_cap(fast: bool, max_regs: int) -> dict:
-    """The launch option that caps a kernel's registers per thread (ptxas .maxnreg), on the
-    NVIDIA path and where the tiles set one (0: the compiler's choice)."""
+    """ptxas .maxnreg on the NVIDIA path, where the tiles set one (0: the compiler's choice)."""
     return {"maxnreg": max_regs} if fast and max_regs else {}

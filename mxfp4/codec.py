@@ -1,18 +1,5 @@
-"""MXFP4 (fp4 e2m1 values, e8m0 scales per 32 elements) in plain torch, bit-exact to SPEC 3.
-
-Device-agnostic; every function accepts the torch fp4/e8m0 dtypes or their uint8 views and
-never modifies its inputs.
-
-NaN inputs follow each aiter quantizer (docs/aiter_overrides.md, "NaN inputs"):
-* quantize_weight (aiter's torch quantizer): torch's amax propagates NaN, so a block holding a
-  NaN gets scale byte 255 (E8M0 NaN) and dequantizes to NaN; its NaN elements get code 7.
-* quantize_activation (aiter's Triton quantizer): the block amax is tl.max, which Triton lowers
-  to a maximum that ignores NaN (arith.maxnumf, also under the interpreter), so a NaN among
-  other values leaves the scale of the others and is encoded as code 7 (6 x scale) with its sign
-  bit; a block of NaNs only gets byte 254 (the amax NaN 0x7FC00000 becomes +Inf in the rounding
-  add, so s = 127) and codes 7: it dequantizes to +-Inf (6 x 2^127 overflows fp32).
-Code 7 also stands for Inf elements, with scale byte 254 when the amax is Inf.
-"""
+"""MXFP4 in plain torch, bit-exact to SPEC 3 on any device; takes the torch fp4/e8m0 dtypes or their
+uint8 views. NaN and Inf inputs follow each aiter quantizer (docs/aiter_overrides.md, "NaN inputs")."""
 
 import torch
 
@@ -80,12 +67,16 @@ def f32_to_e8m0_weight(v: torch.Tensor) -> torch.Tensor:
     return out.clamp(max=0xFF).to(torch.uint8)
 
 
+def _pow2(b: torch.Tensor) -> torch.Tensor:
+    """2^(b - 127) (fp32) of int32 b in [0, 255] (0: 2^-127, 255: NaN), built from bits: torch.exp2
+    on CUDA is not exact at 2^-127."""
+    bits = torch.where(b == 0, 0x00400000, b << 23)
+    return torch.where(b == 0xFF, 0x7FC00000, bits).to(torch.int32).view(torch.float32)
+
+
 def e8m0_to_f32(scales: torch.Tensor) -> torch.Tensor:
     """E8M0 bytes -> fp32 2^(b-127); byte 0 -> 2^-127, byte 255 -> NaN."""
-    b = as_uint8(scales, "scales").to(torch.int32)
-    bits = torch.where(b == 0, torch.full_like(b, 0x00400000), b << 23)
-    bits = torch.where(b == 0xFF, torch.full_like(b, 0x7FC00000), bits)
-    return bits.view(torch.float32)
+    return _pow2(as_uint8(scales, "scales").to(torch.int32))
 
 
 def quantize_weight(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -107,22 +98,14 @@ def activation_scale_exponent(amax: torch.Tensor) -> torch.Tensor:
     return torch.where(biased == 0xFF, 127, (biased - 129).clamp(-127, 127)).to(torch.int32)
 
 
-def _pow2(e: torch.Tensor) -> torch.Tensor:
-    """2^e (fp32) for integer e in [-127, 127], built from bits: torch.exp2 on CUDA is not exact
-    at 2^-127."""
-    bits = torch.where(e == -127, 0x00400000, (e + 127) << 23)
-    return bits.to(torch.int32).view(torch.float32)
-
-
 def quantize_activation(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """SPEC 3.3 (aiter's Triton activation quantizer, without its uint8 cast bug; NaN as in the
-    module docstring): x [..., K] -> packed uint8 [rows, K/2], scales uint8 [rows, K/32]."""
+    """SPEC 3.3 (aiter's Triton quantizer): x [..., K] -> packed uint8 [rows, K/2], scales uint8 [rows, K/32]."""
     xb = _blocks(x, "x")
     mag = xb.abs()
     nan = torch.isnan(mag)
     s = activation_scale_exponent(torch.where(nan, 0.0, mag).amax(dim=-1))
     s = torch.where(nan.all(dim=-1), 127, s)
-    q = xb * _pow2(-s).unsqueeze(-1)
+    q = xb * _pow2(127 - s).unsqueeze(-1)
     codes = _codes_from_magnitude(q.abs(), half_even=False) | _sign_bits(xb)
     return _pack(codes.reshape(xb.shape[0], -1)), (s + 127).to(torch.uint8)
 

@@ -1,26 +1,5 @@
-"""MXFP4 activation encoding (SPEC 3.3) inside Triton kernels with gfx950's fp4 convert,
-`v_cvt_scalef32_pk_fp4_f32`, and an emulation of that instruction for every other target.
-
-The instruction (docs/gfx950.md, "The fp4 converts", gives the sources) converts two fp32 values
-to two E2M1 codes in one byte of its destination register: each value is divided by 2^(E - 127),
-E the exponent field of the scale operand, and rounded to nearest, ties to EVEN; |x| > 6 and Inf
-saturate to 6, the sign survives on zeros (-0 and tiny negatives give code 8); the first value
-goes to the low nibble. SPEC 3.3 rounds ties AWAY from zero, so the values are nudged first: a
-bf16 value widened to fp32 has its 16 low bits clear, and setting the lowest one moves an exact
-tie just past it, away from zero, and no other value across a rounding point (a bf16 value that
-is no tie lies at least one bf16 ulp, 2^16 fp32 ulps, from every rounding point). With the
-nudge the convert is SPEC 3.3's element rule on every finite bf16 value at every scale
-(tests/test_converts.py checks the emulation on every bf16 bit pattern); NaN inputs and the Inf
-that the nudge turns into a NaN follow HIP's emulation (saturate to 6, SPEC's code 7), which the
-hardware is not known to share.
-
-GFX950 (a constexpr the launcher sets when it compiles for gfx950) picks the instruction, through
-inline assembly; otherwise fp4_pair_emulated computes the same byte in integer arithmetic, which is
-exact on any backend and under the CPU interpreter. The block scale is SPEC 3.3's in both: the
-amax a maximum of magnitudes that leaves NaNs out (as tl.max does, like aiter's kernel), its fp32
-bits plus 0x200000, the exponent field minus 2, clamped to [0, 254] (an amax whose exponent
-rounds to 255, Inf or above 1.75 * 2^127, gives 254).
-"""
+"""MXFP4 activation encoding (SPEC 3.3) inside Triton kernels: gfx950's fp4 convert on values nudged so
+that it rounds ties away from zero, or its emulation elsewhere (docs/gfx950.md, "The fp4 converts")."""
 
 import triton
 import triton.language as tl
@@ -30,9 +9,8 @@ from mxfp4.encode import e2m1_magnitude, quarter_steps
 
 @triton.jit
 def fp4_code_emulated(bits, scale_byte):
-    """The E2M1 code (sign in bit 3) that the convert gives an fp32 bit pattern (int32) at the
-    scale whose exponent field is scale_byte: |x| * 2^(127 - scale_byte) rounded to nearest
-    even on 0, 0.5, 1, 1.5, 2, 3, 4, 6, saturating; Inf and NaN saturate."""
+    """The E2M1 code (sign in bit 3) that the convert gives an fp32 bit pattern (int32) at the scale
+    whose exponent field is scale_byte: rounded to nearest even, saturating (Inf and NaN too)."""
     # floor(4 |y|) against the doubled E2M1 midpoints, and whether it is exact.
     v, exact, e = quarter_steps(bits & 0x7FFFFFFF, scale_byte, 23)
     code = e2m1_magnitude(v)
@@ -51,10 +29,7 @@ def fp4_pair_emulated(even_bits, odd_bits, scale_byte):
 
 @triton.jit
 def fp4_pair_gfx950(even_bits, odd_bits, scale_byte):
-    """v_cvt_scalef32_pk_fp4_f32 itself (gfx950 only): the scale operand is an fp32 whose
-    exponent field is scale_byte. It writes byte 0 of its destination and keeps the others. Its
-    result cannot be forwarded to the next instruction (LLVM PR 117844), and the compiler cannot
-    see inside the assembly to insert the wait it needs: s_nop 0 does."""
+    """v_cvt_scalef32_pk_fp4_f32 itself (gfx950 only), with the s_nop 0 that inline assembly must add."""
     return tl.inline_asm_elementwise(
         "v_cvt_scalef32_pk_fp4_f32 $0, $1, $2, $3\n\ts_nop 0",
         "=v,v,v,v",
@@ -67,8 +42,7 @@ def fp4_pair_gfx950(even_bits, odd_bits, scale_byte):
 
 @triton.jit
 def fp4_pair(even_bits, odd_bits, scale_byte, GFX950: tl.constexpr):
-    """The convert's byte of two fp32 bit patterns at scale byte scale_byte: the instruction when
-    compiling for gfx950, its emulation elsewhere."""
+    """The convert's byte of two fp32 bit patterns: the instruction on gfx950, its emulation elsewhere."""
     if GFX950:
         return fp4_pair_gfx950(even_bits, odd_bits, scale_byte)
     else:
@@ -77,14 +51,10 @@ def fp4_pair(even_bits, odd_bits, scale_byte, GFX950: tl.constexpr):
 
 @triton.jit
 def mx_block_scale(even_bits, odd_bits, JOINED: tl.constexpr):
-    """SPEC 3.3 scale bytes (int32 [R, G]) of [R, G, 16] pairs of fp32 bit patterns: the amax of
-    the magnitudes with NaNs left out, rounded up to a power of two iff its significand is at
-    least 1.75, its exponent minus 2, clamped to [0, 254]. JOINED takes the maximum in one
-    reduction over the 32 values, else the pairs' maximum first, then 16: the same bytes; which
+    """SPEC 3.3 scale bytes (int32 [R, G]) of [R, G, 16] pairs of fp32 bit patterns, NaNs left out of
+    the amax. JOINED (one reduction over 32) and the pairs' maximum first give the same bytes; which
     compiles leaner depends on the layout (docs/gfx950.md, "The fp4 converts")."""
-    # tl.max and tl.maximum leave NaNs out (maxnum) when compiled and under triton 3.9's
-    # interpreter (3.6's lets tl.maximum propagate them, so there JOINED alone is exact); "* 1.0"
-    # quiets signalling NaNs, which numpy's max reduction would keep, and compiles to nothing.
+    # "* 1.0" quiets signalling NaNs, which numpy's max reduction would keep, and compiles to nothing.
     even = tl.abs(even_bits.to(tl.float32, bitcast=True) * 1.0)
     odd = tl.abs(odd_bits.to(tl.float32, bitcast=True) * 1.0)
     if JOINED:

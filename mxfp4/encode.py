@@ -1,17 +1,5 @@
-"""MXFP4 activation encoding inside Triton kernels (SPEC 3.3), on bit patterns: used by quant.py
-(the aiter path's quant + sort) and by the native path's kernels (moe_triton/kernels/native.py).
-
-The encoder never converts bits to floats: the block amax is taken on the magnitude bits
-(monotone for finite values; a NaN's bits exceed Inf's, which is how NaNs are told apart), the scale
-byte comes from the amax's exponent field (the "+0x200000, clear the mantissa" rounding is an
-add on those bits), and each element is rounded with integer shifts of its significand
-(floor(4 |x| 2^-s) against the doubled E2M1 midpoints 1, 3, 5, 7, 10, 14, 20, which is
-round-half-away-from-zero). So subnormal inputs, -0 and the sign of tiny negatives come out
-exactly on any backend and in Triton's CPU interpreter. Inf/NaN follow
-mxfp4.codec.quantize_activation, which follows aiter's Triton quantizer: NaNs are left out of the block
-amax (aiter's tl.max ignores them), a NaN element gets code 7 with its sign bit, a block of NaNs
-only gets byte 254 (s = 127), and so does a block whose amax is Inf (its Inf elements code 7).
-"""
+"""MXFP4 activation encoding (SPEC 3.3) inside Triton kernels in integer arithmetic on bit patterns, exact
+on any backend and under the interpreter (docs/numerics.md, "The software MXFP4 encoder")."""
 
 import triton
 import triton.language as tl
