@@ -25,7 +25,13 @@ path they also hold their values times 2^FAST_EXP and the decoded weights are wo
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.routing import after_previous_launch, chunk_histogram, routing_block, skip_block
+from moe_triton.kernels.routing import (
+    after_previous_launch,
+    chunk_histogram,
+    routing_block,
+    routing_weights,
+    skip_block,
+)
 from moe_triton.kernels.silu import gated_h
 
 # The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
@@ -325,8 +331,7 @@ def moe_stage2_kernel(
     rows, packed, tokens, valid, expert = routing_block(
         tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
-    slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
-    weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
+    weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
     # N_TILES output tiles of BLOCK_N columns in one loop over (tile, K step): the routing and
     # setup are paid once per program, and the pipeliner prefetches the next tile's weights
     # while this one's epilogue runs (d_inter is short: K_STEPS = d_inter / BLOCK_K is 1-16).

@@ -31,20 +31,12 @@ CPU, and runs it against the decode path's a2 and the reference on an sm_90 GPU 
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
 
 from moe_triton.kernels.decode import FAST_EXP, k_slot, mx_block_scales, mx_values
 from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
-    WG_ROWS,
     WORDS_LAYOUT,
     allocate_ring,
-    decoded_weights,
     fill_slot,
     mma_step,
     scales_layout,
@@ -134,7 +126,6 @@ def _mma_and_epilogue(
     """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers (and the
     folded block's, FOLD > 0). shared: what every MMA warpgroup takes (the kernel's mma_args)."""
     a2_ptr, ring, block, col0, d_inter, d_hidden, folded = shared
-    w_ring, s_ring, a_ring, ready, empty = ring
     fold, t_ring = folded
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
@@ -146,53 +137,12 @@ def _mma_and_epilogue(
         )
         acc_t = gl.zeros([2 * GROUP, FOLD], gl.float32, t_layout)
         for i in range(d_hidden // BLOCK_K):
-            acc, acc_t = _folded_step(acc, acc_t, i, ring, t_ring, acc_layout, t_layout, G, BLOCK_K, STAGES, SPLIT)
-            mbarrier.arrive(empty.index(i % STAGES), count=1)
+            acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
         _store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
     else:
         for i in range(d_hidden // BLOCK_K):
-            acc = mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
-            mbarrier.arrive(empty.index(i % STAGES), count=1)
+            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
     _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
-
-
-@gluon.jit
-def _folded_step(
-    acc,
-    acc_t,
-    i,
-    ring,
-    t_ring,
-    acc_layout: gl.constexpr,
-    t_layout: gl.constexpr,
-    G: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr,
-    SPLIT: gl.constexpr,
-):
-    """gluon_mma.mma_step with the folded block's rows (t_ring) as a second wgmma on the same
-    decoded weights."""
-    w_ring, s_ring, a_ring, ready, empty = ring
-    slot = i % STAGES
-    mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-    fence_async_shared()
-    w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
-    sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
-    K_PART: gl.constexpr = BLOCK_K // SPLIT
-    for part in gl.static_range(SPLIT):
-        w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
-        a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-        t_part = t_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-        acc = warpgroup_mma(w, a_part, acc, is_async=True)
-        w_t = gl.convert_layout(
-            w, gl.DotOperandLayout(operand_index=0, parent=t_layout, k_width=2), assert_trivial=True
-        )
-        acc_t = warpgroup_mma(w_t, t_part, acc_t, is_async=True)
-        if part > 0:
-            acc, acc_t, w, w_t = warpgroup_mma_wait(2, deps=[acc, acc_t, w, w_t])
-    acc, acc_t = warpgroup_mma_wait(0, deps=[acc, acc_t])
-    return acc, acc_t
 
 
 @gluon.jit

@@ -22,7 +22,6 @@ CPU, and runs it against the decode path and the reference on an sm_90 GPU (docs
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
@@ -34,7 +33,7 @@ from moe_triton.kernels.gluon_mma import (
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.routing import after_previous_launch, skip_block
+from moe_triton.kernels.routing import add_rows, after_previous_launch, routing_weights, skip_block
 
 
 @gluon.jit
@@ -109,7 +108,6 @@ def _mma_and_scatter(
     """MMA warpgroup G: its 64 columns of each output tile, added into out from its registers.
     shared: what every MMA warpgroup takes (the kernel's mma_args)."""
     out_ptr, topk_weights_ptr, sorted_ids_ptr, ring, block, col0, n_tokens, d_hidden, d_inter = shared
-    w_ring, s_ring, a_ring, ready, empty = ring
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
     )
@@ -125,24 +123,22 @@ def _mma_and_scatter(
     for tile in range(N_TILES):
         acc = zeros
         for k in range(k_steps):
-            i = tile * k_steps + k
-            acc = mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
-            mbarrier.arrive(empty.index(i % STAGES), count=1)
+            acc = mma_step(acc, tile * k_steps + k, ring, G, BLOCK_K, STAGES, SPLIT)
         # the block's tokens and weights, read again per tile: held across the K loop they spill
         packed = gl.load(
             sorted_ids_ptr + block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(1, rows)))
         )
         tokens = packed & 0xFFFFFF
         valid = tokens < n_tokens
-        weight = gl.load(topk_weights_ptr + (tokens * TOPK + (packed >> 24)), mask=valid, other=0.0)
+        weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
         weight = gl.expand_dims(gl.expand_dims(weight, 0), 1)
         # [warp, half, q, token] -> [warp, q, token, half]: columns 16 warp + 2q + half (_ring_col)
         y = gl.convert_layout(gl.permute(gl.reshape(acc, [4, 2, 8, ROWS]), [0, 2, 3, 1]), pair, assert_trivial=True)
-        y = (y * gl.expand_dims(weight, 3)).to(gl.bfloat16)
+        y = y * gl.expand_dims(weight, 3)
         first = col0 + (tile * NUM_WG + G) * WG_ROWS
         offs = gl.expand_dims(gl.expand_dims(gl.expand_dims(tokens * d_hidden + first, 0), 1), 3) + cols
         mask = gl.expand_dims(gl.expand_dims(gl.expand_dims(valid, 0), 1), 3) & (cols >= 0)
-        gl.atomic_add(out_ptr + offs, y, mask=mask, sem="relaxed")
+        add_rows(out_ptr + offs, y, mask)
 
 
 @gluon.jit

@@ -32,7 +32,16 @@ elsewhere, SPEC 3.3 bit for bit in both (quant.py keeps mxfp4.encode's software 
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.routing import chunk_histogram, place_expert, routing_block, skip_block
+from moe_triton.kernels.routing import (
+    add_rows,
+    chunk_histogram,
+    expert_counts,
+    expert_slots,
+    place_expert,
+    routing_block,
+    routing_weights,
+    skip_block,
+)
 from moe_triton.kernels.silu import gated_h
 from mxfp4.convert import mx_convert_bf16_pairs, mx_convert_pairs
 
@@ -98,22 +107,23 @@ def _mx_step(acc, w, w_scale, a, a_scale):
 
 
 @triton.jit
-def _quantize_and_zero(
+def _a1_share(
     hidden_ptr,
     a1_ptr,
     a1_scale_ptr,
     out_ptr,
-    program,
+    first_program,
     n_tokens,
     d_hidden,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
     GFX950: tl.constexpr,
 ):
-    """Program `program` of the a1 work: QUANT_BLOCKS 32-blocks of the hidden states taken as one
-    flat array (no block straddles two rows), quantized to a1 bytes and scales when QUANT, and
-    the output elements they cover zeroed. hidden_ptr: the bf16 bits as int32 pairs."""
-    blocks = program * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
+    """This program's share of the a1 work, which programs from first_program on do: QUANT_BLOCKS
+    32-blocks of the hidden states taken as one flat array (no block straddles two rows),
+    quantized to a1 bytes and scales when QUANT, and the output elements they cover zeroed.
+    hidden_ptr: the bf16 bits as int32 pairs."""
+    blocks = (tl.program_id(0) - first_program) * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
     valid = blocks < n_tokens * (d_hidden // 32)
     if QUANT:
         pairs = blocks[:, None].to(tl.int64) * 16 + tl.arange(0, 16)[None, :]
@@ -144,35 +154,12 @@ def moe_native_prep_kernel(
     GFX950: tl.constexpr,
 ):
     """Programs below n_chunks count the experts of one chunk of topk_ids; the others zero the
-    output and, with QUANT, write a1 (_quantize_and_zero)."""
+    output and, with QUANT, write a1 (_a1_share)."""
     pid = tl.program_id(0)
     if pid < n_chunks:
         chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
     else:
-        _quantize_and_zero(
-            hidden_ptr,
-            a1_ptr,
-            a1_scale_ptr,
-            out_ptr,
-            pid - n_chunks,
-            n_tokens,
-            d_hidden,
-            QUANT_BLOCKS,
-            QUANT,
-            GFX950,
-        )
-
-
-@triton.jit
-def _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS: tl.constexpr, SLOT_CHUNK: tl.constexpr):
-    """The whole expert histogram of topk_ids [EXPERT_BINS] (zero past the experts), counted by
-    this one program: no chunk-count pass, so nothing to wait for."""
-    counts = tl.zeros((EXPERT_BINS,), dtype=tl.int32)
-    for start in range(0, n_slots, SLOT_CHUNK):
-        offs = start + tl.arange(0, SLOT_CHUNK)
-        ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=EXPERT_BINS - 1)
-        counts += tl.histogram(ids, EXPERT_BINS)
-    return tl.where(tl.arange(0, EXPERT_BINS) < n_experts, counts, 0)
+        _a1_share(hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, n_chunks, n_tokens, d_hidden, QUANT_BLOCKS, QUANT, GFX950)
 
 
 @triton.jit
@@ -205,35 +192,11 @@ def moe_native_route_kernel(
     a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
-        counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
-        place_expert(
-            pid,
-            counts,
-            topk_ids_ptr,
-            sorted_ids_ptr,
-            sorted_expert_ids_ptr,
-            num_valid_ids_ptr,
-            n_tokens,
-            n_slots,
-            TOPK,
-            BLOCK_M,
-            EXPERT_BINS,
-            SLOT_CHUNK,
-            MAX_EXPERT_BLOCKS,
-        )
+        counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
+        routing = (sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr)
+        place_expert(counts, topk_ids_ptr, routing, n_tokens, n_slots, TOPK, BLOCK_M, SLOT_CHUNK, MAX_EXPERT_BLOCKS)
     else:
-        _quantize_and_zero(
-            hidden_ptr,
-            a1_ptr,
-            a1_scale_ptr,
-            out_ptr,
-            pid - n_experts,
-            n_tokens,
-            d_hidden,
-            QUANT_BLOCKS,
-            QUANT,
-            GFX950,
-        )
+        _a1_share(hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, n_experts, n_tokens, d_hidden, QUANT_BLOCKS, QUANT, GFX950)
 
 
 @triton.jit
@@ -253,7 +216,7 @@ def _route_own_block(
     expert's padded group (groups are whole blocks); its row r is that expert's slot of rank
     block * BLOCK_M - group start + r in slot order, or padding (TOPK << 24 | n_tokens). The
     rank match is BLOCK_M x n_slots compares: for small slot counts."""
-    counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
+    counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     ends = tl.cumsum(padded, axis=0)
     start = block * BLOCK_M
@@ -269,9 +232,7 @@ def _route_own_block(
     found = tl.zeros((BLOCK_M, SLOT_CHUNK), dtype=tl.int32)
     placed = 0
     for first in range(0, n_slots, SLOT_CHUNK):
-        offs = first + tl.arange(0, SLOT_CHUNK)
-        hit = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1) == expert
-        rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+        offs, hit, rank = expert_slots(topk_ids_ptr, first, n_slots, expert, placed, SLOT_CHUNK)
         match = hit[None, :] & (rank[None, :] == ranks[:, None])
         found += tl.where(match, offs[None, :], 0)
         placed += tl.sum(hit.to(tl.int32), axis=0)
@@ -441,8 +402,7 @@ def moe_native_stage2_kernel(
     rows, packed, tokens, valid, expert = routing_block(
         block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
     )
-    slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
-    weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
+    weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
     # The expert's weights and the output as scalar base pointers, moved along by whole tiles;
     # the per-row and per-column offsets (32-bit) stay the same from tile to tile.
     w_base = w2_ptr + expert * d_hidden * (d_inter // 2)
@@ -478,4 +438,4 @@ def moe_native_stage2_kernel(
                 w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, k0, BLOCK_K, W_CACHE)
                 acc = _mx_step(acc, w, w_scale, a, a_scale)
         y = tl.trans(acc) * weight[:, None]
-        tl.atomic_add(out_ptr + tile * BLOCK_N + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask, sem="relaxed")
+        add_rows(out_ptr + tile * BLOCK_N + out_offs, y, mask)
