@@ -27,6 +27,8 @@ LOADER_WARPS = gl.constexpr(4)
 # The loader's layout of a slot's weight words ([W_ROWS, 16] int32): 4 words a thread, one 16-byte
 # cp.async; it covers 128 rows (W_ROWS 256 repeats it).
 WORDS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0]))
+# The loader's layout of a slot's activation rows ([ROWS, 128] bf16): 8 values, one 16-byte cp.async, a thread.
+ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0]))
 
 
 @triton.constexpr_function
@@ -105,6 +107,21 @@ def mma_step(
         done = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(empty.index(slot), count=1)
     return done
+
+
+@gluon.jit
+def row_range(first, ROWS: gl.constexpr):
+    """Rows [first, first + ROWS) in the loader's layout of a slot's activation rows."""
+    return first + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ROWS_LAYOUT))
+
+
+@gluon.jit
+def row_offsets(rows, stride, BLOCK_K: gl.constexpr):
+    """fill_slot's offsets of a slot's activation rows at K step 0: the first BLOCK_K elements of
+    rows (row_range's layout) of a [*, stride] tensor. 32-bit (the launcher checks that they
+    fit): they hold half the registers of pointers."""
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, ROWS_LAYOUT))
+    return gl.expand_dims(rows * stride, 1) + gl.expand_dims(cols, 0)
 
 
 @gluon.jit

@@ -1,32 +1,9 @@
 """Native MXFP4 kernels of the a4w4 MoE layer for AMD CDNA4 (gfx950); launchers in moe_triton/native.py.
 
-gfx950 multiplies MXFP4 by MXFP4 in hardware (v_mfma_scale_f32_16x16x128_f8f6f4 and
-32x32x64): packed e2m1 bytes and e8m0 scale bytes go to the MFMA as they are, which is this
-layer's numerics exactly (SPEC 1: dequantized operands, fp32 accumulation). tl.dot_scaled with
-"e2m1" on both sides emits those instructions; elsewhere (NVIDIA GPUs, the CPU interpreter)
-Triton emulates it, so the same source is checked there.
-
-So the activation buffers hold packed fp4 bytes and e8m0 scale bytes (SPEC 3.3, bit for bit),
-written by the quantization launch (a1, token order) and by stage 1's epilogue (a2, sorted
-order), and the weights are read as the input tuple carries them: raw [E, N, K/2] bytes and 2-D
-[E*N, K/32] scales, no decode and no conversion. Three launches besides the shared routing:
-  moe_native_prep_kernel    chunk histograms (moe_triton.kernels.routing.chunk_histogram), and a1
-                            quantized to bytes and scales; the output zeroed.
-  moe_native_stage1_kernel  per routing block and block_n1 columns of h: one scaled GEMM over
-                            the gate and up rows interleaved, silu(gate) * up rounded to bf16,
-                            quantized to a2 bytes and scales in sorted order.
-  moe_native_stage2_kernel  down GEMM of those rows, times the routing weight, added atomically
-                            into the output; N_TILES output tiles per program.
-Kernel variants (moe_triton.tiles.NativeTileConfig's variant fields, docs/gfx950.md): both GEMMs can
-run their programs in XCD order (xcd_program); the weights can be loaded with a cache modifier;
-moe_native_route_kernel does the prep and route launches' work in one launch; and stage 1 can
-quantize the hidden states itself (QUANT_A) and, with that, route its own block and zero the
-output (ROUTE), which leaves two launches per call.
-The weights are the MMA's left operand ([weight rows, K] x [K, routing rows]): the routing
-block is the narrow side, which the MFMA's 16-wide N dimension takes without padding at
-block_m 16. Every quantization (a1, a2, stage 1's own rows) is mxfp4.convert's: gfx950's fp4
-convert instruction where the launcher compiles for gfx950 (GFX950), its integer emulation
-elsewhere, SPEC 3.3 bit for bit in both (quant.py keeps mxfp4.encode's software encoder).
+tl.dot_scaled with "e2m1" on both sides takes the packed fp4 bytes and e8m0 scales as they are
+(gfx950's scaled MFMAs; Triton emulates it elsewhere, so the same source is checked on NVIDIA GPUs
+and under the CPU interpreter). docs/gfx950.md describes the kernels ("The kernels") and their
+variants ("Kernel variants"). Every quantization is mxfp4.convert's, SPEC 3.3 bit for bit.
 """
 
 import triton
