@@ -1,31 +1,21 @@
-"""The decode path's kernels of the a4w4 MoE layer (SPEC 1); the launcher is moe_triton/decode.py,
-the routing kernels in routing.py.
-
-Four launches per layer:
-  moe_prep_kernel    a few programs count the experts of chunks of topk_ids (one histogram
-                     each); the others quantize the hidden states to MXFP4 (SPEC 3.3), store
-                     them dequantized as bf16, and zero the output tile they cover.
-  moe_route_kernel   one program per expert builds its part of the aiter-compatible routing
-                     (sorted_ids, sorted_expert_ids, num_valid_ids) from the chunk counts.
-  moe_stage1_kernel  per block of block_m sorted rows of one expert: one GEMM on the MXFP4 gate
-                     and up rows (interleaved), silu(gate) * up rounded to bf16, then the MXFP4
-                     round trip of h stored as bf16 in sorted order.
-  moe_stage2_kernel  down GEMM of those rows, times the routing weight, added atomically into
-                     the output rows of their tokens; N_TILES output tiles per program.
-With tail tiles (TAIL_M > 0) each stage is launched twice, for the blocks with more and with at
-most TAIL_M real rows, on tiles of BLOCK_M and of TAIL_M rows (skip_block).
-Weights stay in the raw row-major layout of the input tuple: [E, N, K/2] fp4 bytes and 2-D
-[E*N, K/32] e8m0 scales. The GEMMs decode them in registers, 32 bits at a time, as the MMA's
-left operand; the bf16 activation buffers (a1, a2) store their columns permuted within each
-32-block (k_slot) to match the order in which a word's codes come out. On the fast (NVIDIA)
-path they also hold their values times 2^FAST_EXP and the decoded weights are worth theirs times
-2^-FAST_EXP: the products are the same, and the decode needs one multiply per code pair.
+"""The decode path's kernels of the a4w4 MoE layer (SPEC 1): moe_prep_kernel, moe_stage1_kernel
+and moe_stage2_kernel (moe_route_kernel is routing.py's); the launcher is moe_triton/decode.py, and
+docs/triton.md ("The kernels", "How the GEMMs read the weights", "Tail tiles") says what each does.
+The weights stay in the input tuple's raw layout and are decoded in registers as the MMA's left
+operand; the bf16 activation buffers (a1, a2) hold their columns in k_slot order and, on the fast
+(NVIDIA) path, their values times 2^FAST_EXP.
 """
 
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.routing import after_previous_launch, chunk_histogram, routing_block, skip_block
+from moe_triton.kernels.routing import (
+    after_previous_launch,
+    chunk_histogram,
+    routing_block,
+    routing_weights,
+    skip_block,
+)
 from moe_triton.kernels.silu import gated_h
 
 # The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
@@ -325,8 +315,7 @@ def moe_stage2_kernel(
     rows, packed, tokens, valid, expert = routing_block(
         tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
-    slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
-    weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
+    weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
     # N_TILES output tiles of BLOCK_N columns in one loop over (tile, K step): the routing and
     # setup are paid once per program, and the pipeliner prefetches the next tile's weights
     # while this one's epilogue runs (d_inter is short: K_STEPS = d_inter / BLOCK_K is 1-16).

@@ -27,6 +27,8 @@ LOADER_WARPS = gl.constexpr(4)
 # The loader's layout of a slot's weight words ([W_ROWS, 16] int32): 4 words a thread, one 16-byte
 # cp.async; it covers 128 rows (W_ROWS 256 repeats it).
 WORDS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0]))
+# The loader's layout of a slot's activation rows ([ROWS, 128] bf16): 8 values, one 16-byte cp.async, a thread.
+ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0]))
 
 
 @triton.constexpr_function
@@ -61,21 +63,15 @@ def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.const
 
 @gluon.jit
 def mma_step(
-    acc,
-    i,
-    w_ring,
-    s_ring,
-    a_ring,
-    ready,
-    acc_layout: gl.constexpr,
-    G: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr,
-    SPLIT: gl.constexpr,
+    acc, i, ring, G: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, folded=None
 ):
     """K step i of warpgroup G (its 64 ring rows): wait for its slot, then in SPLIT parts along k
     decode the part's weights and issue its wgmma, so that each part's decode overlaps the wgmma
-    before it."""
+    before it; then release the slot. folded: (acc_t, t_ring), the accumulator and ring of a
+    folded block's rows (stage 1), a second wgmma on the same decoded weights; returns
+    (acc, acc_t) then."""
+    w_ring, s_ring, a_ring, ready, empty = ring
+    acc_layout: gl.constexpr = acc.type.layout
     slot = i % STAGES
     mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
     fence_async_shared()  # cp.async wrote the slot through the generic proxy; wgmma reads the async one
@@ -83,16 +79,49 @@ def mma_step(
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
     sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
     K_PART: gl.constexpr = BLOCK_K // SPLIT
+    if folded is not None:
+        acc_t, t_ring = folded
+        t_layout: gl.constexpr = acc_t.type.layout
     for part in gl.static_range(SPLIT):
         w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
         a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-        acc = warpgroup_mma(w, a_part, acc, is_async=True)
-        if part > 0:
-            # the part before is done with its registers: at most two parts' operands are live
-            acc, w = warpgroup_mma_wait(1, deps=[acc, w])
+        if folded is not None:
+            t_part = t_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
+            acc = warpgroup_mma(w, a_part, acc, is_async=True)
+            w_t = gl.convert_layout(
+                w, gl.DotOperandLayout(operand_index=0, parent=t_layout, k_width=2), assert_trivial=True
+            )
+            acc_t = warpgroup_mma(w_t, t_part, acc_t, is_async=True)
+            if part > 0:
+                acc, acc_t, w, w_t = warpgroup_mma_wait(2, deps=[acc, acc_t, w, w_t])
+        else:
+            acc = warpgroup_mma(w, a_part, acc, is_async=True)
+            if part > 0:
+                # the part before is done with its registers: at most two parts' operands are live
+                acc, w = warpgroup_mma_wait(1, deps=[acc, w])
     # Waited for at once: a wgmma still in flight across the loop's back edge makes ptxas
     # serialize every k16 wgmma (C7515). The other warpgroups decode meanwhile.
-    return warpgroup_mma_wait(0, deps=[acc])
+    if folded is not None:
+        done = warpgroup_mma_wait(0, deps=[acc, acc_t])
+    else:
+        done = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(empty.index(slot), count=1)
+    return done
+
+
+@gluon.jit
+def row_range(first, ROWS: gl.constexpr):
+    """Rows [first, first + ROWS) in the loader's layout of a slot's activation rows."""
+    return first + gl.arange(0, ROWS, layout=gl.SliceLayout(1, ROWS_LAYOUT))
+
+
+@gluon.jit
+def row_offsets(rows, stride, BLOCK_K: gl.constexpr):
+    """fill_slot's offsets of a slot's activation rows at K step 0: the first BLOCK_K elements of
+    rows (row_range's layout) of a [*, stride] tensor. 32-bit (the launcher checks that they
+    fit): they hold half the registers of pointers."""
+    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, ROWS_LAYOUT))
+    return gl.expand_dims(rows * stride, 1) + gl.expand_dims(cols, 0)
 
 
 @gluon.jit

@@ -1,52 +1,23 @@
-"""The decode path's stage 1 written in Gluon for sm_90: the same GEMM, h and a2 as
-kernels/decode.py's moe_stage1_kernel, bit for bit (the same fp32 sums of exact products, the same
-gated_h and MXFP4 round trip), with each warp doing one job in its own instruction stream.
-
-One program per (routing block, 32 NUM_WG columns of h); NUM_WG + 1 partitions of 4 warps:
-  loader            per K step of BLOCK_K (128): the program's 64 NUM_WG weight rows' fp4 words,
-                    their e8m0 scales (one int32 per row: four 32-blocks) and the ROWS activation
-                    rows gathered by sorted_ids, with cp.async into a ring of STAGES slots behind
-                    mbarriers (ready: every loader thread's copies landed; empty: every MMA
-                    warpgroup is done with the slot; gluon_mma.py, shared with stage 2). TMA
-                    would take fewer loader instructions, but its descriptor holds w1's address,
-                    and a recorded plan replays its launches with each call's tensors (plan.py).
-  MMA warpgroup G   (NUM_WG of them, G = 0 being the default partition) owns one 32-column group:
-                    its 32 gate and 32 up rows, interleaved by 8 (_ring_row). Per K step it decodes
-                    them into wgmma's register operand in SPLIT parts along k
-                    (gluon_mma.mma_step: decode.py's decode, shared through code_pairs; loaded
-                    as a 32-bit operand so that each thread's word decodes into its own operand
-                    registers, no shuffles) and issues each part's wgmma asynchronously as soon
-                    as it is decoded; the step's wgmmas are waited for before the next step (a
-                    wgmma in flight across the loop's back edge makes ptxas serialize them all),
-                    so the warpgroups overlap one another's decode with their MMAs instead.
-  epilogue          (each MMA warpgroup, from its registers) a thread holds the gate and up sums
-                    of one column for its tokens: silu(gate) * up as the judge computes it
-                    (gated_h), the MXFP4 round trip over the group's 32 columns, a2 in k_slot
-                    order.
-The activations and weights carry the fast path's 2^FAST_EXP balance as in decode.py, so a2 is
-the buffer that moe_stage2_kernel reads. Gluon does not run under the CPU interpreter:
-tests/test_gluon_stage1.py compiles it for sm_90 and checks a torch model of its tiling on the
-CPU, and runs it against the decode path's a2 and the reference on an sm_90 GPU (docs/triton.md).
+"""The decode path's stage 1 written in Gluon for sm_90 (docs/triton.md, "The Gluon stage 1"):
+kernels/decode.py's moe_stage1_kernel, bit for bit, with each warp doing one job in its own
+instruction stream. One program per (routing block, 32 NUM_WG columns of h); a loader partition
+fills the ring (gluon_mma.py, shared with stage 2) and NUM_WG MMA warpgroups each decode and
+multiply their 32 gate and 32 up rows (interleaved by 8: _ring_row) and write a2 from their
+registers. Gluon does not run under the CPU interpreter: tests/test_gluon_stage1.py compiles it.
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (
-    fence_async_shared,
-    mbarrier,
-    warpgroup_mma,
-    warpgroup_mma_wait,
-)
 
 from moe_triton.kernels.decode import FAST_EXP, k_slot, mx_block_scales, mx_values
 from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
-    WG_ROWS,
     WORDS_LAYOUT,
     allocate_ring,
-    decoded_weights,
     fill_slot,
     mma_step,
+    row_offsets,
+    row_range,
     scales_layout,
     weight_sources,
 )
@@ -82,13 +53,9 @@ def _loader(
     ) = inputs
     fold, t_ring = folded
     W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
-    a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
-    rows = block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
-    tokens = gl.load(sorted_ids_ptr + rows) & 0xFFFFFF
+    tokens = gl.load(sorted_ids_ptr + row_range(block * BLOCK_M, ROWS)) & 0xFFFFFF
     valid = gl.expand_dims(tokens < n_tokens, 1)
-    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, a_layout))
-    # 32-bit offsets (the launcher checks that they fit) hold half the registers of pointers
-    a_offs = gl.expand_dims(tokens * d_hidden, 1) + gl.expand_dims(cols, 0)
+    a_offs = row_offsets(tokens, d_hidden, BLOCK_K)
     # ring row r holds weight row w_row0 + _ring_row(r)
     w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)), d_inter)
     s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
@@ -96,12 +63,10 @@ def _loader(
     sources = (words, scales, (a1_ptr, a_offs))
     if FOLD:
         # the next block's first FOLD rows (its real ones, when this program folds it)
-        t_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
-        t_rows = (block + 1) * BLOCK_M + gl.arange(0, FOLD, layout=gl.SliceLayout(1, t_layout))
+        t_rows = row_range((block + 1) * BLOCK_M, FOLD)
         t_tokens = gl.load(sorted_ids_ptr + t_rows, mask=fold, other=n_tokens) & 0xFFFFFF
         t_valid = gl.expand_dims((t_tokens < n_tokens) & fold, 1)
-        t_cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, t_layout))
-        t_offs = gl.expand_dims(t_tokens * d_hidden, 1) + gl.expand_dims(t_cols, 0)
+        t_offs = row_offsets(t_tokens, d_hidden, BLOCK_K)
         for i in range(d_hidden // BLOCK_K):
             extra = (t_ring, a1_ptr, t_offs, i * BLOCK_K, t_valid)
             fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES, extra, True)
@@ -134,7 +99,6 @@ def _mma_and_epilogue(
     """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers (and the
     folded block's, FOLD > 0). shared: what every MMA warpgroup takes (the kernel's mma_args)."""
     a2_ptr, ring, block, col0, d_inter, d_hidden, folded = shared
-    w_ring, s_ring, a_ring, ready, empty = ring
     fold, t_ring = folded
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
@@ -146,53 +110,12 @@ def _mma_and_epilogue(
         )
         acc_t = gl.zeros([2 * GROUP, FOLD], gl.float32, t_layout)
         for i in range(d_hidden // BLOCK_K):
-            acc, acc_t = _folded_step(acc, acc_t, i, ring, t_ring, acc_layout, t_layout, G, BLOCK_K, STAGES, SPLIT)
-            mbarrier.arrive(empty.index(i % STAGES), count=1)
+            acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
         _store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
     else:
         for i in range(d_hidden // BLOCK_K):
-            acc = mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
-            mbarrier.arrive(empty.index(i % STAGES), count=1)
+            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
     _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
-
-
-@gluon.jit
-def _folded_step(
-    acc,
-    acc_t,
-    i,
-    ring,
-    t_ring,
-    acc_layout: gl.constexpr,
-    t_layout: gl.constexpr,
-    G: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr,
-    SPLIT: gl.constexpr,
-):
-    """gluon_mma.mma_step with the folded block's rows (t_ring) as a second wgmma on the same
-    decoded weights."""
-    w_ring, s_ring, a_ring, ready, empty = ring
-    slot = i % STAGES
-    mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-    fence_async_shared()
-    w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
-    sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
-    K_PART: gl.constexpr = BLOCK_K // SPLIT
-    for part in gl.static_range(SPLIT):
-        w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
-        a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-        t_part = t_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-        acc = warpgroup_mma(w, a_part, acc, is_async=True)
-        w_t = gl.convert_layout(
-            w, gl.DotOperandLayout(operand_index=0, parent=t_layout, k_width=2), assert_trivial=True
-        )
-        acc_t = warpgroup_mma(w_t, t_part, acc_t, is_async=True)
-        if part > 0:
-            acc, acc_t, w, w_t = warpgroup_mma_wait(2, deps=[acc, acc_t, w, w_t])
-    acc, acc_t = warpgroup_mma_wait(0, deps=[acc, acc_t])
-    return acc, acc_t
 
 
 @gluon.jit

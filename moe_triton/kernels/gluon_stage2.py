@@ -1,28 +1,15 @@
-"""The decode path's stage 2 written in Gluon for sm_90: the same down GEMM as
-kernels/decode.py's moe_stage2_kernel (the same fp32 sums of exact products of a2 and the decoded
-w2), times the routing weight, rounded to bf16 and added atomically into the output rows of the
-block's tokens, with each warp doing one job in its own instruction stream (gluon_mma.py).
-
-One program per (routing block, N_TILES output tiles of 64 NUM_WG columns); NUM_WG + 1 partitions
-of 4 warps:
-  loader            per output tile and K step of 128: the tile's 64 NUM_WG rows of w2 (fp4 words,
-                    e8m0 scales) and the block's ROWS rows of a2 (contiguous: a2 is in sorted
-                    order) into the ring; it runs ahead into the next tile's steps while the MMA
-                    warpgroups finish this one's.
-  MMA warpgroup G   64 output columns of every tile: the K steps as stage 1's (gluon_mma.mma_step),
-                    then from its registers the sums times the rows' routing weights, bf16 pairs
-                    of adjacent columns added with one atomic each (_ring_col pairs a thread's two
-                    accumulator rows).
-a2 holds its values times 2^FAST_EXP and the decoded weights are worth theirs times 2^-FAST_EXP
-(decode.py), so the sums are the products'. Gluon does not run under the CPU interpreter:
-tests/test_gluon_stage2.py compiles it for sm_90 and checks a torch model of its tiling on the
-CPU, and runs it against the decode path and the reference on an sm_90 GPU (docs/triton.md).
+"""The decode path's stage 2 written in Gluon for sm_90 (docs/triton.md, "The Gluon stage 2"):
+kernels/decode.py's moe_stage2_kernel, bit for bit in each product, with each warp doing one job in
+its own instruction stream. One program per (routing block, N_TILES output tiles of 64 NUM_WG
+columns); a loader partition fills the ring (gluon_mma.py) tile after tile, and MMA warpgroup G
+adds its 64 columns of each tile into the output from its registers, bf16 pairs of adjacent
+columns (_ring_col) with one atomic each. Gluon does not run under the CPU interpreter:
+tests/test_gluon_stage2.py compiles it.
 """
 
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
@@ -31,10 +18,12 @@ from moe_triton.kernels.gluon_mma import (
     allocate_ring,
     fill_slot,
     mma_step,
+    row_offsets,
+    row_range,
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.routing import after_previous_launch, skip_block
+from moe_triton.kernels.routing import add_rows, after_previous_launch, routing_weights, skip_block
 
 
 @gluon.jit
@@ -76,11 +65,7 @@ def _down_loader(
     W_ROWS: gl.constexpr = NUM_WG * WG_ROWS
     # d_inter is a multiple of 128: rows of words start a multiple of 16 words apart
     w_stride = gl.multiple_of(d_inter // 8, 16)
-    a_layout: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0])
-    rows = block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(1, a_layout))
-    cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, a_layout))
-    # 32-bit offsets (the launcher checks that they fit) hold half the registers of pointers
-    a_offs = gl.expand_dims(rows * d_inter, 1) + gl.expand_dims(cols, 0)
+    a_offs = row_offsets(row_range(block * BLOCK_M, ROWS), d_inter, BLOCK_K)
     # ring row r of tile t holds weight row w_row0 + t W_ROWS + _ring_col(r)
     w_rows = _ring_col(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)))
     s_rows = _ring_col(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)))
@@ -109,7 +94,6 @@ def _mma_and_scatter(
     """MMA warpgroup G: its 64 columns of each output tile, added into out from its registers.
     shared: what every MMA warpgroup takes (the kernel's mma_args)."""
     out_ptr, topk_weights_ptr, sorted_ids_ptr, ring, block, col0, n_tokens, d_hidden, d_inter = shared
-    w_ring, s_ring, a_ring, ready, empty = ring
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
     )
@@ -125,24 +109,22 @@ def _mma_and_scatter(
     for tile in range(N_TILES):
         acc = zeros
         for k in range(k_steps):
-            i = tile * k_steps + k
-            acc = mma_step(acc, i, w_ring, s_ring, a_ring, ready, acc_layout, G, BLOCK_K, STAGES, SPLIT)
-            mbarrier.arrive(empty.index(i % STAGES), count=1)
+            acc = mma_step(acc, tile * k_steps + k, ring, G, BLOCK_K, STAGES, SPLIT)
         # the block's tokens and weights, read again per tile: held across the K loop they spill
         packed = gl.load(
             sorted_ids_ptr + block * BLOCK_M + gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(1, rows)))
         )
         tokens = packed & 0xFFFFFF
         valid = tokens < n_tokens
-        weight = gl.load(topk_weights_ptr + (tokens * TOPK + (packed >> 24)), mask=valid, other=0.0)
+        weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
         weight = gl.expand_dims(gl.expand_dims(weight, 0), 1)
         # [warp, half, q, token] -> [warp, q, token, half]: columns 16 warp + 2q + half (_ring_col)
         y = gl.convert_layout(gl.permute(gl.reshape(acc, [4, 2, 8, ROWS]), [0, 2, 3, 1]), pair, assert_trivial=True)
-        y = (y * gl.expand_dims(weight, 3)).to(gl.bfloat16)
+        y = y * gl.expand_dims(weight, 3)
         first = col0 + (tile * NUM_WG + G) * WG_ROWS
         offs = gl.expand_dims(gl.expand_dims(gl.expand_dims(tokens * d_hidden + first, 0), 1), 3) + cols
         mask = gl.expand_dims(gl.expand_dims(gl.expand_dims(valid, 0), 1), 3) & (cols >= 0)
-        gl.atomic_add(out_ptr + offs, y, mask=mask, sem="relaxed")
+        add_rows(out_ptr + offs, y, mask)
 
 
 @gluon.jit

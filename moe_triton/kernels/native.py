@@ -1,38 +1,24 @@
 """Native MXFP4 kernels of the a4w4 MoE layer for AMD CDNA4 (gfx950); launchers in moe_triton/native.py.
 
-gfx950 multiplies MXFP4 by MXFP4 in hardware (v_mfma_scale_f32_16x16x128_f8f6f4 and
-32x32x64): packed e2m1 bytes and e8m0 scale bytes go to the MFMA as they are, which is this
-layer's numerics exactly (SPEC 1: dequantized operands, fp32 accumulation). tl.dot_scaled with
-"e2m1" on both sides emits those instructions; elsewhere (NVIDIA GPUs, the CPU interpreter)
-Triton emulates it, so the same source is checked there.
-
-So the activation buffers hold packed fp4 bytes and e8m0 scale bytes (SPEC 3.3, bit for bit),
-written by the quantization launch (a1, token order) and by stage 1's epilogue (a2, sorted
-order), and the weights are read as the input tuple carries them: raw [E, N, K/2] bytes and 2-D
-[E*N, K/32] scales, no decode and no conversion. Three launches besides the shared routing:
-  moe_native_prep_kernel    chunk histograms (moe_triton.kernels.routing.chunk_histogram), and a1
-                            quantized to bytes and scales; the output zeroed.
-  moe_native_stage1_kernel  per routing block and block_n1 columns of h: one scaled GEMM over
-                            the gate and up rows interleaved, silu(gate) * up rounded to bf16,
-                            quantized to a2 bytes and scales in sorted order.
-  moe_native_stage2_kernel  down GEMM of those rows, times the routing weight, added atomically
-                            into the output; N_TILES output tiles per program.
-Kernel variants (moe_triton.tiles.NativeTileConfig's variant fields, docs/gfx950.md): both GEMMs can
-run their programs in XCD order (xcd_program); the weights can be loaded with a cache modifier;
-moe_native_route_kernel does the prep and route launches' work in one launch; and stage 1 can
-quantize the hidden states itself (QUANT_A) and, with that, route its own block and zero the
-output (ROUTE), which leaves two launches per call.
-The weights are the MMA's left operand ([weight rows, K] x [K, routing rows]): the routing
-block is the narrow side, which the MFMA's 16-wide N dimension takes without padding at
-block_m 16. Every quantization (a1, a2, stage 1's own rows) is mxfp4.convert's: gfx950's fp4
-convert instruction where the launcher compiles for gfx950 (GFX950), its integer emulation
-elsewhere, SPEC 3.3 bit for bit in both (quant.py keeps mxfp4.encode's software encoder).
+tl.dot_scaled with "e2m1" on both sides takes the packed fp4 bytes and e8m0 scales as they are
+(gfx950's scaled MFMAs; Triton emulates it elsewhere, so the same source is checked on NVIDIA GPUs
+and under the CPU interpreter). docs/gfx950.md describes the kernels ("The kernels") and their
+variants ("Kernel variants"). Every quantization is mxfp4.convert's, SPEC 3.3 bit for bit.
 """
 
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.routing import chunk_histogram, place_expert, routing_block, skip_block
+from moe_triton.kernels.routing import (
+    add_rows,
+    chunk_histogram,
+    expert_counts,
+    expert_slots,
+    place_expert,
+    routing_block,
+    routing_weights,
+    skip_block,
+)
 from moe_triton.kernels.silu import gated_h
 from mxfp4.convert import mx_convert_bf16_pairs, mx_convert_pairs
 
@@ -98,22 +84,23 @@ def _mx_step(acc, w, w_scale, a, a_scale):
 
 
 @triton.jit
-def _quantize_and_zero(
+def _a1_share(
     hidden_ptr,
     a1_ptr,
     a1_scale_ptr,
     out_ptr,
-    program,
+    first_program,
     n_tokens,
     d_hidden,
     QUANT_BLOCKS: tl.constexpr,
     QUANT: tl.constexpr,
     GFX950: tl.constexpr,
 ):
-    """Program `program` of the a1 work: QUANT_BLOCKS 32-blocks of the hidden states taken as one
-    flat array (no block straddles two rows), quantized to a1 bytes and scales when QUANT, and
-    the output elements they cover zeroed. hidden_ptr: the bf16 bits as int32 pairs."""
-    blocks = program * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
+    """This program's share of the a1 work, which programs from first_program on do: QUANT_BLOCKS
+    32-blocks of the hidden states taken as one flat array (no block straddles two rows),
+    quantized to a1 bytes and scales when QUANT, and the output elements they cover zeroed.
+    hidden_ptr: the bf16 bits as int32 pairs."""
+    blocks = (tl.program_id(0) - first_program) * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
     valid = blocks < n_tokens * (d_hidden // 32)
     if QUANT:
         pairs = blocks[:, None].to(tl.int64) * 16 + tl.arange(0, 16)[None, :]
@@ -144,35 +131,12 @@ def moe_native_prep_kernel(
     GFX950: tl.constexpr,
 ):
     """Programs below n_chunks count the experts of one chunk of topk_ids; the others zero the
-    output and, with QUANT, write a1 (_quantize_and_zero)."""
+    output and, with QUANT, write a1 (_a1_share)."""
     pid = tl.program_id(0)
     if pid < n_chunks:
         chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
     else:
-        _quantize_and_zero(
-            hidden_ptr,
-            a1_ptr,
-            a1_scale_ptr,
-            out_ptr,
-            pid - n_chunks,
-            n_tokens,
-            d_hidden,
-            QUANT_BLOCKS,
-            QUANT,
-            GFX950,
-        )
-
-
-@triton.jit
-def _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS: tl.constexpr, SLOT_CHUNK: tl.constexpr):
-    """The whole expert histogram of topk_ids [EXPERT_BINS] (zero past the experts), counted by
-    this one program: no chunk-count pass, so nothing to wait for."""
-    counts = tl.zeros((EXPERT_BINS,), dtype=tl.int32)
-    for start in range(0, n_slots, SLOT_CHUNK):
-        offs = start + tl.arange(0, SLOT_CHUNK)
-        ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=EXPERT_BINS - 1)
-        counts += tl.histogram(ids, EXPERT_BINS)
-    return tl.where(tl.arange(0, EXPERT_BINS) < n_experts, counts, 0)
+        _a1_share(hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, n_chunks, n_tokens, d_hidden, QUANT_BLOCKS, QUANT, GFX950)
 
 
 @triton.jit
@@ -205,35 +169,11 @@ def moe_native_route_kernel(
     a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
-        counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
-        place_expert(
-            pid,
-            counts,
-            topk_ids_ptr,
-            sorted_ids_ptr,
-            sorted_expert_ids_ptr,
-            num_valid_ids_ptr,
-            n_tokens,
-            n_slots,
-            TOPK,
-            BLOCK_M,
-            EXPERT_BINS,
-            SLOT_CHUNK,
-            MAX_EXPERT_BLOCKS,
-        )
+        counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
+        routing = (sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr)
+        place_expert(counts, topk_ids_ptr, routing, n_tokens, n_slots, TOPK, BLOCK_M, SLOT_CHUNK, MAX_EXPERT_BLOCKS)
     else:
-        _quantize_and_zero(
-            hidden_ptr,
-            a1_ptr,
-            a1_scale_ptr,
-            out_ptr,
-            pid - n_experts,
-            n_tokens,
-            d_hidden,
-            QUANT_BLOCKS,
-            QUANT,
-            GFX950,
-        )
+        _a1_share(hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, n_experts, n_tokens, d_hidden, QUANT_BLOCKS, QUANT, GFX950)
 
 
 @triton.jit
@@ -253,7 +193,7 @@ def _route_own_block(
     expert's padded group (groups are whole blocks); its row r is that expert's slot of rank
     block * BLOCK_M - group start + r in slot order, or padding (TOPK << 24 | n_tokens). The
     rank match is BLOCK_M x n_slots compares: for small slot counts."""
-    counts = _expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
+    counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     ends = tl.cumsum(padded, axis=0)
     start = block * BLOCK_M
@@ -269,9 +209,7 @@ def _route_own_block(
     found = tl.zeros((BLOCK_M, SLOT_CHUNK), dtype=tl.int32)
     placed = 0
     for first in range(0, n_slots, SLOT_CHUNK):
-        offs = first + tl.arange(0, SLOT_CHUNK)
-        hit = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1) == expert
-        rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+        offs, hit, rank = expert_slots(topk_ids_ptr, first, n_slots, expert, placed, SLOT_CHUNK)
         match = hit[None, :] & (rank[None, :] == ranks[:, None])
         found += tl.where(match, offs[None, :], 0)
         placed += tl.sum(hit.to(tl.int32), axis=0)
@@ -441,8 +379,7 @@ def moe_native_stage2_kernel(
     rows, packed, tokens, valid, expert = routing_block(
         block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
     )
-    slot = (tokens * TOPK + (packed >> 24)).to(tl.int64)
-    weight = tl.load(topk_weights_ptr + slot, mask=valid, other=0.0)
+    weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
     # The expert's weights and the output as scalar base pointers, moved along by whole tiles;
     # the per-row and per-column offsets (32-bit) stay the same from tile to tile.
     w_base = w2_ptr + expert * d_hidden * (d_inter // 2)
@@ -478,4 +415,4 @@ def moe_native_stage2_kernel(
                 w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, k0, BLOCK_K, W_CACHE)
                 acc = _mx_step(acc, w, w_scale, a, a_scale)
         y = tl.trans(acc) * weight[:, None]
-        tl.atomic_add(out_ptr + tile * BLOCK_N + out_offs, y.to(out_ptr.dtype.element_ty), mask=mask, sem="relaxed")
+        add_rows(out_ptr + tile * BLOCK_N + out_offs, y, mask)

@@ -25,13 +25,38 @@ def after_previous_launch(PDL: tl.constexpr):
 
 
 @triton.jit
+def slot_experts(topk_ids_ptr, first, n_slots, EXPERT_BINS: tl.constexpr, CHUNK: tl.constexpr):
+    """The experts of slots [first, first + CHUNK) of topk_ids, for tl.histogram: slots past
+    n_slots land in the last bin, which is no expert's (EXPERT_BINS > n_experts)."""
+    slots = first + tl.arange(0, CHUNK)
+    return tl.load(topk_ids_ptr + slots, mask=slots < n_slots, other=EXPERT_BINS - 1)
+
+
+@triton.jit
 def chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS: tl.constexpr, HIST_CHUNK: tl.constexpr):
-    """Expert histogram of chunk program_id(0) of topk_ids, into row program_id(0) of the chunk
-    counts; masked lanes land in the last bin, which is no expert's (EXPERT_BINS > n_experts)."""
+    """Expert histogram of chunk program_id(0) of topk_ids, into row program_id(0) of the chunk counts."""
     pid = tl.program_id(0)
-    slots = pid * HIST_CHUNK + tl.arange(0, HIST_CHUNK)
-    ids = tl.load(topk_ids_ptr + slots, mask=slots < n_slots, other=EXPERT_BINS - 1)
+    ids = slot_experts(topk_ids_ptr, pid * HIST_CHUNK, n_slots, EXPERT_BINS, HIST_CHUNK)
     tl.store(chunk_counts_ptr + pid * EXPERT_BINS + tl.arange(0, EXPERT_BINS), tl.histogram(ids, EXPERT_BINS))
+
+
+@triton.jit
+def expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS: tl.constexpr, SLOT_CHUNK: tl.constexpr):
+    """The whole expert histogram of topk_ids [EXPERT_BINS] (zero past the experts), counted by
+    this one program: no chunk-count pass, so nothing to wait for."""
+    counts = tl.zeros((EXPERT_BINS,), dtype=tl.int32)
+    for start in range(0, n_slots, SLOT_CHUNK):
+        counts += tl.histogram(slot_experts(topk_ids_ptr, start, n_slots, EXPERT_BINS, SLOT_CHUNK), EXPERT_BINS)
+    return tl.where(tl.arange(0, EXPERT_BINS) < n_experts, counts, 0)
+
+
+@triton.jit
+def expert_slots(topk_ids_ptr, first, n_slots, expert, placed, SLOT_CHUNK: tl.constexpr):
+    """Slots [first, first + SLOT_CHUNK) of topk_ids: their indices, which of them pick `expert`,
+    and the rank of each such slot among the expert's, `placed` of them in the slots before."""
+    offs = first + tl.arange(0, SLOT_CHUNK)
+    hit = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1) == expert
+    return offs, hit, placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
 
 
 @triton.jit
@@ -53,53 +78,38 @@ def moe_route_kernel(
     MAX_EXPERT_BLOCKS: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Expert `pid`'s share of the routing: its slots, in slot order, after the padded groups of
+    """Expert program_id(0)'s share of the routing: its slots, in slot order, after the padded groups of
     the lower experts, then its padding and its blocks' expert id."""
     after_previous_launch(PDL)
-    pid = tl.program_id(0)
     bins = tl.arange(0, EXPERT_BINS)
     chunks = tl.arange(0, MAX_CHUNKS)
     table = tl.load(
         chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
     )
     counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
-    place_expert(
-        pid,
-        counts,
-        topk_ids_ptr,
-        sorted_ids_ptr,
-        sorted_expert_ids_ptr,
-        num_valid_ids_ptr,
-        n_tokens,
-        n_slots,
-        TOPK,
-        BLOCK_M,
-        EXPERT_BINS,
-        SLOT_CHUNK,
-        MAX_EXPERT_BLOCKS,
-    )
+    routing = (sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr)
+    place_expert(counts, topk_ids_ptr, routing, n_tokens, n_slots, TOPK, BLOCK_M, SLOT_CHUNK, MAX_EXPERT_BLOCKS)
 
 
 @triton.jit
 def place_expert(
-    pid,
     counts,
     topk_ids_ptr,
-    sorted_ids_ptr,
-    sorted_expert_ids_ptr,
-    num_valid_ids_ptr,
+    routing,
     n_tokens,
     n_slots,
     TOPK: tl.constexpr,
     BLOCK_M: tl.constexpr,
-    EXPERT_BINS: tl.constexpr,
     SLOT_CHUNK: tl.constexpr,
     MAX_EXPERT_BLOCKS: tl.constexpr,
 ):
-    """Expert pid's part of the routing from the whole histogram (counts [EXPERT_BINS], zero past
-    the experts): its slots, in slot order, after the padded groups of the lower experts, then
-    its padding and its blocks' expert id; program 0 also writes num_valid_ids."""
-    bins = tl.arange(0, EXPERT_BINS)
+    """Expert program_id(0)'s part of the routing (the sorted_ids, sorted_expert_ids and
+    num_valid_ids pointers) from the whole histogram (counts [EXPERT_BINS], zero past the
+    experts): its slots, in slot order, after the padded groups of the lower experts, then its
+    padding and its blocks' expert id; program 0 also writes num_valid_ids."""
+    sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr = routing
+    pid = tl.program_id(0)
+    bins = tl.arange(0, counts.shape[0])
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     offset = tl.sum(tl.where(bins < pid, padded, 0), axis=0)
     my_count = tl.sum(tl.where(bins == pid, counts, 0), axis=0)
@@ -109,10 +119,7 @@ def place_expert(
         tl.store(num_valid_ids_ptr + 1, n_tokens)
     placed = 0
     for start in range(0, n_slots, SLOT_CHUNK):
-        offs = start + tl.arange(0, SLOT_CHUNK)
-        ids = tl.load(topk_ids_ptr + offs, mask=offs < n_slots, other=-1)
-        hit = ids == pid
-        rank = placed + tl.cumsum(hit.to(tl.int32), axis=0) - 1
+        offs, hit, rank = expert_slots(topk_ids_ptr, start, n_slots, pid, placed, SLOT_CHUNK)
         packed = ((offs % TOPK) << 24) | (offs // TOPK)
         tl.store(sorted_ids_ptr + offset + rank, packed, mask=hit)
         placed += tl.sum(hit.to(tl.int32), axis=0)
@@ -149,3 +156,17 @@ def routing_block(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_
     tokens = packed & 0xFFFFFF
     expert = tl.load(sorted_expert_ids_ptr + block).to(tl.int64)
     return rows, packed, tokens, tokens < n_tokens, expert
+
+
+@triton.jit
+def routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK: tl.constexpr):
+    """The routing weight of each sorted row (routing_block's packed ids, tokens and valid): its
+    token's weight of the slot it was picked in; 0 for padding."""
+    return tl.load(topk_weights_ptr + (tokens * TOPK + (packed >> 24)).to(tl.int64), mask=valid, other=0.0)
+
+
+@triton.jit
+def add_rows(out_ptrs, y, mask):
+    """Stage 2's epilogue: y (the rows' sums times their routing weights) rounded to the output's
+    dtype and added into it atomically (relaxed: the programs' adds commute)."""
+    tl.atomic_add(out_ptrs, y.to(out_ptrs.dtype.element_ty), mask=mask, sem="relaxed")

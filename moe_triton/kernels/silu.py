@@ -1,25 +1,10 @@
 """h = bf16(silu(gate) * up) (SPEC 1, step 3), computed the way the judge computes it.
 
-g and u are exact sums in fp32 on every path (docs/numerics.md), so h is equal to the judge's
-whenever the silu is: one ulp of the silu that moves h across a bf16 rounding boundary moves an
-MXFP4 block of a2 and then a whole output row. So every kernel that computes h calls gated_h,
-which spells the judge's own arithmetic, chosen by the target the launcher compiles for
-(moe_triton.target.silu_judge):
-
-  JUDGE "torch"  reference.py's F.silu(g) * u on CUDA: g / (1 + expf(-g)), then times u, each
-                 rounded in fp32 (torch's CUDA kernel: CUDA's expf, IEEE division).
-  JUDGE "ck"     aiter's CK stage-1 epilogue on the MI355X: g * (1 / (1 + expf(-g))), then times
-                 u (the ROCm device library's expf, IEEE division), with fp32 subnormals flushed
-                 to zero as aiter compiles it (-fgpu-flush-denormals-to-zero): g, u, g * s and h.
-                 The launcher compiles it with enable_fp_fusion=False: triton 3.6's LLVM contracts
-                 the exp's range reduction (x log2 e - round(x log2 e)) into an FMA under fusion,
-                 which hipcc (fusion "Standard") does not.
-
-libdevice.exp is the precise expf of each target (libdevice's __nv_expf, the ROCm device library's
-__ocml_exp_f32); tl.math.div_rn is IEEE division on both (div.rn.f32 on NVIDIA, where '/' is
-div.full, an approximation). tl.exp on fp32 is a fast exp2-based approximation on both GPUs; it
-appears here only for the CPU interpreter (INTERPRET), which has no libdevice: numpy's exp in
-float64, rounded once to fp32.
+g and u are exact fp32 sums on every path, so h equals the judge's whenever the silu does, and one
+ulp of the silu can move a whole output row: every kernel that computes h calls gated_h, which
+spells the judge's own arithmetic for the target the launcher compiles for (JUDGE "torch" on
+NVIDIA, "ck" on AMD: moe_triton.target.silu_judge). docs/numerics.md, step 3, says what each
+judge computes and why each spelling matches it.
 """
 
 import triton
