@@ -23,7 +23,7 @@ from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.native import xcd_program
 from moe_triton.routing import fp4_activations, route_native
 from moe_triton.target import native_default
-from moe_triton.tiles import NativeTileConfig, Stage, TileConfig
+from moe_triton.tiles import NativeTileConfig, Stage
 from moe_triton.tiles_amd import (
     NATIVE_ALTERNATES,
     NATIVE_TUNED,
@@ -31,6 +31,7 @@ from moe_triton.tiles_amd import (
     native_default_config,
     native_tile_config,
 )
+from moe_triton.tiles_nvidia import default_config
 from mxfp4.codec import quantize_activation
 from problem.cases import SMOKE
 from problem.shapes import Shape
@@ -330,12 +331,7 @@ def test_shapes_past_32_bit_offsets_are_refused():
 
 def test_the_native_path_refuses_decode_tiles():
     data = generate_input(**small_case())
-    tiles = TileConfig(
-        block_m=16,
-        stage1=Stage(block_n=32, block_k=256, warps=4, stages=2),
-        stage2=Stage(block_n=64, block_k=256, warps=4, stages=2),
-        n_tiles2=1,
-    )
+    tiles = default_config(Shape.of(data[0], data[1], data[-2]))  # the decode path's rule
     with pytest.raises(ValueError, match="tiles: the native path takes a NativeTileConfig"):
         run_native(data, tiles)
 

@@ -12,7 +12,8 @@ from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_refe
 
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
-from moe_triton.tiles import NativeTileConfig, Stage, TileConfig
+from moe_triton.tiles import Stage, TileConfig
+from moe_triton.tiles_amd import native_default_config
 from moe_triton.tiles_nvidia import default_config
 from problem.cases import SMOKE
 from problem.shapes import Shape
@@ -153,12 +154,7 @@ def test_tail_tiles_must_be_smaller_powers_of_two(tail_m):
 def test_the_decode_path_refuses_native_tiles():
     data = generate_input(**small_case())
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
-    tiles = NativeTileConfig(
-        block_m=16,
-        stage1=Stage(block_n=128, block_k=256, warps=8, stages=2),
-        stage2=Stage(block_n=128, block_k=256, warps=4, stages=2),
-        n_tiles2=1,
-    )
+    tiles = native_default_config(Shape.of(hidden, w1, topk_ids))
     with pytest.raises(ValueError, match="tiles: the decode path takes a TileConfig, got NativeTileConfig"):
         fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles, native=False)
 
