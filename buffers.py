@@ -1,8 +1,6 @@
-"""Scratch buffers reused between calls, keyed by (name, shape, dtype, device).
-
-The pool is a small LRU: a new shape evicts the least recently used entry once MAX_ENTRIES are
-held, so a process that sees many shapes stays bounded. A buffer handed out is overwritten by the
-next call that asks for the same key; callers that return one (the layer output) say so.
+"""Scratch buffers reused between calls, keyed by (name, shape, dtype, device), in an LRU of
+MAX_ENTRIES so that a process that sees many shapes stays bounded. A buffer handed out is
+overwritten by the next call with the same key; callers that return one (the layer output) say so.
 """
 
 from collections import OrderedDict
@@ -15,9 +13,8 @@ _pool: "OrderedDict[tuple, torch.Tensor]" = OrderedDict()
 
 
 def get_buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A cached tensor for this key (allocated, uninitialised, on first use). shape is a tuple of
-    ints and device a torch.device (as tensor.device gives): the key is built from them as they are,
-    since this runs on every call."""
+    """A cached, uninitialised tensor for this key; shape a tuple of ints and device a torch.device,
+    keyed as they are (this runs on every call)."""
     key = (name, shape, dtype, device)
     buf = _pool.get(key)
     if buf is None:
@@ -28,11 +25,6 @@ def get_buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device
     else:
         _pool.move_to_end(key)
     return buf
-
-
-def clear() -> None:
-    """Drop every cached buffer."""
-    _pool.clear()
 
 
 def pooled() -> list[torch.Tensor]:

@@ -1,13 +1,6 @@
-"""Fused dynamic MXFP4 activation quantization + moe-sort scale layout, as one Triton kernel:
-`fused_dynamic_mxfp4_quant_moe_sort` is a drop-in for aiter's wrapper of the same name
-(aiter/ops/triton/quant/fused_mxfp4_quant.py:561 at f3be04a) and feeds the CK / FlyDSL / Triton
-MoE stages: fp4 codes in token order, e8m0 scales gathered in sorted order in the e8m0_shuffle
-tiling (SPEC 3.5). Numerics are SPEC 3.3 bit for bit. The layouts, the Inf/NaN rules and the
-kernel's two kinds of programs: docs/aiter.md, "The quantizer".
-
-The outputs live in buffers.get_buffer cache entries (keyed by shape and topk) unless out /
-out_scales are given: the next call with the same shapes overwrites them.
-"""
+"""MXFP4 activation quantization with the moe-sort scale layout in one Triton kernel, a drop-in for
+aiter's fused_dynamic_mxfp4_quant_moe_sort, SPEC 3.3 bit for bit; its layouts, Inf/NaN rules and two
+kinds of programs: docs/aiter.md, "The quantizer"."""
 
 import torch
 import triton
@@ -89,9 +82,8 @@ def _mxfp4_quant_sort_kernel(
             ok = (in_sort & (token < token_num))[:, None] & pcol_ok[None, :]
             raw_even, raw_odd = _load_bits(x_ptr, src.to(tl.int64), stride_x, pcol, ok, BLOCK_R, BLOCK_G, MANT)
             sbyte = mx_scale_byte(raw_even & mag_mask, raw_odd & mag_mask, MANT)
-            # e8m0_shuffle tiling (SPEC 3.5) of the [n_sort_rows, 8 * n_col_tiles] scale matrix: in
-            # the 256-byte tile of (row // 32, group // 8), row r = 16a + b and group g = 4d + e
-            # (both inside the tile) land at e*64 + b*4 + d*2 + a. Tiles past num_valid_ids: skipped.
+            # e8m0_shuffle tiling (SPEC 3.5): in the 256-byte tile of (row // 32, group // 8), row
+            # r = 16a + b and group g = 4d + e land at e*64 + b*4 + d*2 + a. Past num_valid_ids: skipped.
             rt = pos % 32
             row_part = (pos // 32).to(tl.int64) * (n_col_tiles * 256) + (rt % 16) * 4 + rt // 16
             gt = g_idx % 8
@@ -138,9 +130,10 @@ def fused_dynamic_mxfp4_quant_moe_sort(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MXFP4-quantize x [rows, cols] (SPEC 3.3) -> (fp4 [rows, cols/2], sorted scales [-1, ceil8(cols/32)]).
 
-    Rows are tokens for topk == 1 and token*topk + slot otherwise, as aiter's kernel reads them.
-    block_size (the moe_sorting block_m) must be a multiple of 32, as in aiter. out / out_scales:
-    optional preallocated uint8 (or fp4 / e8m0) tensors of the shapes in the module docstring.
+    Rows are tokens for topk == 1, else token*topk + slot; block_size (moe_sorting's block_m) a
+    multiple of 32. out / out_scales: preallocated uint8 (or fp4 / e8m0) tensors of those shapes
+    (the scales (ceil(len(sorted_ids)/32), ceil(cols/256), 4, 16, 4)); else cached buffers, keyed
+    by shape and topk, that the next call of the shapes overwrites.
     """
     if x.dim() != 2:
         raise ValueError(f"x: expected 2-D [rows, cols], got shape {tuple(x.shape)}")

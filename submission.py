@@ -1,22 +1,9 @@
 #!POPCORN leaderboard amd-moe-mxfp4
 #!POPCORN gpu MI355X
-"""The leaderboard entry point: custom_kernel(data) runs the layer on the best backend here.
-
-Backends: "aiter" (the 2-stage aiter pipeline with the shape-override table, MI355X / gfx950 with
-aiter importable; the default there),
-"aiter-fused" (the leaderboard template's single aiter.fused_moe call), "triton" (the Triton
-kernels: the native MXFP4 path on gfx950, the decode path elsewhere; the default where aiter is
-not, run by Triton's CPU interpreter when there is no GPU) and "reference" (the torch
-reference). The environment variable MOE_BACKEND overrides the choice (an aiter backend is
-refused where aiter cannot run); every MOE_* setting is checked on every call, used or not.
-Inputs are validated (metadata, and the expert ids at the first call per shape) and never written.
-
-On a GPU, the first call per shape selects among the candidates (selection/candidates.py) on the machine
-itself: the static choice above and its alternatives, each checked against the reference and
-timed (selection/selector.py, docs/selection.md); MOE_SELECT=0 keeps the static choice, MOE_SELECT=1
-selects under the CPU interpreter too. `python3 submission.py` (the runner's pre-run) selects
-for the official shapes ahead of the evaluation and stores the choices (selection/prerun.py;
-`python3 submission.py --help`).
+"""The leaderboard entry point: custom_kernel(data) runs the layer on the best backend here: aiter's
+stages on an MI355X with aiter, the Triton kernels elsewhere, MOE_BACKEND and the other settings as
+the README's "Settings" says; on a GPU the first call per shape selects among candidates
+(docs/selection.md). `python3 submission.py` is the runner's pre-run (selection/prerun.py).
 """
 
 import functools
@@ -46,9 +33,8 @@ SETTINGS = ("MOE_BACKEND", "MOE_SELECT", "MOE_SELECT_BUDGET_S", "MOE_SELECT_CAND
 
 
 def settings() -> tuple[str | None, str]:
-    """(MOE_BACKEND or None, MOE_SELECT's mode), every variable of SETTINGS checked whether or not
-    it is used now, so that a typo shows at the first call: a ValueError naming it. The
-    environment is read per call (a test or a tool may change it), each set of values checked once."""
+    """(MOE_BACKEND or None, MOE_SELECT's mode), every variable of SETTINGS checked, used or not, so
+    that a typo shows at the first call; read per call, each set of values checked once."""
     return _checked_settings(tuple(map(os.environ.get, SETTINGS)))
 
 
@@ -71,8 +57,8 @@ def default_backend() -> str:
 
 
 def _aiter_missing() -> str | None:
-    """Why aiter cannot run here, or None: it runs where it is imported already (real aiter, or the
-    tests' double of it) and on a gfx950 GPU where it imports."""
+    """Why aiter cannot run here, or None where it is imported already (or the tests' double) or a
+    gfx950 GPU imports it."""
     if "aiter" in sys.modules or platform() == "gfx950-aiter":
         return None
     return "aiter is not importable here" if platform() == "gfx950" else "no ROCm gfx950 GPU here"
@@ -97,9 +83,8 @@ def selected_backend() -> str:
 
 
 def selection_on() -> bool:
-    """Whether custom_kernel selects: MOE_SELECT=1 always, 0 never, auto (default) where a GPU
-    runs the kernels (not under Triton's CPU interpreter); never while MOE_BACKEND is set. Unset
-    or empty is auto, as an empty MOE_BACKEND is no backend."""
+    """Whether custom_kernel selects: MOE_SELECT=1 always, 0 never, auto (default) on a GPU; never
+    while MOE_BACKEND is set."""
     return _selecting(*settings())
 
 
@@ -116,8 +101,8 @@ def selector():
 
 
 def selection_choice(config: dict) -> str | None:
-    """The candidate custom_kernel runs for config's shape after selecting, None where it does
-    not select or has not yet (the local runner's report reads it)."""
+    """The candidate custom_kernel runs for config's shape, None before it selects (the local
+    runner's report reads it)."""
     return selector().choice(config) if selection_on() else None
 
 

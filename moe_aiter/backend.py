@@ -1,18 +1,6 @@
-"""The MI355X path: aiter f3be04a's 2-stage fused MoE, driven stage by stage with the project's
-shape overrides (moe_aiter/inject.py) and activation quantizer (quant.py; MOE_AITER_QUANT=aiter
-selects aiter's own).
-
-fused_moe_aiter(data) (MOE_BACKEND=aiter) does what aiter.fused_moe.fused_moe does for this
-problem (aiter/fused_moe.py:216-367 and fused_moe_2stages :1025-1265), minus its per-call
-allocations and re-derivations: the overrides injected once per process (again if aiter's table
-object is replaced), aiter's metadata and the buffers once per shape (AiterPlan), then per call the
-sort, the quantizations and the two stages (docs/aiter.md, "The pipeline"). The input tensors are
-never modified; the returned tensor is a cached buffer that the next call of the shape overwrites.
-
-fused_moe_aiter_template(data) (MOE_BACKEND=aiter-fused) is the leaderboard template's single
-aiter.fused_moe(...) call, unchanged, for side-by-side runs against aiter's own defaults (run it
-in a process where fused_moe_aiter has not injected the overrides, or it will see them too).
-Nothing here imports aiter at module import time.
+"""The MI355X path (docs/aiter.md, "The pipeline"): aiter f3be04a's 2-stage fused MoE driven stage by
+stage with the override table and quant.py, its metadata and buffers built once per shape; and the
+leaderboard template's single aiter.fused_moe call. Nothing here imports aiter at module import time.
 """
 
 import importlib
@@ -33,27 +21,6 @@ _STATE = {"aiter": None, "fm": None, "table": None, "plans": {}}
 class AiterPlan:
     """Everything fixed for one problem shape: aiter's metadata and the cached buffers."""
 
-    __slots__ = (
-        "metadata",
-        "block_m",
-        "quantized",
-        "model_dim",
-        "inter_dim",
-        "n_experts",
-        "sorted_ids",
-        "sorted_weights",
-        "sorted_expert_ids",
-        "num_valid_ids",
-        "out",
-        "stage1_out",
-        "a1_fp4",
-        "a1_scales",
-        "a2_fp4",
-        "a2_scales",
-        "quant",
-        "e8m0",
-    )
-
 
 def _aiter_modules():
     """(aiter, aiter.fused_moe), imported on first use."""
@@ -65,21 +32,20 @@ def _aiter_modules():
     return _STATE["aiter"], _STATE["fm"]
 
 
-def ensure_overrides():
-    """Inject the override table unless aiter still holds the table injected last; returns aiter.fused_moe."""
-    _aiter, fm = _aiter_modules()
-    if _STATE["table"] is None or fm.cfg_2stages is not _STATE["table"]:
-        _STATE["table"] = inject(fm)
-        _STATE["plans"] = {}  # metadata cached from the previous table is stale
-    return fm
-
-
-def install_overrides(overrides: dict, fallbacks: dict | None = None):
-    """Inject `overrides` in place of the package's table and forget every plan (the tuner tries
-    its candidates this way, one after the other); returns aiter.fused_moe."""
+def install_overrides(overrides: dict | None = None, fallbacks: dict | None = None):
+    """Inject `overrides` (default: the package's table; the tuner tries its candidates this way) and
+    forget every plan, whose metadata came from the previous table; returns aiter.fused_moe."""
     _aiter, fm = _aiter_modules()
     _STATE["table"] = inject(fm, overrides=overrides, fallbacks=fallbacks)
     _STATE["plans"] = {}
+    return fm
+
+
+def ensure_overrides():
+    """Inject the package's table unless aiter still holds the table injected last; returns aiter.fused_moe."""
+    _aiter, fm = _aiter_modules()
+    if _STATE["table"] is None or fm.cfg_2stages is not _STATE["table"]:
+        install_overrides()
     return fm
 
 
@@ -200,8 +166,8 @@ def _quantize(plan: AiterPlan, x, token_num, topk, out, out_scales):
 
 
 def fused_moe_aiter(data):
-    """The layer through aiter's stages with the override table (see module docstring). The
-    returned [M, d_hidden] bf16 tensor is reused by the next call of the same shape."""
+    """The layer through aiter's stages with the override table; the returned [M, d_hidden] bf16
+    tensor is a cached buffer that the next call of the same shape overwrites."""
     hidden, _w1r, _w2r, _s1r, _s2r, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config = data
     n_tokens, topk = topk_ids.shape
     plan = aiter_plan(
@@ -282,32 +248,19 @@ def fused_moe_aiter_template(data):
     from aiter import ActivationType, QuantType
     from aiter.fused_moe import fused_moe
 
-    (
-        hidden_states,
-        _gate_up_weight,
-        _down_weight,
-        _gate_up_weight_scale,
-        _down_weight_scale,
-        gate_up_weight_shuffled,
-        down_weight_shuffled,
-        gate_up_weight_scale_shuffled,
-        down_weight_scale_shuffled,
-        topk_weights,
-        topk_ids,
-        config,
-    ) = data
+    hidden_states, *_raw, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config = data
     return fused_moe(
         hidden_states,
-        gate_up_weight_shuffled,
-        down_weight_shuffled,
+        w1,
+        w2,
         topk_weights,
         topk_ids,
         expert_mask=None,
         activation=ActivationType.Silu,
         quant_type=QuantType.per_1x32,
         doweight_stage1=False,
-        w1_scale=gate_up_weight_scale_shuffled,
-        w2_scale=down_weight_scale_shuffled,
+        w1_scale=w1_scale,
+        w2_scale=w2_scale,
         a1_scale=None,
         a2_scale=None,
         hidden_pad=config["d_hidden_pad"] - config["d_hidden"],

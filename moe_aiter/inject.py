@@ -1,12 +1,6 @@
-"""Shape-keyed overrides of aiter's 2-stage fused-MoE config for the official benchmark shapes:
-the rows (shape_overrides.py) keyed exactly as aiter f3be04a keys its tuned-fmoe table
-(aiter_key), checked against the rules a row must follow (row_problems, validate) and injected into
-aiter.fused_moe.cfg_2stages at run time (inject), or written as a tuned_fmoe CSV for
-AITER_CONFIG_FMOE (bench/tune/aiter_csv.py). Importing this module does not import aiter.
-
-How aiter uses a row and why a row must pair block_m with the kernels' MPerBlock and tile_m, and
-refuse ksplit > 1 (bf16 activations, outside the judged tolerance), with aiter's file:line:
-docs/aiter_overrides.md, "How aiter f3be04a uses a row".
+"""The override rows (shape_overrides.py) keyed as aiter f3be04a keys cfg_2stages, checked against the
+rules a row must follow and injected into aiter.fused_moe at run time; why the rules hold, with
+aiter's file:line: docs/aiter_overrides.md, "How aiter f3be04a uses a row". Imports no aiter.
 """
 
 import importlib
@@ -24,7 +18,7 @@ from shape_overrides import OVERRIDE_ROWS
 OVERRIDE_CU_NUM = 256  # MI355X
 OVERRIDE_MODEL_DIM = 7168
 OVERRIDE_TOPK = 9
-# ksplit > 1 rows run bf16 activations, outside the judged tolerance (module docstring).
+# ksplit > 1 rows run bf16 activations, outside the judged tolerance (docs/aiter_overrides.md).
 OVERRIDE_ALLOW_BF16_ACTIVATIONS = False
 
 # aiter/fused_moe.py:692-706, the key of cfg_2stages, in order.
@@ -65,6 +59,18 @@ _CFG_PARAMS = (
 )
 
 
+# The key fields this problem fixes, aiter's enums and dtypes as str().
+_FIXED_KEY_FIELDS = {
+    "act_type": "ActivationType.Silu",
+    "dtype": "torch.bfloat16",
+    "q_dtype_a": "torch.float4_e2m1fn_x2",
+    "q_dtype_w": "torch.float4_e2m1fn_x2",
+    "q_type": "QuantType.per_1x32",
+    "use_g1u1": True,
+    "doweight_stage1": False,
+}
+
+
 def aiter_key(
     token: int,
     inter_dim: int,
@@ -72,15 +78,8 @@ def aiter_key(
     cu_num: int = OVERRIDE_CU_NUM,
     model_dim: int = OVERRIDE_MODEL_DIM,
     topk: int = OVERRIDE_TOPK,
-    activation: str = "ActivationType.Silu",
-    dtype: str = "torch.bfloat16",
-    q_dtype_a: str = "torch.float4_e2m1fn_x2",
-    q_dtype_w: str = "torch.float4_e2m1fn_x2",
-    q_type: str = "QuantType.per_1x32",
-    use_g1u1: bool = True,
-    doweight_stage1: bool = False,
 ) -> tuple:
-    """aiter f3be04a's 13-field cfg_2stages key (aiter/fused_moe.py:748-762); enums and dtypes as str()."""
+    """aiter f3be04a's 13-field cfg_2stages key (aiter/fused_moe.py:748-762)."""
     return (
         int(cu_num),
         int(token),
@@ -88,13 +87,7 @@ def aiter_key(
         int(inter_dim),
         int(expert),
         int(topk),
-        str(activation),
-        str(dtype),
-        str(q_dtype_a),
-        str(q_dtype_w),
-        str(q_type),
-        bool(use_g1u1),
-        bool(doweight_stage1),
+        *_FIXED_KEY_FIELDS.values(),
     )
 
 
@@ -115,7 +108,8 @@ def table_from_rows(rows) -> tuple[dict, dict]:
 OVERRIDES, FLYDSL_FALLBACK_KERNEL2 = table_from_rows(OVERRIDE_ROWS)
 
 _CK_NAME_RE = re.compile(
-    r"^moe_ck2stages_gemm(?P<stage>[12])_(?P<block>\d+)x(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)_(?P<mw>\d+)x(?P<nw>\d+)_"
+    r"^moe_ck2stages_gemm(?P<stage>[12])_(?P<block_size>\d+)"
+    r"x(?P<MPerBlock>\d+)x(?P<NPerBlock>\d+)x(?P<KPerBlock>\d+)_\d+x\d+_"
 )
 _FLYDSL_NAME_RE = re.compile(
     r"^flydsl_moe(?P<stage>[12])_a(?P<a>[a-z0-9]+)_w(?P<b>[a-z0-9]+)_(?P<out>[a-z0-9]+)"
@@ -126,16 +120,7 @@ _FLYDSL_NAME_RE = re.compile(
 def parse_ck_moe_kernel_name(name: str) -> dict | None:
     """Tile fields of a CK 2-stage kernel name, or None if it is not one."""
     match = _CK_NAME_RE.match(name)
-    if not match:
-        return None
-    g = {k: int(v) for k, v in match.groupdict().items()}
-    return {
-        "stage": g["stage"],
-        "block_size": g["block"],
-        "MPerBlock": g["m"],
-        "NPerBlock": g["n"],
-        "KPerBlock": g["k"],
-    }
+    return {k: int(v) for k, v in match.groupdict().items()} if match else None
 
 
 def parse_flydsl_moe_kernel_name(name: str) -> dict | None:
@@ -357,15 +342,10 @@ def _flydsl_registry(fused_moe_module, overrides):
 def inject(
     fused_moe_module, cu_num: int | None = None, overrides: dict | None = None, fallbacks: dict | None = None
 ) -> dict:
-    """Put the override rows into aiter.fused_moe.cfg_2stages and clear get_2stage_cfgs' cache.
-
-    Loads aiter's packaged table first when cfg_2stages is still None (keeping all its other
-    rows), keys the rows with `cu_num` (default: fused_moe_module.get_cu_num(), else 256),
-    registers missing FlyDSL kernels, and swaps a FlyDSL stage 2 for the row's CK fallback when
-    FlyDSL is unavailable (aiter would otherwise drop the row, fused_moe.py:809-825). Idempotent.
-    `overrides` / `fallbacks` replace OVERRIDES / FLYDSL_FALLBACK_KERNEL2 (the tuner's candidates).
-    Returns the live table (the dict now held by fused_moe_module.cfg_2stages).
-    """
+    """Put the override rows into aiter.fused_moe.cfg_2stages, keyed with `cu_num` (default: the
+    module's get_cu_num(), else 256), and clear get_2stage_cfgs' cache; returns the live table.
+    Idempotent; docs/aiter.md, "The pipeline", says what it keeps and substitutes. `overrides` /
+    `fallbacks` replace OVERRIDES / FLYDSL_FALLBACK_KERNEL2 (the tuner's candidates)."""
     table_rows = OVERRIDES if overrides is None else overrides
     fallbacks = FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks
     validate(table_rows, fallbacks=fallbacks)

@@ -1,8 +1,6 @@
-"""The tiles of the Triton backend: what a tile choice holds per path, the routing-block rule both
-targets' defaults start from, and the Shape check of the tables' lookups. The choices are data:
-tiles_nvidia.py (the decode path) and tiles_amd.py (the native gfx950 path), each table keyed by
-problem.shapes.Shape. What each field means, and the rules the Gluon fields follow: docs/tiles.md.
-"""
+"""The rows of the Triton backend's tile tables (tiles_nvidia.py, tiles_amd.py, keyed by
+problem.shapes.Shape), the routing-block rule both targets' defaults start from, and the Shape check
+of the lookups; what each field means: docs/tiles.md."""
 
 import dataclasses
 from dataclasses import dataclass
@@ -14,8 +12,7 @@ STAGE_FIELDS = ("block_n", "block_k", "warps", "stages")
 
 @dataclass(frozen=True, kw_only=True)
 class Stage:
-    """One GEMM's tile: block_n output columns (stage 1: columns of h) by block_k of K per step,
-    on `warps` warps, its loads pipelined `stages` deep."""
+    """One GEMM's tile: block_n output columns (stage 1: columns of h) by block_k of K per step."""
 
     block_n: int
     block_k: int
@@ -29,10 +26,8 @@ def _stage_field(stage: str, name: str) -> property:
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class Tiles:
-    """What both paths' tiles hold: block_m rows of one expert per program (the routing block),
-    stage 1's (gate/up GEMM) and stage 2's (down GEMM) tiles, and n_tiles2 output tiles that a
-    stage-2 program computes one after the other. The launchers read the stages' fields flat
-    (block_n1, stages2, ...), as do replace, as_dict and the variant files."""
+    """What both paths' tiles hold (docs/tiles.md, "A row"); the launchers, replace, as_dict and the
+    variant files read the stages' fields flat (block_n1, stages2, ...)."""
 
     block_m: int
     stage1: Stage
@@ -83,11 +78,8 @@ class Tiles:
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class TileConfig(Tiles):
-    """The decode path's tiles (NVIDIA, the CPU interpreter, ROCm GPUs but gfx950): per stage a
-    register cap (max_regs, NVIDIA's .maxnreg; 0: the compiler's choice) and the Gluon kernel
-    (gluon: parts per K step; 0: the decode kernel); tail_m > 0 runs the experts' last, partly
-    filled blocks in a second launch on tail_m-row tiles; fold1 has the Gluon stage 1 compute them
-    (docs/tiles.md)."""
+    """The decode path's tiles (NVIDIA, the CPU interpreter, ROCm GPUs but gfx950): register caps,
+    tail launches and the Gluon stages (docs/tiles.md, "TileConfig")."""
 
     max_regs1: int = 0
     tail_m: int = 0
@@ -99,12 +91,8 @@ class TileConfig(Tiles):
 
 @dataclass(frozen=True, kw_only=True, repr=False)
 class NativeTileConfig(Tiles):
-    """The native gfx950 path's tiles: the AMD backend's MFMA width (nonkdim 16 or 32) and
-    occupancy hint (waves_per_eu; 0: the compiler's), and the kernel variants, each off by
-    default: xcds (programs in die order), weight_cache (tl.load's cache modifier for the
-    weights), fused_quant (stage 1 quantizes the hidden states), route_launches (2, 1 or 0
-    launches before stage 1) and quant_blocks (32-element blocks per quantizing program);
-    docs/tiles.md."""
+    """The native gfx950 path's tiles: MFMA width, occupancy hint and the kernel variants, each off by
+    default (docs/tiles.md, "NativeTileConfig")."""
 
     nonkdim: int = 16
     waves_per_eu: int = 0

@@ -1,7 +1,6 @@
-"""The native gfx950 path's tiles (kernels/native.py): NATIVE_TUNED and native_default_config,
-chosen from the offline gfx950 compile (python -m bench.gfx950), and the kernel variants the
-first-call selection times on an MI355X (NATIVE_VARIANTS, NATIVE_ALTERNATES). The compiled
-figures behind each row and variant: docs/gfx950.md ("The AMD tile table", "Kernel variants").
+"""The native gfx950 path's tiles (kernels/native.py), chosen from the offline gfx950 compile, and
+the kernel variants the first-call selection times on an MI355X; the compiled figures behind each:
+docs/gfx950.md ("The AMD tile table", "Kernel variants").
 """
 
 from moe_triton.tiles import NativeTileConfig, Stage, checked_shape, default_block_m
@@ -80,9 +79,8 @@ NATIVE_TUNED: dict[Shape, NativeTileConfig] = {
 
 
 def native_default_config(shape: Shape) -> NativeTileConfig:
-    """NATIVE_TUNED's pattern: routing blocks sized to the rows per expert (default_block_m, at
-    most 64 rows); stage 1 256 weight rows over 8 waves at block_m 16, else 128 over 4; stage 2
-    128-column tiles, chained 4 per program at one K step, 2 at two, 1 beyond."""
+    """NATIVE_TUNED's pattern: routing blocks of default_block_m (at most 64 rows); stage 2 chains 4
+    tiles a program at one K step, 2 at two, 1 beyond."""
     block_m = min(64, default_block_m(shape))
     k_steps = -(-shape.d_inter // 256)
     n_tiles2 = 4 if k_steps == 1 else 2 if k_steps == 2 else 1
@@ -95,22 +93,17 @@ def native_tile_config(shape: Shape) -> NativeTileConfig:
 
 
 # The native kernel variants (NativeTileConfig's variant fields, by flat name), applied to a
-# shape's NATIVE_TUNED row; compiled offline, never timed (docs/gfx950.md, "Kernel variants").
+# shape's NATIVE_TUNED row; compiled offline, never timed; what each does: docs/gfx950.md,
+# "Kernel variants" (route1: one routing launch; quant0: stage 1 routes and quantizes its block).
 NATIVE_VARIANTS: dict[str, dict] = {
-    # 3 launches: one routing launch counts, places, zeroes the output and writes a1
     "route1": dict(route_launches=1),
-    # weights loaded non-temporally, for shapes of about one routing block per expert
     "route1-cg": dict(route_launches=1, weight_cache=".cg"),
-    # both GEMMs' programs in XCD order: one die reads a weight tile through one L2
     "route1-xcd8": dict(route_launches=1, xcds=8),
-    # the 32x32x64 scaled MFMA at blocks of 32 rows or more
     "route1-mfma32": dict(route_launches=1, nonkdim=32),
     "route1-xcd8-mfma32": dict(route_launches=1, xcds=8, nonkdim=32),
-    # 2 launches: stage 1 routes its own block, zeroes its share of the output and quantizes its rows
     "quant0": dict(fused_quant=True, route_launches=0),
     "quant0-cg": dict(fused_quant=True, route_launches=0, weight_cache=".cg"),
     "quant0-xcd8": dict(fused_quant=True, route_launches=0, xcds=8),
-    # quant0 on the 16-row rows' tiles: fewer column tiles repeat the quantization
     "quant0-m16": dict(fused_quant=True, route_launches=0, block_m=16, block_n1=128, block_k1=256, warps1=8, stages1=2),
 }
 

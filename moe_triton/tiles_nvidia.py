@@ -1,15 +1,12 @@
-"""The decode path's tiles (NVIDIA; also what the CPU interpreter and non-gfx950 ROCm GPUs run):
-TUNED, the H200 sweep's winners (other shapes get default_config); GLUON_TUNED, the shapes whose
-stages run on the Gluon kernels on sm_90 GPUs (static_tiles); ALTERNATES, the first-call
-selection's other candidates, and SELECTION_WINNERS, those that won their shape. How each row was
-measured: docs/tiles.md.
+"""The decode path's tiles (NVIDIA; also the CPU interpreter and non-gfx950 ROCm GPUs): TUNED (other
+shapes get default_config), GLUON_TUNED (the Gluon stages on sm_90, static_tiles), and the first-call
+selection's ALTERNATES and SELECTION_WINNERS; how each row was measured: docs/tiles.md.
 """
 
 from moe_triton.tiles import Stage, TileConfig, checked_shape, default_block_m
 from problem.shapes import Shape
 
-# The rows' stage tiles. Stage 1 decodes twice block_n weight rows a program (its gate and up rows
-# of block_n h columns); stage 2 writes block_n output columns a tile.
+# The rows' stage tiles.
 ROWS64 = Stage(block_n=32, block_k=256, warps=4, stages=3)
 ROWS64_2DEEP = Stage(block_n=32, block_k=256, warps=4, stages=2)
 ROWS128 = Stage(block_n=64, block_k=256, warps=8, stages=3)
@@ -17,8 +14,7 @@ COLS64 = Stage(block_n=64, block_k=256, warps=4, stages=2)
 COLS128 = Stage(block_n=128, block_k=256, warps=4, stages=2)
 COLS128_K128 = Stage(block_n=128, block_k=128, warps=4, stages=2)
 
-# bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6); max_regs2 takes
-# 4-7% off stage 2 at E-257 bs-512 and E-33 bs-16; tail_m wins only where the MMA dominates (I-2048).
+# bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6).
 TUNED: dict[Shape, TileConfig] = {
     Shape(16, 7168, 256, 257, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS64, n_tiles2=4, max_regs1=128),
     Shape(128, 7168, 256, 257, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS64, n_tiles2=8),
@@ -35,9 +31,8 @@ TUNED: dict[Shape, TileConfig] = {
 
 
 def default_config(shape: Shape) -> TileConfig:
-    """The tuned shapes' pattern: small routing blocks decode 64 weight rows per program and chain
-    4 output tiles in stage 2; large ones decode 128 rows over two warp groups and run the experts'
-    last, partly filled blocks on 32-row tiles."""
+    """TUNED's pattern: small routing blocks chain 4 stage-2 tiles; large ones decode 128 weight rows
+    over two warp groups and run the experts' tail blocks on 32-row tiles."""
     block_m = default_block_m(shape)
     if block_m >= 128:
         return TileConfig(block_m=block_m, stage1=ROWS128, stage2=COLS128_K128, n_tiles2=1, tail_m=32)
@@ -49,26 +44,21 @@ def tile_config(shape: Shape) -> TileConfig:
 
 
 def gluon_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, regs: int = 0) -> TileConfig:
-    """tiles with stage 1 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps),
-    block_n h columns a program (64 or 128: 2 or 4 MMA warpgroups), `stages` ring slots, each K
-    step in `parts` parts (gluon1) and `regs` registers a thread at launch (max_regs1; 0: one
-    program an SM); the routing and stage 2 as they are."""
+    """tiles with stage 1 on the Gluon kernel (block_n1, stages1, gluon1, max_regs1; the fixed
+    fields as docs/tiles.md, "TileConfig", says), the rest as it is."""
     return tiles.replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=regs, gluon1=parts)
 
 
 def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_tiles: int, regs: int = 0) -> TileConfig:
-    """tiles with stage 2 on the Gluon kernel: its fixed fields (k steps of 128, 8 MMA warps),
-    block_n output columns a tile (128 or 256: 2 or 4 MMA warpgroups), `stages` ring slots, each K
-    step in `parts` parts (gluon2), n_tiles tiles a program and `regs` registers a thread at launch
-    (max_regs2; 0: one program an SM); the rest as it is."""
+    """tiles with stage 2 on the Gluon kernel (block_n2, stages2, gluon2, n_tiles2, max_regs2), the
+    rest as it is."""
     return tiles.replace(
         block_n2=block_n, block_k2=128, warps2=8, stages2=stages, n_tiles2=n_tiles, max_regs2=regs, gluon2=parts
     )
 
 
 # Where the Gluon stages beat the decode table's tile on the H200 (bench/h200/gluon_check.py,
-# 2026-12-04, torch 2.11, triton 3.6): stage 1 with two programs an SM (regs 80) at E-257 bs-512
-# and E-33 bs-128, with one at E-33 bs-512 and I-2048; stage 2 at the E-33 shapes and I-2048.
+# 2026-12-04, torch 2.11, triton 3.6).
 GLUON_TUNED: dict[Shape, TileConfig] = {
     Shape(512, 7168, 256, 257, 9): gluon_variant(TUNED[Shape(512, 7168, 256, 257, 9)], 64, stages=4, parts=2, regs=80),
     Shape(16, 7168, 512, 33, 9): gluon2_variant(TUNED[Shape(16, 7168, 512, 33, 9)], 256, stages=4, parts=2, n_tiles=7),
@@ -94,8 +84,7 @@ GLUON_TUNED: dict[Shape, TileConfig] = {
 
 
 # The H200 runners-up (bench/notes/decode-path-*.md, 2026-11-30), each its shape's TUNED row with
-# the changes its name says; "retune": the stage-2 tiles before the nibble placement's retune;
-# "block-m-64": the larger routing blocks. Marked untimed: neighbours that no sweep measured.
+# the changes its name says (docs/tiles.md). Marked untimed: neighbours that no sweep measured.
 _RUNNERS_UP: dict[Shape, dict[str, dict]] = {
     Shape(16, 7168, 256, 257, 9): {
         "regs1-off": dict(max_regs1=0),  # untimed
@@ -133,8 +122,7 @@ ALTERNATES: dict[Shape, dict[str, TileConfig]] = {
 }
 
 # The ALTERNATES that won their shape in the first-call selection on the H200 (2026-12-01,
-# bench/results/selection-host-job.md): the selection's default candidates on NVIDIA; the other
-# ALTERNATES run with MOE_SELECT_CANDIDATES=all.
+# bench/results/selection-host-job.md); the others run with MOE_SELECT_CANDIDATES=all.
 SELECTION_WINNERS: dict[Shape, tuple[str, ...]] = {
     Shape(16, 7168, 256, 257, 9): ("regs1-off",),
     Shape(16, 7168, 512, 33, 9): ("regs2-96",),

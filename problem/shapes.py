@@ -1,7 +1,6 @@
-"""Which layer shapes the package computes (SPEC 1, 2): one set of rules for the input tuple's config
-(problem.validation) and for the runner's cases (bench.runner.case_args), each naming the sizes as
-its user knows them, and Shape, the sizes as the kernels see them. It imports no torch, so that
-the runner checks its cases before torch loads."""
+"""Which layer shapes the package computes (SPEC 1, 2), one set of rules for the input tuple's config
+and the runner's cases, and Shape, the sizes as the kernels see them. Imports no torch, so that the
+runner checks its cases before torch loads."""
 
 from typing import NamedTuple
 

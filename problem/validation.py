@@ -1,15 +1,6 @@
-"""Cheap checks of the 12-item input tuple (SPEC 2): metadata only, but for one look at the expert ids
-per shape.
-
-Each failure raises ValueError naming the argument. Every call checks every tensor; what follows
-from the config alone (its types, its own consistency, the shapes it implies) is worked out once
-per config (_layout), and a tensor's dtype, shape, contiguity and device are compared in one pass,
-the message built only for a tensor that fails. Values are read at the first call per shape only:
-topk_ids must lie in 0..E-1, which costs one host synchronisation (the first call's selection
-waits for the GPU anyway); later calls of the shape are not checked, as reading the ids would
-hold every call's launches until the GPU is done: an id out of range there is not refused, and
-the output is wrong. Ids repeated within a row are not looked for.
-"""
+"""Cheap checks of the 12-item input tuple (SPEC 2), each failure a ValueError naming the argument:
+metadata at every call, worked out once per config, and the expert ids at the first call per
+config only (docs/spec.md, "2. The input tuple", says why)."""
 
 import functools
 from collections import Counter
@@ -135,9 +126,8 @@ def _check_expert_ids(topk_ids: torch.Tensor, n_experts: int) -> bool:
 
 @functools.lru_cache(maxsize=64, typed=True)
 def _layout(*values) -> tuple:
-    """(name, accepted dtypes, shape) per tensor for a config's CONFIG_KEYS values, once the config
-    is found consistent (a config that is not raises, and is not cached). Typed: 512.0 or True
-    keys no entry of 512 or 1, so that a value of the wrong type is always refused."""
+    """(name, accepted dtypes, shape) per tensor for a consistent config's CONFIG_KEYS values (one
+    that is not raises, uncached). Typed, so that 512.0 or True never hits the entry of 512 or 1."""
     config = dict(zip(CONFIG_KEYS, values, strict=True))
     problem = shape_problem(config)
     if problem:

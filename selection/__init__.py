@@ -1,2 +1,2 @@
-"""The first-call selection (docs/selection.md): candidates per target, checking and timing them,
-the stored choices, the runner's pre-run, and the static backend table per shape."""
+"""The first-call selection (docs/selection.md): the candidates, their checks and timing, the stored
+choices and the runner's pre-run."""

@@ -1,16 +1,7 @@
-"""What the selection measures per shape (docs/selection.md): the backends custom_kernel can run,
-and per target the candidates, the static choice first (it is the incumbent).
-
-Targets: "gfx950-aiter" (an MI355X with aiter importable: aiter, the static backend there, then the
-template's aiter.fused_moe, native Triton and moe_triton.tiles_amd.NATIVE_ALTERNATES),
-"gfx950" (no aiter: the native table tile and NATIVE_ALTERNATES), "gpu" (NVIDIA and other GPUs:
-the static choice (tiles_nvidia.static_tiles) and the ALTERNATES that have won their shape,
-tiles_nvidia.SELECTION_WINNERS; with MOE_SELECT_CANDIDATES=all the decode path's table tile and every
-ALTERNATE), "cpu" (Triton's interpreter: small alternatives that CI can afford, the decode table tile, a larger
-routing block, the other path).
-A candidate's `detail` says what it runs, so that a stored choice whose tiles changed is not
-reused (selection.selector.candidates_digest).
-"""
+"""What the selection measures per shape: the backends custom_kernel can run and, per target, the
+candidates, the static choice first (the incumbent); the table per target: docs/selection.md, "The
+candidates". A candidate's `detail` says what it runs, so that a stored choice whose tiles changed
+is not reused."""
 
 import functools
 from collections.abc import Callable
@@ -48,7 +39,6 @@ def run_reference(data: "input_t") -> "output_t":
 
 
 def run_aiter(data: "input_t") -> "output_t":
-    """aiter's stages with the override table; the output is aiter_backend's cached buffer."""
     from moe_aiter.backend import fused_moe_aiter
 
     return fused_moe_aiter(data)
@@ -100,9 +90,8 @@ def _cpu_candidates(shape: Shape) -> list[Candidate]:
 
 
 def _gpu_candidates(shape: Shape, every: bool) -> list[Candidate]:
-    """The static choice, the decode table tile when the static choice runs a Gluon stage (the
-    choice before it), and the ALTERNATES that won their shape (SELECTION_WINNERS); every: all
-    ALTERNATES."""
+    """The static choice, the decode table tile where that differs (a Gluon stage), and the
+    ALTERNATES that won their shape (SELECTION_WINNERS); every: all ALTERNATES."""
     static, decode = static_tiles(shape, gluon=gluon_kernels(torch.device("cuda"))), tile_config(shape)
     out = [Candidate("triton", run_triton, repr(static))]
     if static != decode:

@@ -1,15 +1,6 @@
-"""The selection's choices on disk, so that the leaderboard's later runs (benchmark, leaderboard:
-new processes in the same job) reuse what the test run measured.
-
-One JSON file, $XDG_CACHE_HOME (else ~/.cache)/moe-mxfp4/choices.json: a stamp (format, device,
-package version, a digest of the submission's source files, torch / triton / aiter versions) and
-per shape (key_text: its sizes by name) the candidates in the order measured (fastest first), the
-digest of the candidates they were chosen among, and the medians. A file that does not parse, or
-whose stamp is another one, is ignored with one stderr line and replaced at the next write; an
-entry whose candidates changed is not used. Writes go to a temporary file renamed over the old
-one (atomic). Format 1 keyed the shapes by their sizes in another order: such a file is another
-stamp's, ignored.
-"""
+"""The selection's choices on disk, so that the leaderboard's later runs (benchmark, leaderboard: new
+processes in the same job) reuse what the test run measured. The file, its stamp and what is
+ignored: docs/selection.md, "What happens at the first call of a shape"."""
 
 import hashlib
 import importlib.metadata
@@ -93,15 +84,21 @@ class ChoiceFile:
         self.stamp = stamp
         self._entries: dict | None = None
 
-    def _read(self) -> dict:
-        """The file's entries if it is this stamp's, else {} (and one stderr line if it exists)."""
+    def _read(self, quiet: bool = False) -> dict:
+        """The file's entries if it is this stamp's, else {} (with one stderr line, unless quiet or
+        the file is absent: a write never reports twice)."""
+
+        def ignored(why: str) -> dict:
+            if not quiet:
+                print(f"moe-mxfp4 select: choice file {self.path} ignored: {why}", file=sys.stderr)
+            return {}
+
         try:
             text = self.path.read_text()
         except FileNotFoundError:
             return {}
         except OSError as exc:
-            print(f"moe-mxfp4 select: choice file {self.path} ignored: {exc}", file=sys.stderr)
-            return {}
+            return ignored(str(exc))
         try:
             content = json.loads(text)
             foreign = content.get("stamp") != self.stamp
@@ -109,12 +106,8 @@ class ChoiceFile:
             if not isinstance(entries, dict):
                 raise TypeError("shapes is not an object")
         except (ValueError, TypeError, KeyError, AttributeError) as exc:
-            print(f"moe-mxfp4 select: choice file {self.path} ignored: corrupt ({exc})", file=sys.stderr)
-            return {}
-        if foreign:
-            print(f"moe-mxfp4 select: choice file {self.path} ignored: written for another version", file=sys.stderr)
-            return {}
-        return entries
+            return ignored(f"corrupt ({exc})")
+        return ignored("written for another version") if foreign else entries
 
     def entries(self) -> dict:
         if self._entries is None:
@@ -134,7 +127,7 @@ class ChoiceFile:
     def put(self, shape: Shape, digest: str, order: list[str], medians_us: dict[str, float]) -> None:
         """Store one shape's choice (merged with what another process wrote meanwhile)."""
         self.entries()[key_text(shape)] = {"candidates": digest, "order": order, "median_us": medians_us}
-        merged = {**self._read_quietly(), **self._entries}
+        merged = {**self._read(quiet=True), **self._entries}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".choices-", suffix=".json")
@@ -143,13 +136,3 @@ class ChoiceFile:
             os.replace(tmp, self.path)
         except OSError as exc:
             print(f"moe-mxfp4 select: choice file {self.path} not written: {exc}", file=sys.stderr)
-
-    def _read_quietly(self) -> dict:
-        """The entries on disk now, if they are this stamp's (a write never reports twice)."""
-        try:
-            content = json.loads(self.path.read_text())
-            if content.get("stamp") == self.stamp and isinstance(content.get("shapes"), dict):
-                return content["shapes"]
-        except (OSError, ValueError, AttributeError):
-            pass
-        return {}

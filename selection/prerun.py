@@ -1,15 +1,6 @@
-"""The pre-run: `python3 submission.py`, which the leaderboard's runner executes before each mode
-(120 s, in the same folder and home directory as the evaluation). On a GPU it selects for the
-ten official shapes on generated inputs, which compiles every candidate's kernels into Triton's
-cache and stores the choices (selection/choice_file.py) for the evaluation's first calls; shapes stored
-already are skipped, and it stops itself at PRERUN_DEADLINE_S, each shape's selection budget cut
-to the time left. One line per shape. Without selection (no GPU, MOE_SELECT=0, MOE_BACKEND set)
-it prints one line and does nothing else; MOE_SELECT=1 under the CPU interpreter runs problem.cases.TINY
-instead, so CI exercises it. A bad setting (MOE_BACKEND, MOE_SELECT, MOE_SELECT_BUDGET_S,
-MOE_SELECT_CANDIDATES, MOE_TRITON_NATIVE; an aiter MOE_BACKEND where aiter cannot run) or any
-argument but --help is one line on stderr and exit status 2, as the runner's usage errors; Ctrl-C
-is one line and 130.
-"""
+"""The pre-run, `python3 submission.py`, which the leaderboard's runner executes before each mode:
+it selects for the official shapes ahead of the evaluation and stores the choices (DESCRIPTION
+below; docs/selection.md, "The pre-run")."""
 
 import argparse
 import os
@@ -125,10 +116,8 @@ def main(
     prog=None,
     argv: list[str] | None = None,
 ) -> int:
-    """`python3 submission.py` (argv: sys.argv[1:], where only --help is an argument):
-    backend_of and selecting_of (submission.selected_backend and selection_on) raise ValueError on a
-    bad setting, every MOE_* variable checked even where nothing selects, so that a typo shows before
-    the evaluation. Exit status 0, 2 for a bad setting, 130 for Ctrl-C, each with one line."""
+    """`python3 submission.py`: exit status 0, 2 for a bad setting (backend_of and selecting_of,
+    submission.selected_backend and selection_on, raise ValueError), 130 for Ctrl-C."""
     prog = prog or os.path.basename(sys.argv[0]) or "submission.py"
     parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
     try:

@@ -1,12 +1,7 @@
-"""The selection at the first call per shape (docs/selection.md): every candidate runs on the
-call's own inputs; one that raises, fails the leaderboard's check against reference.ref_kernel,
-or whose worst error passes the margin is dropped; the survivors are timed as the runner times
-(flush, events, a few calls, the median) and ordered fastest first. Later calls of the shape run
-the first survivor, falling back to the next if it raises.
-
-The per-shape cache holds the choice (candidates), never an output; the first call syncs, later
-calls do not. Timer, clock and store are injectable (tests).
-"""
+"""The selection at the first call per shape (docs/selection.md, "What happens at the first call of
+a shape"): the candidates checked against reference.ref_kernel and timed as the runner times, and
+the survivors run fastest first. The per-shape cache holds the choice, never an output; timer,
+clock and store are injectable (tests)."""
 
 import hashlib
 import math
@@ -29,24 +24,26 @@ BUDGET_ENV = "MOE_SELECT_BUDGET_S"
 DEFAULT_BUDGET_S = 20.0
 CANDIDATES_ENV = "MOE_SELECT_CANDIDATES"
 CANDIDATES_VALUES = ("won", "all")
-# A candidate's worst error may not pass max(MIN_MARGIN, the incumbent's): a margin against the
-# seeds that selection does not see.
+# A candidate's worst error may not pass max(MIN_MARGIN, the incumbent's), against unseen seeds.
 MIN_MARGIN = 0.5
 GPU_REPS = 5
 CPU_REPS = 1
-# Written before each timed call: larger than the last-level cache (MI355X 256 MiB Infinity
-# Cache, H200 50 MiB L2), in passes queued without a sync, so that the call's host time is hidden
-# behind them as the runner's 64 GiB flush hides it.
+# The cache flush before each timed call, larger than the last-level cache (docs/selection.md).
 FLUSH_BYTES = 512 << 20
 FLUSH_PASSES = 8
 
 
-def select_mode(environ=None) -> str:
-    """MOE_SELECT: auto (also when unset or empty, as an empty MOE_BACKEND is no backend), 1 or 0."""
-    value = (os.environ if environ is None else environ).get(SELECT_ENV) or "auto"
-    if value not in SELECT_VALUES:
-        raise ValueError(f"{SELECT_ENV}: expected one of {', '.join(SELECT_VALUES)}, got {value!r}")
+def _one_of(environ, name: str, values: tuple[str, ...]) -> str:
+    """The variable's value, values[0] when unset or empty (as an empty MOE_BACKEND is no backend)."""
+    value = (os.environ if environ is None else environ).get(name) or values[0]
+    if value not in values:
+        raise ValueError(f"{name}: expected one of {', '.join(values)}, got {value!r}")
     return value
+
+
+def select_mode(environ=None) -> str:
+    """MOE_SELECT: auto (default), 1 or 0."""
+    return _one_of(environ, SELECT_ENV, SELECT_VALUES)
 
 
 def budget_s(environ=None) -> float:
@@ -64,12 +61,9 @@ def budget_s(environ=None) -> float:
 
 
 def candidate_set(environ=None) -> str:
-    """MOE_SELECT_CANDIDATES: "won" (default, also when unset or empty: per target the candidates
-    that have won a shape in a measurement, selection/candidates.py) or "all" (every candidate)."""
-    value = (os.environ if environ is None else environ).get(CANDIDATES_ENV) or "won"
-    if value not in CANDIDATES_VALUES:
-        raise ValueError(f"{CANDIDATES_ENV}: expected one of {', '.join(CANDIDATES_VALUES)}, got {value!r}")
-    return value
+    """MOE_SELECT_CANDIDATES: "won" (default: the candidates that have won a shape in a
+    measurement) or "all" (every candidate)."""
+    return _one_of(environ, CANDIDATES_ENV, CANDIDATES_VALUES)
 
 
 def shape_name(config: dict) -> str:
@@ -211,12 +205,14 @@ class Selector:
         candidates = self.candidates_fn(config)
         if len(candidates) == 1:
             return candidates[0].name, "the only candidate"
-        names = (
-            self.store.get(Shape.of_config(config), candidates_digest(candidates)) if self.store is not None else None
-        )
-        if names and set(names) <= {c.name for c in candidates}:
-            return names[0], "stored"
-        return None
+        stored = self._stored(Shape.of_config(config), candidates)
+        return (stored[0].name, "stored") if stored else None
+
+    def _stored(self, shape: Shape, candidates: list[Candidate]) -> list[Candidate] | None:
+        """The store's order of shape's candidates, if it was chosen among these candidates."""
+        names = self.store.get(shape, candidates_digest(candidates)) if self.store is not None else None
+        by_name = {c.name: c for c in candidates}
+        return [by_name[name] for name in names] if names and set(names) <= set(by_name) else None
 
     def __call__(self, data):
         shape = Shape.of_config(data[-1])
@@ -245,17 +241,14 @@ class Selector:
         """The shape's survivors, fastest first: from the store, else selected on data (and stored)."""
         shape = Shape.of_config(data[-1])
         candidates = self.candidates_fn(data[-1])
-        digest = candidates_digest(candidates)
-        by_name = {c.name: c for c in candidates}
-        stored = self.store.get(shape, digest) if self.store is not None else None
         if len(candidates) == 1:
             order = candidates  # nothing to choose between: no reference, no timing
             self.log(f"moe-mxfp4 select {shape_name(data[-1])}: {candidates[0].name} (the only candidate)")
-        elif stored and all(name in by_name for name in stored):
-            order = [by_name[name] for name in stored]
+        elif stored := self._stored(shape, candidates):
+            order = stored
             self.log(f"moe-mxfp4 select {shape_name(data[-1])}: {order[0].name} (stored in {self.store.path})")
         else:
-            order = self._select(shape, candidates, digest, data, budget)
+            order = self._select(shape, candidates, candidates_digest(candidates), data, budget)
         self._choices[shape] = order
         return order
 
