@@ -34,6 +34,13 @@ class Tiles:
     stage2: Stage
     n_tiles2: int
 
+    def __post_init__(self):
+        # Every call's plan key holds the tiles: hashed once here, not field by field per call.
+        object.__setattr__(self, "_hash", hash(tuple(getattr(self, f.name) for f in dataclasses.fields(self))))
+
+    def __hash__(self) -> int:
+        return self._hash
+
     block_n1 = _stage_field("stage1", "block_n")
     block_k1 = _stage_field("stage1", "block_k")
     warps1 = _stage_field("stage1", "warps")
@@ -81,6 +88,8 @@ class TileConfig(Tiles):
     """The decode path's tiles (NVIDIA, the CPU interpreter, ROCm GPUs but gfx950): register caps,
     tail launches and the Gluon stages (docs/tiles.md, "TileConfig")."""
 
+    __hash__ = Tiles.__hash__
+
     max_regs1: int = 0
     tail_m: int = 0
     max_regs2: int = 0
@@ -93,6 +102,8 @@ class TileConfig(Tiles):
 class NativeTileConfig(Tiles):
     """The native gfx950 path's tiles: MFMA width, occupancy hint and the kernel variants, each off by
     default (docs/tiles.md, "NativeTileConfig")."""
+
+    __hash__ = Tiles.__hash__
 
     nonkdim: int = 16
     waves_per_eu: int = 0

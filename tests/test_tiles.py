@@ -53,3 +53,16 @@ def test_rows_are_keyword_only_and_the_two_paths_rows_differ():
     shared = dict(block_m=16, stage1=stage, stage2=stage, n_tiles2=4)
     assert TileConfig(**shared) != NativeTileConfig(**shared)
     assert repr(NativeTileConfig(**shared, nonkdim=32)).endswith("n_tiles2=4, nonkdim=32)")
+
+
+def test_rows_key_plans_by_value():
+    # The plans' key holds the tiles (their hash computed once per row): equal rows share one plan,
+    # rows that differ in any field, a stage's included, do not.
+    rows = [row for table in (TUNED, GLUON_TUNED, NATIVE_TUNED) for row in table.values()]
+    for row in rows:
+        copy = row.replace()
+        assert copy is not row and copy == row and hash(copy) == hash(row)
+        assert {row: 1}[copy] == 1
+    table = TUNED[next(iter(TUNED))]
+    changed = [table.replace(block_m=64), table.replace(stages1=table.stages1 + 1), table.replace(max_regs2=96)]
+    assert len({table, *changed}) == 4
