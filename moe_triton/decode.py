@@ -50,7 +50,7 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
                 f"tiles: {name} needs its K ({k_dim}) a multiple of 128 and its N ({n_dim}) of {span} "
                 f"(block_n{stage}" + (" times n_tiles2)" if stage == 2 else ")")
             )
-    if getattr(cfg, "fold1", 0) and not (cfg.gluon1 and cfg.tail_m):
+    if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
     if not (cfg.gluon1 or cfg.gluon2):
         return
