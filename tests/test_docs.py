@@ -4,7 +4,7 @@ docs/spec.md, the README's test command is the one CI runs, the README stays a u
 every document, no document cites a file outside the repository or links one that is not there
 (bench's notes and results included), every module a document names exists, every command the
 README and docs/ show takes the options shown, and nothing narrates the repository's making
-(issue numbers, sessions, a kernel's ordinal version)."""
+(its tracker's numbers, the order in which the work was done, a kernel's ordinal version)."""
 
 import re
 import subprocess
@@ -192,9 +192,9 @@ def test_every_module_a_document_names_exists():
     assert not stale, stale
 
 
-# Narration a reader cannot look up: this project's issue numbers (the word and a number, or "#"
-# and a number), sessions and their ordinals, a kernel's numbered or ordinal version, the tracker's
-# phrases about its issues and its lead (the examples in the test below). Not a metric, not a
+# Narration a reader cannot look up: this project's tracker numbers (the word and a number, or "#"
+# and a number), the stints of work and their ordinals, a kernel's numbered or ordinal version, the
+# tracker's own phrases (the examples in the test below). Not a metric, not a
 # version number, not another project's issue or PR (EXTERNAL, or a URL: ".../issues/974").
 _ORDINAL = (
     r"first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|fourteenth"
@@ -255,7 +255,7 @@ def test_the_narration_pattern_finds_the_tracker_and_leaves_other_projects():
 
 
 def test_code_docs_notes_and_results_do_not_narrate_the_making():
-    """A reader has no tracker and no sessions: a passage says what the code does and why, and a
+    """A reader has no tracker and no log of the work: a passage says what the code does and why, and a
     measurement its date, device and versions (bench/RESULTS.md's entries)."""
     skip = {".venv", ".git", "dist", "build", "job_task", ".peers"}
     found, pending = {}, set()
