@@ -4,7 +4,7 @@ for the launch machinery (docs/triton.md)."""
 import torch
 import triton
 
-from buffers import get_buffer, get_counters
+from buffers import get_buffer
 from moe_triton import plan, target
 from moe_triton.kernels.decode import moe_stage1_kernel, moe_stage2_kernel
 from moe_triton.routing import Routing, route_decode
@@ -52,23 +52,9 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             )
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
-    if cfg.split_k1 != 1 and not (
-        cfg.gluon1 and not cfg.fold1 and cfg.split_k1 > 1 and d_hidden % (128 * cfg.split_k1) == 0
-    ):
-        raise ValueError(
-            f"tiles: split_k1 {cfg.split_k1} needs gluon1 without fold1 and d_hidden / 128 ({d_hidden // 128}) "
-            "a multiple of it"
-        )
     if not (cfg.gluon1 or cfg.gluon2):
         return
-    if (
-        max(
-            n_tokens * d_hidden,
-            n_experts * 2 * d_inter * d_hidden // 8,
-            n_blocks * cfg.block_m * 2 * d_inter * cfg.split_k1,
-        )
-        >= 2**31
-    ):
+    if max(n_tokens * d_hidden, n_experts * 2 * d_inter * d_hidden // 8, n_blocks * cfg.block_m * d_inter) >= 2**31:
         raise ValueError("tiles: gluon stages address with 32-bit offsets; this shape is too large for them")
     if cfg.block_m < 16:
         raise ValueError(f"tiles: gluon stages need block_m at least 16, not {cfg.block_m}")
@@ -100,19 +86,6 @@ def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tenso
     return routing, (a1,)
 
 
-def split_k_scratch(layer: plan.Layer, device) -> dict:
-    """The split-K Gluon stage 1's fp32 partial sums and its zeroed arrival counters, one per MMA
-    warpgroup of each (routing block, column tile)."""
-    cfg = layer.cfg
-    counters = layer.n_blocks * layer.shape.d_inter // 32
-    partials = (counters, cfg.split_k1, 64 * cfg.block_m)
-    return dict(
-        SPLIT_K=cfg.split_k1,
-        partials_ptr=get_buffer("partials1", partials, torch.float32, device),
-        counters_ptr=get_counters("counters1", (counters,), device),
-    )
-
-
 def row_tiles(cfg) -> tuple[int, ...]:
     """The row tiles of a stage's launches: block_m, and tail_m for the tail blocks where set."""
     return (cfg.block_m, cfg.tail_m) if cfg.tail_m else (cfg.block_m,)
@@ -128,9 +101,6 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
         grid = (layer.n_blocks, shape.d_inter // cfg.block_n1)
         options = gluon_options(cfg.stages1, cfg.gluon1, cfg.block_n1 // 32, cfg.max_regs1, fast)
         options["FOLD"] = cfg.tail_m if cfg.fold1 else 0
-        if cfg.split_k1 > 1:
-            grid += (cfg.split_k1,)
-            options.update(split_k_scratch(layer, call.out.device))
     else:
         kernel = moe_stage1_kernel
         grid = (layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1))

@@ -96,7 +96,6 @@ class TileConfig(Tiles):
     gluon1: int = 0
     gluon2: int = 0
     fold1: int = 0
-    split_k1: int = 1
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

@@ -45,8 +45,6 @@ for case, fields in pairs:
             "k_loop_spills": sum(bool(re.search(r"\\b(STL|LDL)\\b", line)) for body in inner for line in body),
             "spills": len(re.findall(r"\\b(STL|LDL)\\b", text)),
             "paired_atomics": bool(re.search(r"add\\.noftz\\.v2\\.bf16", kernel.asm["ptx"])),
-            "release_counts": len(re.findall(r"atom\\.global\\.gpu\\.acq_rel\\.add", kernel.asm["ptx"])),
-            "l2_loads": len(re.findall(r"ld\\.global\\.cg", kernel.asm["ptx"])),
             "shared": kernel.metadata.shared,
             "registers": resources(kernel.asm["cubin"]).registers,
         })

@@ -14,7 +14,6 @@ from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
     WORDS_LAYOUT,
     allocate_ring,
-    cta_barrier,
     fill_slot,
     mma_step,
     row_offsets,
@@ -37,7 +36,6 @@ def _loader(
     STAGES: gl.constexpr,
     NUM_WG: gl.constexpr,
     FOLD: gl.constexpr,
-    SPLIT_K: gl.constexpr,
 ):
     """The loader partition; inputs: the kernel's loader_args."""
     (
@@ -63,23 +61,18 @@ def _loader(
     s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
     words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_hidden, BLOCK_K)
     sources = (words, scales, (a1_ptr, a_offs))
-    steps = d_hidden // BLOCK_K // SPLIT_K
-    k0 = 0
-    if SPLIT_K > 1:
-        k0 = gl.program_id(2) * steps  # this program's share of K: steps [k0, k0 + steps)
     if FOLD:
         # the next block's first FOLD rows (its real ones, when this program folds it)
         t_rows = row_range((block + 1) * BLOCK_M, FOLD)
         t_tokens = gl.load(sorted_ids_ptr + t_rows, mask=fold, other=n_tokens) & 0xFFFFFF
         t_valid = gl.expand_dims((t_tokens < n_tokens) & fold, 1)
         t_offs = row_offsets(t_tokens, d_hidden, BLOCK_K)
-        for i in range(steps):
+        for i in range(d_hidden // BLOCK_K):
             extra = (t_ring, a1_ptr, t_offs, i * BLOCK_K, t_valid)
             fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES, extra, True)
     else:
-        for i in range(steps):
-            k = k0 + i
-            fill_slot(i, ring, sources, (k * (BLOCK_K // 8), k, k * BLOCK_K), valid, STAGES)
+        for i in range(d_hidden // BLOCK_K):
+            fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
 
 
 @gluon.jit
@@ -102,13 +95,10 @@ def _mma_and_epilogue(
     G: gl.constexpr,
     SPLIT: gl.constexpr,
     FOLD: gl.constexpr,
-    SPLIT_K: gl.constexpr,
 ):
     """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers (and the
-    folded block's, FOLD > 0); with SPLIT_K, over this program's share of K, the a2 written by the
-    last of the tile's SPLIT_K programs (_sum_splits). shared: what every MMA warpgroup takes (the
-    kernel's mma_args)."""
-    a2_ptr, ring, block, col0, d_inter, d_hidden, folded, split = shared
+    folded block's, FOLD > 0). shared: what every MMA warpgroup takes (the kernel's mma_args)."""
+    a2_ptr, ring, block, col0, d_inter, d_hidden, folded = shared
     fold, t_ring = folded
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
@@ -123,40 +113,9 @@ def _mma_and_epilogue(
             acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
         _store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
     else:
-        for i in range(d_hidden // BLOCK_K // SPLIT_K):
+        for i in range(d_hidden // BLOCK_K):
             acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
-    if SPLIT_K > 1:
-        acc, last = _sum_splits(acc, split, G, BLOCK_M, SPLIT_K)
-        if last:
-            _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
-    else:
-        _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
-
-
-@gluon.jit
-def _sum_splits(acc, split, G: gl.constexpr, BLOCK_M: gl.constexpr, SPLIT_K: gl.constexpr):
-    """Warpgroup G's fp32 sums over the whole of K, in the last of the tile's SPLIT_K programs to
-    arrive: each program stores its partial sums, then counts itself in the warpgroup's counter;
-    the last one adds the partials in split order and sets the counter back to zero for the next
-    call. Returns (sums, whether this program is the last)."""
-    partials_ptr, counters_ptr, first_counter = split
-    layout: gl.constexpr = acc.type.layout
-    ROWS: gl.constexpr = acc.type.shape[1]
-    r = gl.arange(0, 2 * GROUP, layout=gl.SliceLayout(1, layout))
-    t = gl.arange(0, ROWS, layout=gl.SliceLayout(0, layout))
-    offs = gl.expand_dims(r * ROWS, 1) + gl.expand_dims(t, 0)
-    counter = first_counter + G
-    # one partial: a warpgroup's [64, BLOCK_M] sums; a tile's SPLIT_K partials are consecutive
-    first = counter * SPLIT_K * (2 * GROUP * BLOCK_M)
-    gl.store(partials_ptr + first + gl.program_id(2) * (2 * GROUP * BLOCK_M) + offs, acc)
-    cta_barrier()  # the warpgroup's stores, all made before its count releases them
-    last = gl.atomic_add(counters_ptr + counter, 1, sem="acq_rel", scope="gpu") == SPLIT_K - 1
-    if last:
-        acc = gl.load(partials_ptr + first + offs, cache_modifier=".cg")
-        for j in range(1, SPLIT_K):
-            acc += gl.load(partials_ptr + first + j * (2 * GROUP * BLOCK_M) + offs, cache_modifier=".cg")
-        gl.store(counters_ptr + counter, 0)
-    return acc, last
+    _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
 
 
 @gluon.jit
@@ -228,9 +187,6 @@ def moe_gluon_stage1_kernel(
     FOLD: gl.constexpr,
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
-    SPLIT_K: gl.constexpr = 1,
-    partials_ptr=None,
-    counters_ptr=None,
 ):
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (read as int32:
     [E * 2 * d_inter, d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2 (decode.py's
@@ -238,12 +194,9 @@ def moe_gluon_stage1_kernel(
     (128), d_inter of 32 NUM_WG. Launched with num_warps 4 (MMA warpgroup 0). FOLD (TAIL_M or 0):
     a full block's program also computes the next block when that is its expert's tail, and the
     tail launch skips the blocks so folded (_folding). MMA_REGS, LOADER_REGS: the worker partitions'
-    registers per thread (setmaxnreg; the default partition gets the rest of the launch's). SPLIT_K:
-    programs per tile, each over d_hidden / SPLIT_K (grid axis 2), with fp32 scratch partials_ptr
-    [tiles, NUM_WG, SPLIT_K, 64, BLOCK_M] and int32 counters_ptr [tiles, NUM_WG], zero between calls."""
+    registers per thread (setmaxnreg; the default partition gets the rest of the launch's)."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
-    gl.static_assert((SPLIT_K == 1) or (FOLD == 0), "gluon stage 1: SPLIT_K does not fold")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
     block = gl.program_id(0)
@@ -271,16 +224,15 @@ def moe_gluon_stage1_kernel(
             t_ring = ring[2]
         folded = (fold, t_ring)
         # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
-        split = (partials_ptr, counters_ptr, (block * gl.num_programs(1) + gl.program_id(1)) * NUM_WG)
-        mma_args = (a2_ptr, ring, block, col0, d_inter, d_hidden, folded, split)
+        mma_args = (a2_ptr, ring, block, col0, d_inter, d_hidden, folded)
         loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, ring, block, w_row0, d_inter, n_tokens, d_hidden)
         loader_args += (folded,)
         if NUM_WG == 2:
             gl.warp_specialize(
                 [
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD, SPLIT_K)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD, SPLIT_K)),
-                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD, SPLIT_K)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
+                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                 ],
                 [4, LOADER_WARPS.value],
                 [MMA_REGS, LOADER_REGS],
@@ -288,11 +240,11 @@ def moe_gluon_stage1_kernel(
         else:
             gl.warp_specialize(
                 [
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD, SPLIT_K)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD, SPLIT_K)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD, SPLIT_K)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD, SPLIT_K)),
-                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD, SPLIT_K)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD)),
+                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD)),
+                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                 ],
                 [4, 4, 4, LOADER_WARPS.value],
                 [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
