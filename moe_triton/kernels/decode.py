@@ -316,9 +316,7 @@ def moe_stage2_kernel(
         tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
     weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
-    # N_TILES output tiles of BLOCK_N columns in one loop over (tile, K step): the routing and
-    # setup are paid once per program, and the pipeliner prefetches the next tile's weights
-    # while this one's epilogue runs (d_inter is short: K_STEPS = d_inter / BLOCK_K is 1-16).
+    # N_TILES output tiles in one loop over (tile, K step) (docs/triton.md, "The kernels").
     # Columns past d_hidden (a partial last tile, or whole tiles past it) read the last weight
     # row and add nothing, as in stage 1.
     acc = tl.zeros((BLOCK_N, ROWS), dtype=tl.float32)

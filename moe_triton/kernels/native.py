@@ -78,8 +78,9 @@ def _quantized_rows(hidden_ptr, rows, d_hidden, k0, ROWS: tl.constexpr, BLOCK_K:
 
 
 @triton.jit
-def _mx_step(acc, w, w_scale, a, a_scale):
-    """acc [N, R] += W [N, K] @ A[R, K]^T, both MXFP4 (bytes and scales as _mx_operand gives)."""
+def _mx_step(acc, a, a_scale, w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K: tl.constexpr, W_CACHE: tl.constexpr):
+    """acc [N, R] += MXFP4 W[w_rows, k0:k0+BLOCK_K] (read here, cache modifier W_CACHE) @ a^T (_mx_operand's)."""
+    w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K, W_CACHE)
     return tl.dot_scaled(w, w_scale, "e2m1", tl.trans(a), a_scale, "e2m1", acc)
 
 
@@ -343,8 +344,7 @@ def moe_native_stage1_kernel(
             a, a_scale = _quantized_rows(a1_ptr, a_rows, d_hidden, k0, BLOCK_M, BLOCK_K, GFX950)
         else:
             a, a_scale = _mx_operand(a1_ptr, a1_scale_ptr, a_rows, d_hidden, k0, BLOCK_K, "")
-        w, w_scale = _mx_operand(w_base, w_scale_base, w_rows, d_hidden, k0, BLOCK_K, W_CACHE)
-        acc = _mx_step(acc, w, w_scale, a, a_scale)
+        acc = _mx_step(acc, a, a_scale, w_base, w_scale_base, w_rows, d_hidden, k0, BLOCK_K, W_CACHE)
     _stage1_epilogue(acc, a2_ptr, a2_scale_ptr, rows, column, d_inter, BLOCK_M, BLOCK_N, GFX950, JUDGE, INTERPRET)
 
 
@@ -385,11 +385,9 @@ def moe_native_stage2_kernel(
     w_base = w2_ptr + expert * d_hidden * (d_inter // 2)
     w_scale_base = w2_scale_ptr + expert * d_hidden * (d_inter // 32)
     out_offs = tokens[:, None] * d_hidden + tl.arange(0, BLOCK_N)[None, :]
-    # N_TILES output tiles per program (the routing and setup paid once), each a K loop over
-    # d_inter; when d_inter fits one K step the activation tile is read once per program.
-    # Padding rows of a2 hold stage 1's values of token 0 and add nothing (masked below). A last
-    # partial tile (EVEN_N false) reads the last weight row for its columns past d_hidden and
-    # masks them out of the add.
+    # N_TILES output tiles per program, each a K loop over d_inter (docs/gfx950.md, "The kernels").
+    # Padding rows (token 0's values) and a partial last tile's columns past d_hidden (the last
+    # weight row's) are masked out of the add.
     if K_STEPS == 1:
         a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, 0, BLOCK_K, "")
     # The program's tiles that lie inside d_hidden (a runtime count: no work past the end).
@@ -407,12 +405,10 @@ def moe_native_stage2_kernel(
         if K_STEPS == 1:
             # No K loop: the tile loop is the innermost one, which the pipeliner software-pipelines
             # (the next tile's weights load during this one's epilogue).
-            w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, 0, BLOCK_K, W_CACHE)
-            acc = _mx_step(acc, w, w_scale, a, a_scale)
+            acc = _mx_step(acc, a, a_scale, w_ptr, w_scale_ptr, w_rows, d_inter, 0, BLOCK_K, W_CACHE)
         else:
             for k0 in range(0, d_inter, BLOCK_K):
                 a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, k0, BLOCK_K, "")
-                w, w_scale = _mx_operand(w_ptr, w_scale_ptr, w_rows, d_inter, k0, BLOCK_K, W_CACHE)
-                acc = _mx_step(acc, w, w_scale, a, a_scale)
+                acc = _mx_step(acc, a, a_scale, w_ptr, w_scale_ptr, w_rows, d_inter, k0, BLOCK_K, W_CACHE)
         y = tl.trans(acc) * weight[:, None]
         add_rows(out_ptr + tile * BLOCK_N + out_offs, y, mask)

@@ -78,8 +78,7 @@ def moe_route_kernel(
     MAX_EXPERT_BLOCKS: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """Expert program_id(0)'s share of the routing: its slots, in slot order, after the padded groups of
-    the lower experts, then its padding and its blocks' expert id."""
+    """Expert program_id(0)'s share of the routing (place_expert), from moe_prep_kernel's chunk counts."""
     after_previous_launch(PDL)
     bins = tl.arange(0, EXPERT_BINS)
     chunks = tl.arange(0, MAX_CHUNKS)
