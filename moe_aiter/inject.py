@@ -314,14 +314,12 @@ def load_aiter_table(csv_path: str) -> dict:
     return df.set_index(list(AITER_KEY_FIELDS)).to_dict("index")
 
 
-def _cu_num(fused_moe_module, cu_num):
-    if cu_num is not None:
-        return int(cu_num)
-    get_cu_num = getattr(fused_moe_module, "get_cu_num", None)
+def _asked(fused_moe_module, name: str, default, convert):
+    """convert(fused_moe_module.name()), or default where the module lacks it or it raises."""
     try:
-        return int(get_cu_num()) if get_cu_num is not None else OVERRIDE_CU_NUM
+        return convert(getattr(fused_moe_module, name)())
     except Exception:
-        return OVERRIDE_CU_NUM
+        return default
 
 
 def _flydsl_registry(fused_moe_module, overrides):
@@ -331,12 +329,7 @@ def _flydsl_registry(fused_moe_module, overrides):
     except Exception:
         return False, None
     register_flydsl(moe_kernels, overrides)
-    available = getattr(fused_moe_module, "is_flydsl_available", None)
-    try:
-        usable = bool(available()) if available is not None else False
-    except Exception:
-        usable = False
-    return usable, moe_kernels._KERNEL_PARAMS
+    return _asked(fused_moe_module, "is_flydsl_available", False, bool), moe_kernels._KERNEL_PARAMS
 
 
 def inject(
@@ -353,7 +346,7 @@ def inject(
     flydsl_ok, registry = _flydsl_registry(fused_moe_module, table_rows)
     if registry is not None:
         validate(table_rows, registry, fallbacks=fallbacks)
-    cu = _cu_num(fused_moe_module, cu_num)
+    cu = int(cu_num) if cu_num is not None else _asked(fused_moe_module, "get_cu_num", OVERRIDE_CU_NUM, int)
     table = fused_moe_module.cfg_2stages
     if table is None:
         table = load_aiter_table(fused_moe_module.AITER_CONFIGS.AITER_CONFIG_FMOE_FILE)
