@@ -182,21 +182,11 @@ def _flydsl_problems(key: tuple, name: str, block_m: int, registry: dict | None,
     return problems
 
 
-def row_problems(
-    key: tuple,
-    row: dict,
-    flydsl_registry: dict | None = None,
-    allow_bf16_activations: bool | None = None,
-    fallbacks: dict | None = None,
-) -> list:
-    """Everything wrong with one override row (empty list when it is valid).
-
-    flydsl_registry: aiter's _KERNEL_PARAMS, when at hand; FlyDSL names must then be in it.
-    allow_bf16_activations: accept ksplit > 1 rows (default OVERRIDE_ALLOW_BF16_ACTIVATIONS).
-    fallbacks: the table's FlyDSL fallbacks (default FLYDSL_FALLBACK_KERNEL2).
-    """
-    if allow_bf16_activations is None:
-        allow_bf16_activations = OVERRIDE_ALLOW_BF16_ACTIVATIONS
+def row_problems(key: tuple, row: dict, flydsl_registry: dict | None = None, fallbacks: dict | None = None) -> list:
+    """Everything wrong with one override row (empty list when it is valid); ksplit > 1 rows only
+    while OVERRIDE_ALLOW_BF16_ACTIVATIONS. flydsl_registry: aiter's _KERNEL_PARAMS, when at hand;
+    FlyDSL names must then be in it. fallbacks: the table's FlyDSL fallbacks (default
+    FLYDSL_FALLBACK_KERNEL2)."""
     problems = []
     if not isinstance(key, tuple) or len(key) != len(AITER_KEY_FIELDS):
         return [f"key {key!r}: expected a {len(AITER_KEY_FIELDS)}-tuple {AITER_KEY_FIELDS}"]
@@ -216,7 +206,7 @@ def row_problems(
         problems.append(f"{key}: run_1stage rows are not supported by this table")
     if ksplit > 1:
         # cktile branch (aiter/fused_moe.py:929-955): block_m forced to 16 below 2048 tokens, names unused.
-        if not allow_bf16_activations:
+        if not OVERRIDE_ALLOW_BF16_ACTIVATIONS:
             problems.append(
                 f"{key}: ksplit={ksplit} runs bf16 activations (no MXFP4 quantization), outside the judged tolerance"
             )
@@ -242,20 +232,11 @@ def row_problems(
     return problems
 
 
-def validate(
-    overrides: dict | None = None,
-    flydsl_registry: dict | None = None,
-    allow_bf16_activations: bool | None = None,
-    fallbacks: dict | None = None,
-) -> None:
+def validate(overrides: dict | None = None, flydsl_registry: dict | None = None, fallbacks: dict | None = None) -> None:
     """Raise ValueError listing every invalid row of `overrides` (default OVERRIDES; `fallbacks`
     default FLYDSL_FALLBACK_KERNEL2)."""
     table = OVERRIDES if overrides is None else overrides
-    problems = [
-        p
-        for key, row in table.items()
-        for p in row_problems(key, row, flydsl_registry, allow_bf16_activations, fallbacks)
-    ]
+    problems = [p for key, row in table.items() for p in row_problems(key, row, flydsl_registry, fallbacks)]
     if problems:
         raise ValueError("invalid aiter override rows:\n  " + "\n  ".join(problems))
 
