@@ -17,7 +17,7 @@ PAD_ALIGN = 256
 RTOL = ATOL = 5e-2
 
 
-def _pad_to(x: int, align: int) -> int:
+def pad_to(x: int, align: int) -> int:
     return -(-x // align) * align
 
 
@@ -36,8 +36,8 @@ def make_config(dhidden: int, dexpert: int, nroutedexperts: int, nexpertspertoke
     return {
         "d_hidden": dhidden,
         "d_expert": dexpert,
-        "d_hidden_pad": _pad_to(dhidden, PAD_ALIGN),
-        "d_expert_pad": _pad_to(dexpert, PAD_ALIGN),
+        "d_hidden_pad": pad_to(dhidden, PAD_ALIGN),
+        "d_expert_pad": pad_to(dexpert, PAD_ALIGN),
         "n_routed_experts": nroutedexperts,
         "n_shared_experts": nsharedexperts,
         "n_experts_per_token": nexpertspertoken,

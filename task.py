@@ -22,13 +22,3 @@ input_t = TypeVar(
     ],
 )
 output_t = TypeVar("output_t", bound=torch.Tensor)
-
-
-class TestSpec:
-    dhidden: int
-    dexpert: int
-    nroutedexperts: int
-    nexpertspertoken: int
-    nsharedexperts: int
-    bs: int
-    seed: int

@@ -4,7 +4,7 @@ as an image nobody can regenerate.
 
 The data file names the run (date, device, versions, commit, command, timing, the record it comes
 from), the shapes and one series of times per kernel, all measured on that one device. With an
-`mi355x` entry, aiter's MI355X times (problem.cases.AITER_MI355X_US, the task's own list) go in a
+`mi355x` entry, aiter's MI355X times (bench.runner.report.AITER_MI355X_US, the task's own list) go in a
 separate panel with their own axis and the data file's note on where they come from: a time on
 another device never shares an axis with the run's."""
 
@@ -38,8 +38,9 @@ def load(path: Path) -> dict:
 
 
 def mi355x_times(cases: list[str]) -> list[float]:
-    """aiter's MI355X time of each case, from the task's list (problem/cases.py)."""
-    from problem.cases import AITER_MI355X_US, BENCHMARKS, case_name
+    """aiter's MI355X time of each case, from the task's list (bench.runner.report.AITER_MI355X_US)."""
+    from bench.runner.report import AITER_MI355X_US
+    from problem.cases import BENCHMARKS, case_name
 
     listed = {case_name(c): t for c, t in zip(BENCHMARKS, AITER_MI355X_US, strict=True)}
     unknown = [c for c in cases if c not in listed]

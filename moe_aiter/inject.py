@@ -182,21 +182,11 @@ def _flydsl_problems(key: tuple, name: str, block_m: int, registry: dict | None,
     return problems
 
 
-def row_problems(
-    key: tuple,
-    row: dict,
-    flydsl_registry: dict | None = None,
-    allow_bf16_activations: bool | None = None,
-    fallbacks: dict | None = None,
-) -> list:
-    """Everything wrong with one override row (empty list when it is valid).
-
-    flydsl_registry: aiter's _KERNEL_PARAMS, when at hand; FlyDSL names must then be in it.
-    allow_bf16_activations: accept ksplit > 1 rows (default OVERRIDE_ALLOW_BF16_ACTIVATIONS).
-    fallbacks: the table's FlyDSL fallbacks (default FLYDSL_FALLBACK_KERNEL2).
-    """
-    if allow_bf16_activations is None:
-        allow_bf16_activations = OVERRIDE_ALLOW_BF16_ACTIVATIONS
+def row_problems(key: tuple, row: dict, flydsl_registry: dict | None = None, fallbacks: dict | None = None) -> list:
+    """Everything wrong with one override row (empty list when it is valid); ksplit > 1 rows only
+    while OVERRIDE_ALLOW_BF16_ACTIVATIONS. flydsl_registry: aiter's _KERNEL_PARAMS, when at hand;
+    FlyDSL names must then be in it. fallbacks: the table's FlyDSL fallbacks (default
+    FLYDSL_FALLBACK_KERNEL2)."""
     problems = []
     if not isinstance(key, tuple) or len(key) != len(AITER_KEY_FIELDS):
         return [f"key {key!r}: expected a {len(AITER_KEY_FIELDS)}-tuple {AITER_KEY_FIELDS}"]
@@ -216,7 +206,7 @@ def row_problems(
         problems.append(f"{key}: run_1stage rows are not supported by this table")
     if ksplit > 1:
         # cktile branch (aiter/fused_moe.py:929-955): block_m forced to 16 below 2048 tokens, names unused.
-        if not allow_bf16_activations:
+        if not OVERRIDE_ALLOW_BF16_ACTIVATIONS:
             problems.append(
                 f"{key}: ksplit={ksplit} runs bf16 activations (no MXFP4 quantization), outside the judged tolerance"
             )
@@ -242,20 +232,11 @@ def row_problems(
     return problems
 
 
-def validate(
-    overrides: dict | None = None,
-    flydsl_registry: dict | None = None,
-    allow_bf16_activations: bool | None = None,
-    fallbacks: dict | None = None,
-) -> None:
+def validate(overrides: dict | None = None, flydsl_registry: dict | None = None, fallbacks: dict | None = None) -> None:
     """Raise ValueError listing every invalid row of `overrides` (default OVERRIDES; `fallbacks`
     default FLYDSL_FALLBACK_KERNEL2)."""
     table = OVERRIDES if overrides is None else overrides
-    problems = [
-        p
-        for key, row in table.items()
-        for p in row_problems(key, row, flydsl_registry, allow_bf16_activations, fallbacks)
-    ]
+    problems = [p for key, row in table.items() for p in row_problems(key, row, flydsl_registry, fallbacks)]
     if problems:
         raise ValueError("invalid aiter override rows:\n  " + "\n  ".join(problems))
 
@@ -314,14 +295,12 @@ def load_aiter_table(csv_path: str) -> dict:
     return df.set_index(list(AITER_KEY_FIELDS)).to_dict("index")
 
 
-def _cu_num(fused_moe_module, cu_num):
-    if cu_num is not None:
-        return int(cu_num)
-    get_cu_num = getattr(fused_moe_module, "get_cu_num", None)
+def _asked(fused_moe_module, name: str, default, convert):
+    """convert(fused_moe_module.name()), or default where the module lacks it or it raises."""
     try:
-        return int(get_cu_num()) if get_cu_num is not None else OVERRIDE_CU_NUM
+        return convert(getattr(fused_moe_module, name)())
     except Exception:
-        return OVERRIDE_CU_NUM
+        return default
 
 
 def _flydsl_registry(fused_moe_module, overrides):
@@ -331,12 +310,7 @@ def _flydsl_registry(fused_moe_module, overrides):
     except Exception:
         return False, None
     register_flydsl(moe_kernels, overrides)
-    available = getattr(fused_moe_module, "is_flydsl_available", None)
-    try:
-        usable = bool(available()) if available is not None else False
-    except Exception:
-        usable = False
-    return usable, moe_kernels._KERNEL_PARAMS
+    return _asked(fused_moe_module, "is_flydsl_available", False, bool), moe_kernels._KERNEL_PARAMS
 
 
 def inject(
@@ -353,7 +327,7 @@ def inject(
     flydsl_ok, registry = _flydsl_registry(fused_moe_module, table_rows)
     if registry is not None:
         validate(table_rows, registry, fallbacks=fallbacks)
-    cu = _cu_num(fused_moe_module, cu_num)
+    cu = int(cu_num) if cu_num is not None else _asked(fused_moe_module, "get_cu_num", OVERRIDE_CU_NUM, int)
     table = fused_moe_module.cfg_2stages
     if table is None:
         table = load_aiter_table(fused_moe_module.AITER_CONFIGS.AITER_CONFIG_FMOE_FILE)

@@ -3,16 +3,10 @@ the kernel variants the first-call selection times on an MI355X; the compiled fi
 docs/gfx950.md ("The AMD tile table", "Kernel variants").
 """
 
+import triton
+
 from moe_triton.tiles import NativeTileConfig, Stage, checked_shape, default_block_m
 from problem.shapes import Shape
-
-
-def _triton_version() -> tuple[int, int]:
-    import triton
-
-    major, minor = triton.__version__.split(".")[:2]
-    return int(major), int(minor)
-
 
 # E-33 bs-512 and I-2048 bs-512 (~140 rows per expert): the tile search's lowest per Triton, since
 # triton 3.9's AMD pipeliner keeps one LDS tile more per stage than 3.6's; with 128-256 32-blocks
@@ -25,7 +19,7 @@ _BS512_ROW = (
         n_tiles2=8,
         quant_blocks=128,
     )
-    if _triton_version() >= (3, 9)
+    if tuple(int(part) for part in triton.__version__.split(".")[:2]) >= (3, 9)
     else NativeTileConfig(
         block_m=64,
         stage1=Stage(block_n=64, block_k=256, warps=4, stages=3),

@@ -134,8 +134,7 @@ def _weight_tiles(w: torch.Tensor, name: str) -> torch.Tensor:
 
 def shuffle_weight(w: torch.Tensor) -> torch.Tensor:
     """SPEC 3.4 (aiter shuffle_weight, layout (16, 16)); same shape and dtype, is_shuffled = True."""
-    out = _weight_tiles(w, "w").permute(0, 1, 3, 4, 2, 5).contiguous().view(w.shape)
-    out = out.view(w.dtype)
+    out = _weight_tiles(w, "w").permute(0, 1, 3, 4, 2, 5).contiguous().view(w.shape).view(w.dtype)
     out.is_shuffled = True
     return out
 

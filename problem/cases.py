@@ -1,4 +1,4 @@
-"""The official case lists (SPEC 4), the aiter MI355X reference times, and CPU-sized smoke cases."""
+"""The official case lists (SPEC 4), the CPU pre-run's shape and the cases' labels."""
 
 TESTS = [
     dict(dhidden=4096, dexpert=1024, nroutedexperts=256, nexpertspertoken=8, nsharedexperts=1, bs=8, seed=9371),
@@ -14,16 +14,6 @@ BENCHMARKS = [
     dict(dhidden=7168, dexpert=512, nroutedexperts=32, nexpertspertoken=8, nsharedexperts=1, bs=128, seed=81934),
     dict(dhidden=7168, dexpert=512, nroutedexperts=32, nexpertspertoken=8, nsharedexperts=1, bs=512, seed=81934),
     dict(dhidden=7168, dexpert=2048, nroutedexperts=32, nexpertspertoken=8, nsharedexperts=1, bs=512, seed=81934),
-]
-
-# aiter's fused_moe on an MI355X, microseconds, aligned with BENCHMARKS (SPEC 4).
-AITER_MI355X_US = [152.7, 239.0, 336.5, 106.2, 141.1, 225.0, 380.4]
-
-# Small enough for Triton's CPU interpreter: a few seconds each.
-SMOKE = [
-    dict(dhidden=512, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=8, seed=1),
-    dict(dhidden=256, dexpert=512, nroutedexperts=4, nexpertspertoken=2, nsharedexperts=1, bs=5, seed=2),
-    dict(dhidden=768, dexpert=256, nroutedexperts=16, nexpertspertoken=6, nsharedexperts=1, bs=33, seed=3),
 ]
 
 # The CPU pre-run's shape (selection/prerun.py, MOE_SELECT=1 under the interpreter): about 2 s per call.

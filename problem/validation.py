@@ -9,7 +9,7 @@ import torch
 
 from mxfp4.codec import E8M0_DTYPE, FP4_DTYPE, MX_BLOCK
 from problem.shapes import shape_problem
-from reference import require_unpadded
+from reference import pad_to, require_unpadded
 
 ARG_NAMES = (
     "hidden_states",
@@ -51,10 +51,6 @@ def _check(name: str, t, dtypes: tuple, shape: tuple) -> None:
         raise ValueError(f"{name}: must be contiguous")
 
 
-def _pad(x: int, align: int) -> int:
-    return -(-x // align) * align
-
-
 def expected_layout(config: dict) -> tuple:
     """(accepted dtypes, shape) of each tensor of the tuple, in ARG_NAMES order, as a valid config
     implies them (SPEC 2); the first dtype is the one the runner's generate_input gives."""
@@ -70,8 +66,8 @@ def expected_layout(config: dict) -> tuple:
         (_SCALES, w2s_shape),
         (_PACKED, (n_experts, 2 * d_inter, d_hidden // 2)),
         (_PACKED, (n_experts, d_hidden, d_inter // 2)),
-        (_SCALES, (_pad(w1s_shape[0], 256), _pad(w1s_shape[1], 8))),
-        (_SCALES, (_pad(w2s_shape[0], 256), _pad(w2s_shape[1], 8))),
+        (_SCALES, (pad_to(w1s_shape[0], 256), pad_to(w1s_shape[1], 8))),
+        (_SCALES, (pad_to(w2s_shape[0], 256), pad_to(w2s_shape[1], 8))),
         ((torch.float32,), (n_tokens, topk)),
         ((torch.int32,), (n_tokens, topk)),
     )

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from moe_aiter.backend import fused_moe_aiter, fused_moe_aiter_template
 from moe_triton.target import gluon_kernels
 from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
 from moe_triton.tiles_nvidia import ALTERNATES, COLS64, ROWS64, SELECTION_WINNERS, static_tiles, tile_config
 from problem.shapes import Shape
+from reference import ref_kernel
 
 if TYPE_CHECKING:  # the runner's types, for annotations only: the file runs without task.py
     from task import input_t, output_t
@@ -32,25 +34,12 @@ def run_triton(data: "input_t", tiles=None, native: bool | None = None) -> "outp
     return fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles=tiles, native=native)
 
 
-def run_reference(data: "input_t") -> "output_t":
-    from reference import ref_kernel
-
-    return ref_kernel(data)
-
-
-def run_aiter(data: "input_t") -> "output_t":
-    from moe_aiter.backend import fused_moe_aiter
-
-    return fused_moe_aiter(data)
-
-
-def run_aiter_fused(data: "input_t") -> "output_t":
-    from moe_aiter.backend import fused_moe_aiter_template
-
-    return fused_moe_aiter_template(data)
-
-
-BACKEND_RUNNERS = {"aiter": run_aiter, "aiter-fused": run_aiter_fused, "triton": run_triton, "reference": run_reference}
+BACKEND_RUNNERS = {
+    "aiter": fused_moe_aiter,
+    "aiter-fused": fused_moe_aiter_template,
+    "triton": run_triton,
+    "reference": ref_kernel,
+}
 
 
 @functools.cache
@@ -116,4 +105,4 @@ def candidates_for(config: dict, target: str, every: bool = False) -> list[Candi
     ]
     if target == "gfx950":
         return native
-    return [Candidate("aiter", run_aiter), Candidate("aiter-fused", run_aiter_fused), *native]
+    return [Candidate("aiter", fused_moe_aiter), Candidate("aiter-fused", fused_moe_aiter_template), *native]

@@ -28,22 +28,17 @@ def default_path() -> Path:
 NOT_SOURCE = ("bench", "tests")
 
 
-def source_files(folder: Path) -> list[Path]:
-    """The submission's source: the .py files beside it (the bundle is one of them) and those of
-    the packages there (folders with an __init__.py, the tools' and tests' excepted)."""
+def source_digest(folder: Path) -> str:
+    """sha256 of the submission's source: the .py files beside it (the bundle is one of them) and those of
+    the packages there (folders with an __init__.py, the tools' and tests' excepted). A changed kernel or
+    table makes the stored choices another version's."""
     folder = Path(folder)
     files = sorted(folder.glob("*.py"))
     for init in sorted(folder.glob("*/__init__.py")):
         if init.parent.name not in NOT_SOURCE:
             files += sorted(init.parent.rglob("*.py"))
-    return files
-
-
-def source_digest(folder: Path) -> str:
-    """sha256 of the submission's source files: a changed kernel or table makes the stored
-    choices another version's."""
     h = hashlib.sha256()
-    for path in source_files(folder):
+    for path in files:
         h.update(str(path.relative_to(folder)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()[:16]
 

@@ -4,8 +4,10 @@ leaderboard's tolerance on a GPU, where stage 2 adds bf16 atomically)."""
 
 import types
 
+import pytest
 import torch
 
+from bench.runner.case_args import SMOKE
 from reference import check_implementation, ref_kernel
 
 ON_GPU = torch.cuda.is_available()
@@ -30,6 +32,12 @@ ODD_SHAPES = {
 def small_case(**overrides):
     case = dict(dhidden=256, dexpert=256, nroutedexperts=6, nexpertspertoken=3, nsharedexperts=1, bs=7, seed=11)
     return {**case, **overrides}
+
+
+# The GPU tests' cases: SMOKE and the ODD_SHAPES, each named.
+GPU_CASES = [pytest.param(case, id=f"smoke{i}") for i, case in enumerate(SMOKE)] + [
+    pytest.param(small_case(**overrides), id=name) for name, overrides in ODD_SHAPES.items()
+]
 
 
 def assert_matches_reference(data, out):

@@ -13,12 +13,13 @@ import torch
 import torch.nn.functional as F
 
 import buffers
+from bench.runner.case_args import SMOKE
 from moe_aiter import backend as ab
 from moe_aiter import catalogue
 from moe_aiter import inject as so
 from moe_triton.target import interpreting
 from mxfp4.codec import dequantize
-from problem.cases import BENCHMARKS, SMOKE
+from problem.cases import BENCHMARKS
 from reference import compare, generate_input, ref_kernel
 
 FP4, E8M0 = aiter_double.FP4, aiter_double.E8M0

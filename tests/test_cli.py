@@ -76,9 +76,13 @@ def usage_error(argv, capsys) -> str:
         (["--backend", "reference", "--limit", "reference:foo=3"], "'foo=3' is not reps=N, time=S or wall=S"),
         (["--backend", "reference", "--limit", "reference:reps=0"], "reps must be at least 1, got 0"),
         (["--backend", "reference", "--limit", "reference:wall=-2"], "wall must be above 0, got -2"),
+        (["--backend", "fastest"], "unknown backend 'fastest'"),
+        (["--mode", "race"], "invalid choice: 'race'"),
+        (["--flush", "lots"], "--flush"),
+        (["--ceilings", "4.2"], "--ceilings"),
     ],
 )
-def test_numeric_options_are_checked(argv, needle, capsys):
+def test_bad_option_values_are_one_line_usage_errors(argv, needle, capsys):
     assert needle in usage_error(argv, capsys)
 
 

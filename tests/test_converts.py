@@ -243,7 +243,7 @@ import json
 from bench.gfx950.asm import instructions, k_loop
 from bench.gfx950.run import launch_case
 from bench.gfx950.variants import variants
-from problem.cases import SMOKE
+from bench.runner.case_args import SMOKE
 
 extra = {"x-quant0": {"fused_quant": True, "route_launches": 0}, "x-route1": {"route_launches": 1}}
 params = dict(SMOKE[0])

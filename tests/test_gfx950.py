@@ -318,8 +318,8 @@ def test_the_estimates_parameters_are_checked(option, value):
 
 def test_the_check_refuses_kernels_built_for_the_interpreter():
     from bench.gfx950.run import launch_case
+    from bench.runner.case_args import SMOKE
     from moe_triton.target import interpreting
-    from problem.cases import SMOKE
 
     if not interpreting():
         pytest.skip("this run compiles kernels for a GPU, not for the interpreter")
@@ -440,8 +440,8 @@ def test_a_stage_in_two_launches_shares_its_weights_by_programs():
 
 def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
     from bench.gfx950.variants import variants
+    from bench.runner.case_args import SMOKE
     from moe_triton import tiles_amd, tiles_nvidia
-    from problem.cases import SMOKE
     from problem.shapes import Shape
 
     params = SMOKE[0]
@@ -482,7 +482,7 @@ tiles_amd.NATIVE_ALTERNATES[Shape(8, 512, 256, 9, 5)] = {
     name: table.replace(**fields) for name, fields in json.loads(sys.argv[1]).items()
 }
 if sys.argv[2] == "rank":
-    from problem.cases import SMOKE
+    from bench.runner.case_args import SMOKE
     from bench.gfx950.run import rank_variants
     print(json.dumps(rank_variants(SMOKE[0], gap_us=1.0)))
 else:

@@ -17,8 +17,9 @@ import pytest
 import torch
 
 from bench.gfx950.replay import LEADING, LauncherCall, differences
+from bench.runner.case_args import SMOKE
 from moe_triton.tiles_amd import NATIVE_VARIANTS, native_tile_config
-from problem.cases import BENCHMARKS, SMOKE, TESTS
+from problem.cases import BENCHMARKS, TESTS
 from problem.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[1]

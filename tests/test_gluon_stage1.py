@@ -9,9 +9,10 @@ output, on small odd shapes; bench/h200/gluon_check.py checks the official ones.
 import pytest
 import torch
 from gluon_compile import compiled_launches
-from layer_checks import ODD_SHAPES, assert_matches_reference, small_case
+from layer_checks import GPU_CASES, assert_matches_reference, small_case
 
 from bench.h200.gluon_check import routed_a2
+from bench.runner.case_args import SMOKE
 from bench.tune.tiles import case_tiles
 from buffers import _pool
 from moe_triton import decode as decode_launcher
@@ -21,7 +22,7 @@ from moe_triton.kernels.decode import FAST_EXP
 from moe_triton.routing import routing_buffers, routing_capacity
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED, gluon_variant, static_tiles, tile_config
-from problem.cases import SMOKE, TESTS
+from problem.cases import TESTS
 from problem.shapes import Shape
 from reference import generate_input, quant_dequant_activation
 
@@ -205,11 +206,7 @@ def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
 
 @pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 1 runs on sm_90 GPUs")
 @pytest.mark.parametrize("block_n", [64, 128])
-@pytest.mark.parametrize(
-    "case",
-    [*SMOKE, *(small_case(**o) for o in ODD_SHAPES.values())],
-    ids=["smoke0", "smoke1", "smoke2", *ODD_SHAPES],
-)
+@pytest.mark.parametrize("case", GPU_CASES)
 def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_references(case, block_n):
     from bench.h200.harness import poison
 
@@ -227,26 +224,6 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
         assert_matches_reference(data, out)
     for t, b in zip(data[:-1], before, strict=True):
         assert torch.equal(t.view(torch.uint8), b.view(torch.uint8))
-
-
-@pytest.mark.parametrize(
-    "argv, says",
-    [
-        (["time", "--splits", "3"], "--splits [3]: each must be one of [1, 2, 4]"),
-        (["time", "--block-ns", "96"], "--block-ns [96]: each must be one of [64, 128]"),
-        (["check", "--stages", "1"], "--stages [1]: ring slots must be at least 2"),
-        (["time", "--regs", "60"], "--regs [60]: each must be 0 or a multiple of 8 from 56 to 168"),
-        (
-            ["time", "--regs", "104", "--block-ns", "128"],
-            "--regs 104: --block-ns 128 (four MMA warpgroups) takes at most 96",
-        ),
-    ],
-)
-def test_gluon_check_refuses_a_variant_the_kernel_does_not_take_in_one_line(argv, says, capsys):
-    from bench.h200 import gluon_check
-
-    assert gluon_check.main(argv) == 2
-    assert capsys.readouterr().err.strip() == f"python -m bench.h200.gluon_check: error: {says}"
 
 
 # ----------------------------------------------------------------------------- the fold (fold1 = 1)

@@ -12,17 +12,17 @@ from math import gcd
 import pytest
 import torch
 from gluon_compile import compiled_launches
-from layer_checks import ODD_SHAPES, assert_matches_reference, small_case
+from layer_checks import GPU_CASES, assert_matches_reference, small_case
 from test_gluon_stage1 import FAST, ON_SM90, decoded_slot, k_slot, run
 
 from bench.h200.gluon_check import routed_a2
+from bench.runner.case_args import SMOKE
 from bench.tune.tiles import case_tiles
 from moe_triton import target
 from moe_triton.routing import routing_buffers
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant
 from mxfp4.codec import dequantize
-from problem.cases import SMOKE
 from problem.shapes import Shape
 from reference import generate_input
 
@@ -154,11 +154,7 @@ def test_bad_gluon_stage_2_tiles_are_refused_in_one_line(monkeypatch):
 
 @pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 2 runs on sm_90 GPUs")
 @pytest.mark.parametrize("block_n", [128, 256])
-@pytest.mark.parametrize(
-    "case",
-    [*SMOKE, *(small_case(**o) for o in ODD_SHAPES.values())],
-    ids=["smoke0", "smoke1", "smoke2", *ODD_SHAPES],
-)
+@pytest.mark.parametrize("case", GPU_CASES)
 def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_references(case, block_n):
     from bench.h200.harness import poison
 
@@ -186,6 +182,14 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
 @pytest.mark.parametrize(
     "argv, says",
     [
+        (["time", "--splits", "3"], "--splits [3]: each must be one of [1, 2, 4]"),
+        (["time", "--block-ns", "96"], "--block-ns [96]: each must be one of [64, 128]"),
+        (["check", "--stages", "1"], "--stages [1]: ring slots must be at least 2"),
+        (["time", "--regs", "60"], "--regs [60]: each must be 0 or a multiple of 8 from 56 to 168"),
+        (
+            ["time", "--regs", "104", "--block-ns", "128"],
+            "--regs 104: --block-ns 128 (four MMA warpgroups) takes at most 96",
+        ),
         (["time", "--stage2", "128-4-2"], "--stage2 128-4-2: expected N-S-P-T or N-S-P-T-R, four or five integers"),
         (
             ["time", "--stage2", "128-4-2-4-60"],
@@ -208,7 +212,7 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
         ),
     ],
 )
-def test_gluon_check_refuses_a_stage_2_variant_it_cannot_run_in_one_line(argv, says, capsys):
+def test_gluon_check_refuses_a_variant_it_cannot_run_in_one_line(argv, says, capsys):
     from bench.h200 import gluon_check
 
     assert gluon_check.main(argv) == 2

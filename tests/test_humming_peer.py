@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from bench.h200.harness import excess
+from bench.runner.case_args import SMOKE
 from mxfp4.codec import E2M1_VALUES, _unpack, dequantize
-from problem.cases import SMOKE
 from reference import compare, generate_input, ref_kernel, silu_and_mul
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -18,6 +18,7 @@ from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, a
 from test_routing import skewed_topk_ids
 
 import buffers
+from bench.runner.case_args import SMOKE
 from moe_triton import plan as plans
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.native import xcd_program
@@ -33,7 +34,6 @@ from moe_triton.tiles_amd import (
 )
 from moe_triton.tiles_nvidia import default_config
 from mxfp4.codec import quantize_activation
-from problem.cases import SMOKE
 from problem.shapes import Shape
 from reference import generate_input
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import reference
-from problem.cases import SMOKE, case_name
+from bench.runner.case_args import SMOKE
+from problem.cases import case_name
 
 FP4, E8M0 = torch.float4_e2m1fn_x2, torch.float8_e8m0fnu
 # Two shared experts, so "shared ids last" is more than one column.

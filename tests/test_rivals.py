@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from bench.h200 import rivals
+from bench.runner.case_args import SMOKE
 from bench.runner.timing import Device
-from problem.cases import SMOKE
 from reference import ref_kernel
 
 

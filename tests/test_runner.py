@@ -114,23 +114,6 @@ def test_backend_names_and_files(tmp_path):
         parse_backends(["triton", "triton"], ROOT)
 
 
-@pytest.mark.parametrize(
-    "argv, needle",
-    [
-        (["--cases", "nope"], "unknown case 'nope'"),
-        (["--backend", "fastest"], "unknown backend 'fastest'"),
-        (["--mode", "race"], "invalid choice: 'race'"),
-        (["--flush", "lots"], "--flush"),
-        (["--ceilings", "4.2"], "--ceilings"),
-    ],
-)
-def test_cli_usage_errors_exit_2_with_a_message(argv, needle, capsys):
-    with pytest.raises(SystemExit) as exc:
-        cli.main(argv + ["--roofline", "off", "-q"])
-    assert exc.value.code == 2
-    assert needle in capsys.readouterr().err
-
-
 def test_per_backend_limits():
     got = cli.parse_limit_overrides(["reference:reps=10,wall=15", "triton:time=2"], ["triton", "reference"])
     assert got == {"reference": {"max_reps": 10, "max_wall_s": 15.0}, "triton": {"max_time_s": 2.0}}
@@ -443,7 +426,7 @@ def test_leaderboard_mode_end_to_end_inline(tmp_path, monkeypatch):
     rc = run_quietly(tmp_path, options + " --inline")
     assert rc == 0
     row = json.loads((tmp_path / "leaderboard.json").read_text())["rows"][0]
-    from problem.cases import SMOKE
+    from bench.runner.case_args import SMOKE
 
     seed = combine_seed(SMOKE[1]["seed"], 3)
     assert row["seed"] == seed and row["last_seed"] == seed + 3 * 13

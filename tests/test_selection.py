@@ -395,7 +395,7 @@ def test_the_static_backend_is_aiter_on_an_mi355x_for_every_shape_unless_moe_bac
 
 
 def test_a_cases_shape_is_its_configs_and_its_tensors():
-    from problem.cases import SMOKE
+    from bench.runner.case_args import SMOKE
 
     for case in TESTS + BENCHMARKS + SMOKE:
         shape = {k: v for k, v in case.items() if k != "seed"}

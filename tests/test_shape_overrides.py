@@ -176,13 +176,12 @@ def test_validate_rejects(key, changes, message):
 
 def test_ksplit_rows_only_when_bf16_activations_are_allowed(monkeypatch):
     cktile = dict(ksplit=2, block_m=16, kernelName1="", kernelName2="")
-    so.validate(with_row(KEY_16, **cktile), allow_bf16_activations=True)
-    with pytest.raises(ValueError, match="block_m 16 whatever"):
-        so.validate(with_row(KEY_16, **dict(cktile, block_m=32)), allow_bf16_activations=True)
-    with pytest.raises(ValueError, match="take no kernel names"):
-        so.validate(with_row(KEY_16, **dict(cktile, kernelName1=names.CK_S1_32)), allow_bf16_activations=True)
     monkeypatch.setattr(so, "OVERRIDE_ALLOW_BF16_ACTIVATIONS", True)
     so.validate(with_row(KEY_16, **cktile))
+    with pytest.raises(ValueError, match="block_m 16 whatever"):
+        so.validate(with_row(KEY_16, **dict(cktile, block_m=32)))
+    with pytest.raises(ValueError, match="take no kernel names"):
+        so.validate(with_row(KEY_16, **dict(cktile, kernelName1=names.CK_S1_32)))
 
 
 def test_the_seed_submissions_rows_are_all_rejected():

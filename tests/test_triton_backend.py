@@ -10,12 +10,12 @@ import pytest
 import torch
 from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_reference, small_case
 
+from bench.runner.case_args import SMOKE
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
 from moe_triton.tiles import Stage, TileConfig
 from moe_triton.tiles_amd import native_default_config
 from moe_triton.tiles_nvidia import default_config
-from problem.cases import SMOKE
 from problem.shapes import Shape
 from reference import check_implementation, generate_input, ref_kernel
 from submission import custom_kernel

@@ -33,8 +33,9 @@ tk_layout = pytest.importorskip("triton_kernels.tensor_details.layout")
 import reference  # noqa: E402
 from bench.h200.harness import excess  # noqa: E402
 from bench.h200.peers import triton_kernels as peer  # noqa: E402
+from bench.runner.case_args import SMOKE  # noqa: E402
 from mxfp4.codec import dequantize  # noqa: E402
-from problem.cases import SMOKE, TINY  # noqa: E402
+from problem.cases import TINY  # noqa: E402
 from reference import generate_input, ref_kernel  # noqa: E402
 
 CASES = {

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 import submission
+from bench.runner.case_args import SMOKE
 from problem import validation
-from problem.cases import SMOKE
 from problem.validation import ARG_NAMES, validate_inputs
 from reference import generate_input
 from submission import custom_kernel, selected_backend

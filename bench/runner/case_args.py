@@ -1,7 +1,7 @@
 """Which cases to run (`--cases`, `--cases-file`): the official lists, SMOKE, user-given shapes, and their seeds.
 
 Case selectors (any number, in order; duplicates are kept):
-  tests | benchmarks | smoke         a whole list from problem/cases.py (aliases: test, bench, benchmark)
+  tests | benchmarks | smoke         a whole list: problem/cases.py's, or SMOKE below (aliases: test, bench, benchmark)
   official                          tests then benchmarks;  all: tests, benchmarks, smoke
   benchmarks:0,3  bench:2-4         entries of a list by 0-based index (ranges inclusive)
   dhidden=7168,dexpert=256,nroutedexperts=256,nexpertspertoken=8,nsharedexperts=1,bs=16[,seed=5]
@@ -90,8 +90,16 @@ def secret_seed(cli_seed: int | None, environ: Mapping[str, str] | None = None) 
     return seed
 
 
+# Small enough for Triton's CPU interpreter: a few seconds each (`--cases smoke`, and the tests' cases).
+SMOKE = [
+    dict(dhidden=512, dexpert=256, nroutedexperts=8, nexpertspertoken=4, nsharedexperts=1, bs=8, seed=1),
+    dict(dhidden=256, dexpert=512, nroutedexperts=4, nexpertspertoken=2, nsharedexperts=1, bs=5, seed=2),
+    dict(dhidden=768, dexpert=256, nroutedexperts=16, nexpertspertoken=6, nsharedexperts=1, bs=33, seed=3),
+]
+
+
 def _official_lists() -> dict[str, list[dict]]:
-    from problem.cases import BENCHMARKS, SMOKE, TESTS
+    from problem.cases import BENCHMARKS, TESTS
 
     return {"tests": TESTS, "benchmarks": BENCHMARKS, "smoke": SMOKE}
 
