@@ -356,7 +356,7 @@ def moe_native_stage2_kernel(
         block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
     )
     weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
-    # Scalar base pointers moved along by whole tiles; the 32-bit row and column offsets stay the same
+    # The expert's weights and the output as scalar bases moved by whole tiles; the 32-bit offsets stay the same
     w_base = w2_ptr + expert * d_hidden * (d_inter // 2)
     w_scale_base = w2_scale_ptr + expert * d_hidden * (d_inter // 32)
     out_offs = tokens[:, None] * d_hidden + tl.arange(0, BLOCK_N)[None, :]

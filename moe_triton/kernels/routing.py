@@ -94,8 +94,8 @@ def place_expert(
     SLOT_CHUNK: tl.constexpr,
     MAX_EXPERT_BLOCKS: tl.constexpr,
 ):
-    """Expert program_id(0)'s slots in slot order after the lower experts' padded groups, its padding and its blocks'
-    expert id, from the whole histogram counts [EXPERT_BINS]; program 0 also writes num_valid_ids."""
+    """Expert program_id(0)'s routing from the whole histogram counts [EXPERT_BINS]: its slots in slot order after the
+    lower experts' padded groups, its padding and its blocks' expert id; program 0 also writes num_valid_ids."""
     sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr = routing
     pid = tl.program_id(0)
     bins = tl.arange(0, counts.shape[0])
