@@ -1,10 +1,6 @@
-"""The decode path's kernels of the a4w4 MoE layer (SPEC 1): moe_prep_kernel, moe_stage1_kernel
-and moe_stage2_kernel (moe_route_kernel is routing.py's); the launcher is moe_triton/decode.py, and
-docs/triton.md ("The kernels", "How the GEMMs read the weights", "Tail tiles") says what each does.
-The weights stay in the input tuple's raw layout and are decoded in registers as the MMA's left
-operand; the bf16 activation buffers (a1, a2) hold their columns in k_slot order and, on the fast
-(NVIDIA) path, their values times 2^FAST_EXP.
-"""
+"""The decode path's kernels (SPEC 1; launcher moe_triton/decode.py; docs/triton.md, "The kernels"): raw MXFP4
+weights decoded in registers into the MMA's left operand. The bf16 activation buffers a1 and a2 hold their columns in
+k_slot order and, on the fast (NVIDIA) path, their values times 2^FAST_EXP."""
 
 import triton
 import triton.language as tl
@@ -18,17 +14,15 @@ from moe_triton.kernels.routing import (
 )
 from moe_triton.kernels.silu import gated_h
 
-# The fast path's operand balance: the activation buffers hold their values times 2^FAST_EXP and
-# the decoded weights are worth theirs times 2^-FAST_EXP, so the products are unchanged and one
-# bf16x2 multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
+# Activations times 2^FAST_EXP, decoded weights times 2^-FAST_EXP: the products are unchanged, and one bf16x2
+# multiply per code pair both normalizes the codes and applies the scale (_fp4_to_bf16).
 FAST_EXP = tl.constexpr(63)
 
 
 @triton.jit
 def _mx_round_trip(x, ROWS: tl.constexpr, COLS: tl.constexpr, EXP: tl.constexpr):
-    """SPEC 3.3 quantization of an fp32 tile [ROWS, COLS] (32-blocks along COLS), returned
-    dequantized and times 2^EXP: code value * 2^(s + EXP), exact in bf16 while s + EXP < 128.
-    Ties round away from zero."""
+    """SPEC 3.3 quantization of an fp32 tile [ROWS, COLS] (32-blocks along COLS, ties away from zero), returned
+    dequantized times 2^EXP: code value * 2^(s + EXP), exact in bf16 while s + EXP < 128."""
     xb = tl.reshape(x, (ROWS, COLS // 32, 32))
     inv, scale = mx_block_scales(tl.max(tl.abs(xb), axis=2), EXP)
     return tl.reshape(mx_values(xb, inv[:, :, None], scale[:, :, None]), (ROWS, COLS))
@@ -36,8 +30,7 @@ def _mx_round_trip(x, ROWS: tl.constexpr, COLS: tl.constexpr, EXP: tl.constexpr)
 
 @triton.jit
 def mx_block_scales(amax, EXP: tl.constexpr):
-    """The e8m0 scale s of 32-blocks whose largest magnitude is amax (SPEC 3.3), as the fp32
-    factors 2^-s and 2^(s + EXP)."""
+    """The e8m0 scale s of 32-blocks of largest magnitude amax (SPEC 3.3), as fp32 2^-s and 2^(s + EXP)."""
     rounded = (amax.to(tl.int32, bitcast=True) + 0x200000) & -0x800000
     biased = (rounded >> 23) & 0xFF
     s = tl.where(biased == 0xFF, 127, tl.minimum(tl.maximum(biased - 129, -127), 127))
@@ -49,8 +42,7 @@ def mx_block_scales(amax, EXP: tl.constexpr):
 
 @triton.jit
 def mx_values(x, inv, scale):
-    """x's fp4 code values (x times its block's 2^-s, rounded to e2m1, ties away from zero) times
-    its block's 2^(s + EXP); inv and scale broadcast against x."""
+    """x times its block's 2^-s rounded to e2m1 (ties away from zero), times 2^(s + EXP); inv, scale broadcast."""
     mag = tl.abs(x) * inv
     v = tl.where(mag >= 0.25, 0.5, 0.0)
     v = tl.where(mag >= 0.75, 1.0, v)
@@ -66,11 +58,8 @@ def mx_values(x, inv, scale):
 
 @triton.jit
 def k_slot(cols):
-    """Column of the activation buffers where activation column `cols` is stored. Within each
-    32-block, column 8t + 4b + 2s + h goes to 16s + 8h + 2t + b: the order in which
-    _fp4_to_bf16 lays out the 8 codes of one 32-bit weight word, so that each thread's MMA
-    operand registers come from one word without shuffles. Both GEMM operands use this order,
-    so the dot products are unchanged."""
+    """Column of the activation buffers holding activation column `cols`: within each 32-block, 8t + 4b + 2s + h
+    goes to 16s + 8h + 2t + b, the order in which _fp4_to_bf16 lays out a weight word's 8 codes."""
     r = cols % 32
     return cols - r + (((r >> 1) & 1) << 4) + ((r & 1) << 3) + ((r >> 3) << 1) + ((r >> 2) & 1)
 
@@ -97,8 +86,7 @@ def moe_prep_kernel(
     if pid < n_chunks:
         chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
     else:
-        # QUANT_BLOCKS 32-blocks of the hidden states taken as one flat array (d_hidden is a
-        # multiple of 32, so no block straddles two rows): small programs, many in flight.
+        # QUANT_BLOCKS 32-blocks of the hidden states as one flat array (no block straddles rows: d_hidden % 32 == 0)
         blocks = (pid - n_chunks) * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
         lanes = tl.arange(0, 32)
         mask = (blocks < n_tokens * (d_hidden // 32))[:, None]
@@ -112,8 +100,7 @@ def moe_prep_kernel(
 
 @triton.jit
 def scaled_pairs(pairs, scale):
-    """NVIDIA PTX: int32 registers holding two bf16 bit patterns each (low half first), times the
-    bf16x2 in `scale` -> bf16 [..., 2]; one mul.rn.bf16x2 per register."""
+    """int32 pairs of bf16 bit patterns (low half first) times the bf16x2 `scale` -> bf16 [..., 2] (NVIDIA PTX)."""
     return tl.inline_asm_elementwise(
         "mul.rn.bf16x2 $0, $1, $3;",
         "=r,r,r,r,r",
@@ -126,10 +113,8 @@ def scaled_pairs(pairs, scale):
 
 @triton.jit
 def _portable_pairs(w):
-    """int32 [...] holding two bf16 bit patterns worth code * 2^-126 (low half first) -> the codes'
-    values, fp32 [..., 2], built as normal fp32 numbers (no subnormals, which some backends flush)."""
-    # As fp32 with exponent + 126 the codes are worth their value, except the exponent-0 codes
-    # (0 and 0.5), which read 0.5 + m/4 and map back by 2v - 1.
+    """int32 pairs of bf16 bits worth code * 2^-126 (low half first) -> the codes' values, fp32 [..., 2], built
+    without subnormals (some backends flush them): exponent-0 codes (0, 0.5) read 0.5 + m/4, mapped by 2v - 1."""
     bits = tl.join(w << 16, w & -65536)
     mag = ((bits & 0x01C00000) + (126 << 23)).to(tl.float32, bitcast=True)
     mag = tl.where((bits & 0x01800000) == 0, 2.0 * mag - 1.0, mag)
@@ -138,14 +123,11 @@ def _portable_pairs(w):
 
 @triton.jit
 def code_pairs(x):
-    """int32 words of 8 fp4 codes (low nibble first) -> four int32 tensors of two bf16 bit
-    patterns each, worth code * 2^-126: codes (0, 4), (1, 5), (2, 6), (3, 7) of each word, the
-    first of each pair in the low half."""
+    """int32 words of 8 fp4 codes (low nibble first) -> codes (0, 4), (1, 5), (2, 6), (3, 7) of each word as int32
+    pairs of bf16 bits worth code * 2^-126, the first in the low half."""
     PAIR: tl.constexpr = -2118090304  # 0x81C081C0: sign (bit 15) and magnitude (bits 6-8) of both bf16 halves
     y = x >> 8
-    # Code q of each byte pair: word bits 4q..4q+3 (low half) and 16+4q.. (high half). One
-    # multiply writes two copies of the masked nibble, which do not overlap: one puts the
-    # magnitude at bits 6-8, the other the sign at bit 15; the last mask keeps those bits.
+    # One multiply writes two non-overlapping copies of each nibble: magnitude at bits 6-8, sign at bit 15.
     p0 = ((x & 0x000F000F) * 0x1040) & PAIR
     p1 = ((x & 0x00F000F0) * 0x0104) & PAIR
     p2 = ((y & 0x000F000F) * 0x1040) & PAIR
@@ -155,17 +137,13 @@ def code_pairs(x):
 
 @triton.jit
 def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr):
-    """MXFP4 weights, int32 words [ROWS, BLOCK_K/8] (8 codes each, low nibble first) and e8m0
-    scales [ROWS, BLOCK_K/32] -> [ROWS, BLOCK_K] in k_slot order (SPEC 3.1).
-    Each code is placed into bf16 bits worth code * 2^-126 with a few bit operations per word.
-    Fast path (bf16): one multiply by 2^(s - 1 - FAST_EXP) gives value * 2^-FAST_EXP, exact for
-    scale bytes 58..191 and NaN for 255 (outside: weights below 2^-69 flush, above 2^64 are
-    wrong). Portable path: the exact value for every scale byte, fp32 holding bf16 values."""
+    """MXFP4 weights, int32 words [ROWS, BLOCK_K/8] (low nibble first) and e8m0 scales [ROWS, BLOCK_K/32] ->
+    [ROWS, BLOCK_K] in k_slot order (SPEC 3.1). FAST: bf16 value * 2^-FAST_EXP, exact for scale bytes 58..191 and
+    255 (NaN); otherwise fp32 holding the exact bf16 value for every scale byte."""
     G: tl.constexpr = BLOCK_K // 32
     x = tl.reshape(words, (ROWS, G, 4))
     p0, p1, p2, p3 = code_pairs(x)
     if FAST:
-        # Both bf16 halves of 2^(s - 1 - FAST_EXP) in one multiply-add of the exponent field.
         s = tl.reshape(scales, (ROWS, G, 1)).to(tl.int32)
         scale = tl.broadcast_to(fast_pair_scale(s), (ROWS, G, 4))
         p0, p1 = scaled_pairs(p0, scale), scaled_pairs(p1, scale)
@@ -183,16 +161,14 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
 
 @triton.jit
 def fast_pair_scale(s):
-    """e8m0 scale bytes s (int32) -> both bf16 halves of 2^(s - 1 - FAST_EXP), the fast decode's
-    multiplier of a code pair, in one multiply-add of the exponent field; 255 gives NaN."""
+    """e8m0 scale bytes s (int32) -> both bf16 halves of 2^(s - 1 - FAST_EXP), a code pair's multiplier; 255: NaN."""
     return tl.where(s == 255, 0x7FC07FC0, (s + 126 - FAST_EXP) * 0x00800080)
 
 
 @triton.jit
 def in_slot_order(codes, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
-    """The joined code pairs of _fp4_to_bf16 ([ROWS, BLOCK_K / 32, word t, b, h, s], in any
-    shape with those elements in that order: code 2s + h + 4b of word t) -> [ROWS, BLOCK_K] in
-    k_slot order."""
+    """_fp4_to_bf16's joined code pairs ([ROWS, BLOCK_K / 32, word t, b, h, s] in any shape of that element order:
+    code 2s + h + 4b of word t) -> [ROWS, BLOCK_K] in k_slot order."""
     codes = tl.reshape(codes, (ROWS, BLOCK_K // 32, 4, 2, 2, 2))
     return tl.reshape(tl.permute(codes, (0, 1, 5, 4, 2, 3)), (ROWS, BLOCK_K))
 
@@ -218,14 +194,10 @@ def _weight_step(
     FAST: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ a^T, a being the matching activation
-    tile [ROWS, BLOCK_K] (_act_tile, columns in k_slot order) and W given as its [N, K/2] bytes
-    and [N, K/32] scales (64-bit row indices). The weights are decoded in registers and are the
-    MMA's left operand, fed from registers (1.1-2.2x faster on the H200 than passing them through
-    shared memory as the right one). The CPU interpreter's tl.dot gets bf16 wrong (it multiplies
-    the bit patterns), so there both operands go in as fp32."""
-    # k_dim is a multiple of 256 (problem/validation.py), so rows of scales start 8-byte aligned; saying
-    # so lets the pipeliner copy the scales asynchronously like the weights.
+    """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ a^T, a the activation tile [ROWS, BLOCK_K] (_act_tile)
+    and W its [N, K/2] bytes and [N, K/32] scales (64-bit row indices). The CPU interpreter's tl.dot multiplies bf16
+    bit patterns, so there both operands go in as fp32."""
+    # k_dim % 256 == 0 (problem/validation.py): scale rows 8-byte aligned, so the pipeliner copies them asynchronously
     scale_stride = tl.multiple_of(k_dim // 32, 8)
     words = tl.load(
         w_ptr.to(tl.pointer_type(tl.int32))
@@ -268,9 +240,7 @@ def moe_stage1_kernel(
         tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
     cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    # One GEMM over the gate and up rows interleaved (gate col 0, up col 0, gate col 1, ...):
-    # one K loop, one activation tile per step, and a 64-row weight tile (wgmma's M) already
-    # at BLOCK_N 32, which doubles the programs of the small grids.
+    # Gate and up rows interleaved (gate col 0, up col 0, ...): one K loop, and wgmma's 64 rows already at BLOCK_N 32
     gate_rows = expert * 2 * d_inter + tl.minimum(cols, d_inter - 1)
     w_rows = tl.reshape(tl.join(gate_rows, gate_rows + d_inter), (2 * BLOCK_N,))
     acc = tl.zeros((2 * BLOCK_N, ROWS), dtype=tl.float32)
@@ -316,13 +286,10 @@ def moe_stage2_kernel(
         tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
     weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
-    # N_TILES output tiles in one loop over (tile, K step) (docs/triton.md, "The kernels").
-    # Columns past d_hidden (a partial last tile, or whole tiles past it) read the last weight
-    # row and add nothing, as in stage 1.
+    # N_TILES output tiles in one loop over (tile, K step); columns past d_hidden read the last weight row, add nothing
     acc = tl.zeros((BLOCK_N, ROWS), dtype=tl.float32)
     if K_STEPS == 1:
-        # The whole of d_inter in one step: every tile multiplies the same activation tile, so it
-        # is read once per program instead of once per tile.
+        # d_inter in one step: every tile multiplies this activation tile, read once per program
         a = _act_tile(a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, 0, BLOCK_K)
     for step in range(0, N_TILES * K_STEPS):
         cols = (tl.program_id(1) * N_TILES + step // K_STEPS) * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -1,10 +1,6 @@
-"""What the Gluon kernels for sm_90 (gluon_stage1.py, gluon_stage2.py) share: the ring's cp.async,
-the decode of a K step's MXFP4 weight rows into wgmma's register operand, and one K step of an MMA
-warpgroup. Both kernels keep a ring of STAGES slots, each one K step (BLOCK_K = 128) of the
-program's weight words ([W_ROWS, 16] int32), their scales (one int32 per row: four e8m0 bytes)
-and the activation rows ([ROWS, 128] bf16, k_slot order), filled by a loader partition behind
-mbarriers; MMA warpgroup G takes ring rows [64 G, 64 G + 64).
-"""
+"""What the sm_90 Gluon stages share: a ring of STAGES slots, each one K step (BLOCK_K 128) of weight words [W_ROWS, 16]
+int32, their scales (one int32 of four e8m0 bytes a row) and activation rows [ROWS, 128] bf16, filled by a loader
+behind mbarriers; MMA warpgroup G decodes ring rows [64 G, 64 G + 64) into wgmma's register operand."""
 
 import triton
 from triton.experimental import gluon
@@ -24,8 +20,7 @@ cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_glob
 
 WG_ROWS = gl.constexpr(64)  # weight rows per MMA warpgroup: wgmma's M
 LOADER_WARPS = gl.constexpr(4)
-# The loader's layout of a slot's weight words ([W_ROWS, 16] int32): 4 words a thread, one 16-byte
-# cp.async; it covers 128 rows (W_ROWS 256 repeats it).
+# The loader's layout of a slot's weight words: 4 words (one 16-byte cp.async) a thread, 128 rows (256 repeat it).
 WORDS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 4], [8, 4], [LOADER_WARPS, 1], [1, 0]))
 # The loader's layout of a slot's activation rows ([ROWS, 128] bf16): 8 values, one 16-byte cp.async, a thread.
 ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], [1, 0]))
@@ -39,11 +34,9 @@ def scales_layout(w_rows):
 
 @gluon.jit
 def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.constexpr):
-    """Columns [part K_PART, (part + 1) K_PART) of a warpgroup's 64 MXFP4 weight rows as
-    wgmma's bf16 register operand (decode.py's _fp4_to_bf16, fast path); sw holds each row's
-    four scale bytes of the step. Loaded as a 32-bit operand (k_width 1), each thread holds word t
-    of every 32-block of its rows: the 8 codes that decode into its 8 operand values of that
-    block."""
+    """Columns [part K_PART, (part + 1) K_PART) of a warpgroup's 64 weight rows as wgmma's bf16 register operand
+    (_fp4_to_bf16's fast path); sw: each row's four scale bytes. Loaded as a 32-bit operand, a thread holds the words
+    whose codes decode into its own operand values, so no data moves."""
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
     words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
     word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
@@ -65,11 +58,9 @@ def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.const
 def mma_step(
     acc, i, ring, G: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, folded=None
 ):
-    """K step i of warpgroup G (its 64 ring rows): wait for its slot, then in SPLIT parts along k
-    decode the part's weights and issue its wgmma, so that each part's decode overlaps the wgmma
-    before it; then release the slot. folded: (acc_t, t_ring), the accumulator and ring of a
-    folded block's rows (stage 1), a second wgmma on the same decoded weights; returns
-    (acc, acc_t) then."""
+    """K step i of warpgroup G: in SPLIT parts along k, decode and issue a wgmma, each decode overlapping the wgmma
+    before it; then release the slot. folded: (acc_t, t_ring) of a folded block (stage 1), a second wgmma on the
+    same weights; returns (acc, acc_t) then."""
     w_ring, s_ring, a_ring, ready, empty = ring
     acc_layout: gl.constexpr = acc.type.layout
     slot = i % STAGES
@@ -117,18 +108,16 @@ def row_range(first, ROWS: gl.constexpr):
 
 @gluon.jit
 def row_offsets(rows, stride, BLOCK_K: gl.constexpr):
-    """fill_slot's offsets of a slot's activation rows at K step 0: the first BLOCK_K elements of
-    rows (row_range's layout) of a [*, stride] tensor. 32-bit (the launcher checks that they
-    fit): they hold half the registers of pointers."""
+    """fill_slot's offsets of the first BLOCK_K elements of rows (row_range's layout) of a [*, stride] tensor: 32-bit
+    (the launcher checks that they fit), half the registers of pointers."""
     cols = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, ROWS_LAYOUT))
     return gl.expand_dims(rows * stride, 1) + gl.expand_dims(cols, 0)
 
 
 @gluon.jit
 def weight_sources(w_ptr, w_scale_ptr, w_rows, s_rows, k_dim, BLOCK_K: gl.constexpr):
-    """fill_slot's sources of a slot's weights at K step 0: (int32 pointer, 32-bit offsets) of
-    the words and of the scales of weight rows w_rows (in SliceLayout(1, WORDS_LAYOUT)) and s_rows
-    (the same rows in scales_layout) of a [rows, k_dim / 2]-byte tensor, k_dim a multiple of 128."""
+    """fill_slot's (int32 pointer, 32-bit offsets) of the words and scales at K step 0 of weight rows w_rows (in
+    SliceLayout(1, WORDS_LAYOUT)) and s_rows (in scales_layout) of [*, k_dim / 2] bytes, k_dim a multiple of 128."""
     # rows of words start 16 bytes apart (one cp.async per 4 words)
     w_stride = gl.multiple_of(k_dim // 8, 16)
     words = gl.arange(0, BLOCK_K // 8, layout=gl.SliceLayout(0, WORDS_LAYOUT))
@@ -163,12 +152,9 @@ def allocate_ring(
 
 @gluon.jit
 def fill_slot(i, ring, sources, steps, a_mask, STAGES: gl.constexpr, extra=None, EXTRA: gl.constexpr = False):
-    """The loader's K step i: wait until the MMA warpgroups are done with its slot, copy the
-    weight words, scales and activation rows into it, and have the slot's ready barrier complete
-    when they land. ring: allocate_ring's; sources: (base pointer, 32-bit offset tensor in the
-    loader's layout) of each; steps: this step's scalar offset of each, added after the wait (an
-    offset or pointer tensor of the step held across it spills the loader's registers). EXTRA:
-    one more activation ring filled in the same slot, extra = (ring, pointer, offsets, step, mask)."""
+    """The loader's K step i into allocate_ring's ring: sources, (base pointer, 32-bit offsets) of the words, scales
+    and activation rows; steps, their scalar offsets, added after the wait (a step's tensor held across it spills).
+    EXTRA: one more activation ring in the same slot, extra = (ring, pointer, offsets, step, mask)."""
     w_ring, s_ring, a_ring, ready, empty = ring
     # one level of unpacking at a time: triton 3.6's JIT cannot hash nested tuple targets
     w_source, s_source, a_source = sources

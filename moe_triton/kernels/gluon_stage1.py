@@ -1,10 +1,5 @@
-"""The decode path's stage 1 written in Gluon for sm_90 (docs/triton.md, "The Gluon stage 1"):
-kernels/decode.py's moe_stage1_kernel, bit for bit, with each warp doing one job in its own
-instruction stream. One program per (routing block, 32 NUM_WG columns of h); a loader partition
-fills the ring (gluon_mma.py, shared with stage 2) and NUM_WG MMA warpgroups each decode and
-multiply their 32 gate and 32 up rows (interleaved by 8: _ring_row) and write a2 from their
-registers. Gluon does not run under the CPU interpreter: tests/test_gluon_stage1.py compiles it.
-"""
+"""decode.py's moe_stage1_kernel in Gluon for sm_90, bit for bit, with a loader partition and NUM_WG MMA warpgroups
+in their own instruction streams (docs/triton.md, "The Gluon stage 1"). No CPU interpreter: tests compile it."""
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -77,10 +72,8 @@ def _loader(
 
 @gluon.jit
 def _ring_row(r, d_inter):
-    """Weight row (from the program's first, w_row0) held in row r of a ring slot. Warpgroup
-    r // 64 takes group r // 64 (32 h columns); within it, each 16 rows (one warp's share of a
-    wgmma) are 8 gate rows then the up rows of the same 8 columns, so that a thread's two rows of
-    the accumulator (lane // 4 and 8 more) are the gate and up sums of one column."""
+    """Weight row (from w_row0) in ring row r: warpgroup r // 64 takes group r // 64, each warp's 16 rows 8 gate rows
+    then the same 8 columns' up rows, so that a thread's two accumulator rows are one column's gate and up sums."""
     return (r // 64) * GROUP + ((r % 64) // 16) * 8 + r % 8 + ((r // 8) % 2) * d_inter
 
 
@@ -153,9 +146,8 @@ def _store_a2(
 def _folding(
     block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: gl.constexpr, FOLD: gl.constexpr
 ):
-    """Whether block + 1 is a tail (at most FOLD real rows) of block's expert: the block that a
-    full block's program folds. An expert's blocks are consecutive and only its last is partly
-    filled, so a tail whose block before has its expert is always folded."""
+    """Whether block + 1 is a tail (at most FOLD real rows) of block's expert, which this program then folds; only
+    an expert's last block is partly filled, so a tail after a block of its expert is always folded."""
     start = (block + 1) * BLOCK_M
     inside = start < gl.load(num_valid_ids_ptr)
     same = gl.load(sorted_expert_ids_ptr + block + 1, mask=inside, other=-2) == gl.load(sorted_expert_ids_ptr + block)
@@ -188,13 +180,10 @@ def moe_gluon_stage1_kernel(
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
-    """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (read as int32:
-    [E * 2 * d_inter, d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2 (decode.py's
-    moe_stage1_kernel's), 32 NUM_WG columns of h per program. d_hidden is a multiple of BLOCK_K
-    (128), d_inter of 32 NUM_WG. Launched with num_warps 4 (MMA warpgroup 0). FOLD (TAIL_M or 0):
-    a full block's program also computes the next block when that is its expert's tail, and the
-    tail launch skips the blocks so folded (_folding). MMA_REGS, LOADER_REGS: the worker partitions'
-    registers per thread (setmaxnreg; the default partition gets the rest of the launch's)."""
+    """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
+    d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
+    multiple of BLOCK_K (128), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see _folding. MMA_REGS,
+    LOADER_REGS: the worker partitions' registers per thread (setmaxnreg)."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
     after_previous_launch(PDL)

@@ -1,11 +1,6 @@
-"""The decode path's stage 2 written in Gluon for sm_90 (docs/triton.md, "The Gluon stage 2"):
-kernels/decode.py's moe_stage2_kernel, bit for bit in each product, with each warp doing one job in
-its own instruction stream. One program per (routing block, N_TILES output tiles of 64 NUM_WG
-columns); a loader partition fills the ring (gluon_mma.py) tile after tile, and MMA warpgroup G
-adds its 64 columns of each tile into the output from its registers, bf16 pairs of adjacent
-columns (_ring_col) with one atomic each. Gluon does not run under the CPU interpreter:
-tests/test_gluon_stage2.py compiles it.
-"""
+"""decode.py's moe_stage2_kernel in Gluon for sm_90, bit for bit in each product, with a loader partition and NUM_WG
+MMA warpgroups in their own instruction streams (docs/triton.md, "The Gluon stage 2"). No CPU interpreter: tests
+compile it."""
 
 import triton
 from triton.experimental import gluon
@@ -28,18 +23,15 @@ from moe_triton.kernels.routing import add_rows, after_previous_launch, routing_
 
 @gluon.jit
 def _ring_col(r):
-    """Output column (from the tile's first) held in ring row r. Within each warp's 16 rows
-    (its share of a wgmma), rows q and q + 8, which one thread's accumulator holds, are columns 2q
-    and 2q + 1: the thread adds them as one bf16 pair."""
+    """Output column (from the tile's first) in ring row r: a warp's rows q and q + 8, which one thread holds, are
+    columns 2q and 2q + 1, added as one bf16 pair."""
     return (r // 16) * 16 + (r % 8) * 2 + (r // 8) % 2
 
 
 @triton.constexpr_function
 def _pair_layout(rows):
-    """The epilogue's [warp, q, token, half] layout: the accumulator's own placement (wgmma's
-    [64, rows] with rows q and q + 8 of each warp split into half 0 and 1), each thread's two
-    halves (columns 2q and 2q + 1: _ring_col) in adjacent registers, so that an atomic adds the
-    pair at once."""
+    """The epilogue's [warp, q, token, half] layout: the accumulator's own placement (rows q and q + 8 of each warp as
+    half 0 and 1), a thread's two halves in adjacent registers, so that one atomic adds the pair."""
     tokens = [[0, 0, 8 << j, 0] for j in range(rows.bit_length() - 4)]
     return gl.DistributedLinearLayout(
         reg_bases=[[0, 0, 0, 1], [0, 0, 1, 0]] + tokens,
@@ -153,12 +145,10 @@ def moe_gluon_stage2_kernel(
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
 ):
-    """a2 (stage 1's: bf16, k_slot order, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (read
-    as int32: [E * d_hidden, d_inter / 8] and [E * d_hidden, d_inter / 128]) -> out += the rows'
-    routing weight times their down GEMM, N_TILES tiles of 64 NUM_WG columns per program. d_inter is
-    a multiple of BLOCK_K (128), d_hidden of 64 NUM_WG N_TILES. Launched with num_warps 4 (MMA
-    warpgroup 0). MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg;
-    the default partition gets the rest of the launch's)."""
+    """a2 (bf16, k_slot order, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (as int32: [E * d_hidden,
+    d_inter / 8] and [E * d_hidden, d_inter / 128]) -> out += routing weight x down GEMM, N_TILES tiles of 64 NUM_WG
+    columns per program. d_inter is a multiple of BLOCK_K (128), d_hidden of 64 NUM_WG N_TILES; num_warps 4.
+    MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg)."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 2: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 2: NUM_WG is 2 or 4")
     after_previous_launch(PDL)

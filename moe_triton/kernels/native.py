@@ -1,10 +1,6 @@
-"""Native MXFP4 kernels of the a4w4 MoE layer for AMD CDNA4 (gfx950); launchers in moe_triton/native.py.
-
-tl.dot_scaled with "e2m1" on both sides takes the packed fp4 bytes and e8m0 scales as they are
-(gfx950's scaled MFMAs; Triton emulates it elsewhere, so the same source is checked on NVIDIA GPUs
-and under the CPU interpreter). docs/gfx950.md describes the kernels ("The kernels") and their
-variants ("Kernel variants"). Every quantization is mxfp4.convert's, SPEC 3.3 bit for bit.
-"""
+"""Native MXFP4 kernels for gfx950 (launchers in moe_triton/native.py; docs/gfx950.md, "The kernels"): tl.dot_scaled
+takes the packed fp4 bytes and e8m0 scales as they are (scaled MFMAs; emulated elsewhere, so the same source runs on
+NVIDIA GPUs and the CPU interpreter). Every quantization is mxfp4.convert's, SPEC 3.3 bit for bit."""
 
 import triton
 import triton.language as tl
@@ -25,11 +21,8 @@ from mxfp4.convert import mx_convert_bf16_pairs, mx_convert_pairs
 
 @triton.jit
 def xcd_program(linear, grid, XCDS: tl.constexpr):
-    """The logical program that hardware program `linear` (of `grid`, flat) runs. The hardware
-    deals flat workgroup ids round-robin to XCDS dies (die linear % XCDS), each die with its own
-    L2: die d's programs get the d-th contiguous run of logical ids (the first grid % XCDS dies
-    one more than the others), so neighbouring logical programs share a die. A permutation of
-    [0, grid) for every grid > 0."""
+    """The logical program that flat hardware program `linear` of `grid` runs: die d (linear % XCDS) gets the d-th
+    contiguous run of ids, so neighbours share an L2 (docs/gfx950.md, "XCD order"). A permutation of [0, grid)."""
     per_die = grid // XCDS
     die = linear % XCDS
     return die * per_die + tl.minimum(die, grid % XCDS) + linear // XCDS
@@ -37,9 +30,8 @@ def xcd_program(linear, grid, XCDS: tl.constexpr):
 
 @triton.jit
 def _program_tile(XCDS: tl.constexpr):
-    """(routing block, column tile) of this program. With XCDS > 0 the flat id is remapped by
-    xcd_program, blocks fastest: a die runs consecutive blocks at one column tile, which are
-    mostly the same expert's, so they read its weight tile through one L2."""
+    """(routing block, column tile) of this program; XCDS > 0 remaps it by xcd_program, blocks fastest, so that a
+    die runs consecutive blocks (mostly one expert's) of one column tile."""
     if XCDS > 0:
         n_blocks = tl.num_programs(0)
         linear = tl.program_id(1) * n_blocks + tl.program_id(0)
@@ -52,11 +44,9 @@ def _program_tile(XCDS: tl.constexpr):
 
 @triton.jit
 def _mx_operand(ptr, scale_ptr, rows, k_dim, k0, BLOCK_K: tl.constexpr, CACHE: tl.constexpr):
-    """MXFP4 rows[:, k0:k0+BLOCK_K] of a [*, k_dim] matrix stored as bytes [*, k_dim/2] at ptr and
-    scales [*, k_dim/32] at scale_ptr: (bytes [R, BLOCK_K/2], scales [R, BLOCK_K/32]). rows are
-    32-bit and relative to the (scalar) base pointers, so on AMD the loads can be buffer loads
-    (a scalar base and 32-bit offsets) rather than 64-bit address arithmetic per element. CACHE
-    is tl.load's cache modifier ("" the default)."""
+    """MXFP4 rows[:, k0:k0+BLOCK_K] of a matrix of bytes [*, k_dim/2] at ptr and scales [*, k_dim/32] at scale_ptr
+    -> (bytes [R, BLOCK_K/2], scales [R, BLOCK_K/32]). rows are 32-bit offsets from the scalar base pointers, so that
+    AMD's loads are buffer loads; CACHE is tl.load's cache modifier."""
     # k_dim is a multiple of 256 (problem/validation.py): rows start 128-byte aligned, scale rows 8-byte.
     row_bytes = tl.multiple_of(k_dim // 2, 128)
     row_scales = tl.multiple_of(k_dim // 32, 8)
@@ -97,10 +87,8 @@ def _a1_share(
     QUANT: tl.constexpr,
     GFX950: tl.constexpr,
 ):
-    """This program's share of the a1 work, which programs from first_program on do: QUANT_BLOCKS
-    32-blocks of the hidden states taken as one flat array (no block straddles two rows),
-    quantized to a1 bytes and scales when QUANT, and the output elements they cover zeroed.
-    hidden_ptr: the bf16 bits as int32 pairs."""
+    """Programs from first_program on: QUANT_BLOCKS 32-blocks of the flat hidden states (bf16 bits as int32 pairs),
+    quantized to a1 bytes and scales when QUANT, and the output elements they cover zeroed."""
     blocks = (tl.program_id(0) - first_program) * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
     valid = blocks < n_tokens * (d_hidden // 32)
     if QUANT:
@@ -131,8 +119,7 @@ def moe_native_prep_kernel(
     QUANT: tl.constexpr,
     GFX950: tl.constexpr,
 ):
-    """Programs below n_chunks count the experts of one chunk of topk_ids; the others zero the
-    output and, with QUANT, write a1 (_a1_share)."""
+    """Programs below n_chunks count one chunk of topk_ids; the others zero the output and, with QUANT, write a1."""
     pid = tl.program_id(0)
     if pid < n_chunks:
         chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
@@ -164,10 +151,8 @@ def moe_native_route_kernel(
     QUANT: tl.constexpr,
     GFX950: tl.constexpr,
 ):
-    """The prep and route launches in one: programs below n_experts each count the whole
-    histogram (COUNT_CHUNK slots per step) and place their expert's slots
-    (moe_triton.kernels.routing.place_expert); the others zero the output and, with QUANT, write
-    a1."""
+    """The prep and route launches in one: programs below n_experts each count the whole histogram and place their
+    expert's slots (place_expert); the others zero the output and, with QUANT, write a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
         counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
@@ -189,11 +174,9 @@ def _route_own_block(
     EXPERT_BINS: tl.constexpr,
     SLOT_CHUNK: tl.constexpr,
 ):
-    """Routing block `block` of the aiter-compatible layout, computed by this program alone from
-    topk_ids: (packed ids [BLOCK_M], its expert, the padded total). The block lies inside one
-    expert's padded group (groups are whole blocks); its row r is that expert's slot of rank
-    block * BLOCK_M - group start + r in slot order, or padding (TOPK << 24 | n_tokens). The
-    rank match is BLOCK_M x n_slots compares: for small slot counts."""
+    """Routing block `block`, computed by this program alone from topk_ids: (packed ids [BLOCK_M], its expert, the
+    padded total). Row r is its expert's slot of rank block * BLOCK_M - group start + r, or padding; the rank
+    match is BLOCK_M x n_slots compares, for small slot counts."""
     counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, SLOT_CHUNK)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
     ends = tl.cumsum(padded, axis=0)
@@ -204,9 +187,8 @@ def _route_own_block(
     group_start = tl.sum(tl.where(bins < expert, padded, 0), axis=0)
     count = tl.sum(tl.where(bins == expert, counts, 0), axis=0)
     ranks = start - group_start + tl.arange(0, BLOCK_M)
-    # Each row matches one slot at most: the matches add up in a [BLOCK_M, SLOT_CHUNK] tile, reduced
-    # once after the loop (a reduction per step keeps BLOCK_M wave-uniform sums in scalar
-    # registers through the loop, which spilled them at 32 rows on gfx950).
+    # A row matches one slot at most: the matches add up in a tile reduced once after the loop (a reduction per
+    # step kept BLOCK_M sums in scalar registers through the loop, which spilled them on gfx950).
     found = tl.zeros((BLOCK_M, SLOT_CHUNK), dtype=tl.int32)
     placed = 0
     for first in range(0, n_slots, SLOT_CHUNK):
@@ -243,8 +225,7 @@ def _stage1_epilogue(
     JUDGE: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    """acc [2 BLOCK_N, BLOCK_M] (gate and up rows interleaved) -> silu(gate) * up rounded to bf16,
-    quantized to a2 bytes and scales (mxfp4.convert) at these sorted rows and column tile."""
+    """acc [2 BLOCK_N, BLOCK_M] (gate and up rows interleaved) -> bf16(silu(gate) * up) as a2 bytes and scales."""
     gate, up = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
     h = gated_h(gate, up, JUDGE, INTERPRET)
     bits = tl.reshape(h.to(tl.int32, bitcast=True), (BLOCK_M, BLOCK_N // 32, 16, 2))
@@ -297,11 +278,9 @@ def moe_native_stage1_kernel(
     JUDGE: tl.constexpr,
     INTERPRET: tl.constexpr,
 ):
-    """QUANT_A: a1_ptr holds the hidden states' bf16 bits as int32 pairs, quantized here per K
-    step by every column tile (a1_scale_ptr unused). ROUTE (with QUANT_A): no routing launch before this one: each
-    program computes its own block's routing from topk_ids (_route_own_block), column tile 0
-    writes it for stage 2, and every program zeroes a share of the output (stage 2 adds into it
-    after this launch has finished)."""
+    """QUANT_A: a1_ptr holds the hidden states' bf16 bits as int32 pairs, quantized per K step (a1_scale_ptr unused).
+    ROUTE (with QUANT_A): no routing launch before; each program routes its own block, column tile 0 writes it for
+    stage 2, and every program zeroes a share of the output."""
     block, column = _program_tile(XCDS)
     writes_routing = column == 0
     if ROUTE:
@@ -328,16 +307,13 @@ def moe_native_stage1_kernel(
             block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
         )
     cols = column * BLOCK_N + tl.arange(0, BLOCK_N)
-    # The expert's weights as scalar base pointers (64-bit), its rows as 32-bit offsets. Gate and
-    # up rows interleaved (gate col 0, up col 0, ...): one K loop and one activation tile per
-    # step feed both, and the epilogue splits them apart in registers.
+    # The expert's weights as 64-bit scalar base pointers, its rows as 32-bit offsets; gate and up rows interleaved
     w_base = w1_ptr + expert * (2 * d_inter) * (d_hidden // 2)
     w_scale_base = w1_scale_ptr + expert * (2 * d_inter) * (d_hidden // 32)
     gate_rows = tl.minimum(cols, d_inter - 1)
     w_rows = tl.reshape(tl.join(gate_rows, gate_rows + d_inter), (2 * BLOCK_N,))
     acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
-    # Padding rows read token 0's activations instead of masked loads: a row of the product
-    # depends on its own activation row only, and stage 2 adds nothing from padding rows.
+    # Padding rows read token 0's activations, not masked loads: a product row depends on its own row only
     a_rows = tl.where(valid, tokens, 0)
     for k0 in range(0, d_hidden, BLOCK_K):
         if QUANT_A:
@@ -380,14 +356,11 @@ def moe_native_stage2_kernel(
         block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, BLOCK_M
     )
     weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
-    # The expert's weights and the output as scalar base pointers, moved along by whole tiles;
-    # the per-row and per-column offsets (32-bit) stay the same from tile to tile.
+    # The expert's weights and the output as scalar bases moved by whole tiles; the 32-bit offsets stay the same
     w_base = w2_ptr + expert * d_hidden * (d_inter // 2)
     w_scale_base = w2_scale_ptr + expert * d_hidden * (d_inter // 32)
     out_offs = tokens[:, None] * d_hidden + tl.arange(0, BLOCK_N)[None, :]
-    # N_TILES output tiles per program, each a K loop over d_inter (docs/gfx950.md, "The kernels").
-    # Padding rows (token 0's values) and a partial last tile's columns past d_hidden (the last
-    # weight row's) are masked out of the add.
+    # Padding rows and a partial last tile's columns past d_hidden (the last weight row's) are masked out of the add
     if K_STEPS == 1:
         a, a_scale = _mx_operand(a2_ptr, a2_scale_ptr, rows, d_inter, 0, BLOCK_K, "")
     # The program's tiles that lie inside d_hidden (a runtime count: no work past the end).
@@ -403,8 +376,7 @@ def moe_native_stage2_kernel(
             mask = valid[:, None] & (tile * BLOCK_N + tl.arange(0, BLOCK_N) < d_hidden)[None, :]
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         if K_STEPS == 1:
-            # No K loop: the tile loop is the innermost one, which the pipeliner software-pipelines
-            # (the next tile's weights load during this one's epilogue).
+            # No K loop: the pipeliner loads the next tile's weights during this one's epilogue
             acc = _mx_step(acc, a, a_scale, w_ptr, w_scale_ptr, w_rows, d_inter, 0, BLOCK_K, W_CACHE)
         else:
             for k0 in range(0, d_inter, BLOCK_K):

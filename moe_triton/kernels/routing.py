@@ -1,8 +1,5 @@
-"""Routing kernels shared by every path of the Triton backend: the expert histogram of topk_ids,
-aiter-compatible sorted routing (sorted_ids = slot << 24 | token, each expert padded to block_m
-with topk << 24 | M, sorted_expert_ids per block, num_valid_ids), and how a GEMM program reads its
-routing block; plus the programmatic-dependent-launch wait that every kernel starts with.
-"""
+"""Routing shared by every Triton path (docs/triton.md, "The kernels"): aiter-compatible sorted_ids (slot << 24 |
+token, each expert padded to block_m with topk << 24 | M), sorted_expert_ids per block and num_valid_ids."""
 
 import triton
 import triton.language as tl
@@ -10,13 +7,9 @@ import triton.language as tl
 
 @triton.jit
 def after_previous_launch(PDL: tl.constexpr):
-    """Programmatic dependent launch (NVIDIA, launched with launch_pdl): once every program of
-    this kernel has started, the next kernel's programs may be scheduled, and each program waits
-    here until the previous kernel has finished and its writes are visible. Every kernel of the
-    layer calls this before touching memory, so each still runs after the whole of its
-    predecessor; what overlaps is the next launch's latency and the programs' start-up."""
-    # The PTX of triton.language.extra.cuda's gdc_wait and gdc_launch_dependents, written here:
-    # importing that module fails on Triton builds without it (ROCm), and only PDL compiles it.
+    """Programmatic dependent launch (NVIDIA, launch_pdl): wait for the previous kernel's writes and let the next
+    kernel be scheduled; every kernel calls this before touching memory."""
+    # triton.language.extra.cuda's gdc_wait and gdc_launch_dependents, inline: that module fails to import on ROCm
     if PDL:
         tl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
         tl.inline_asm_elementwise(
@@ -42,8 +35,7 @@ def chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS: tl.con
 
 @triton.jit
 def expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS: tl.constexpr, SLOT_CHUNK: tl.constexpr):
-    """The whole expert histogram of topk_ids [EXPERT_BINS] (zero past the experts), counted by
-    this one program: no chunk-count pass, so nothing to wait for."""
+    """The whole expert histogram of topk_ids [EXPERT_BINS] (zero past the experts), counted by this one program."""
     counts = tl.zeros((EXPERT_BINS,), dtype=tl.int32)
     for start in range(0, n_slots, SLOT_CHUNK):
         counts += tl.histogram(slot_experts(topk_ids_ptr, start, n_slots, EXPERT_BINS, SLOT_CHUNK), EXPERT_BINS)
@@ -102,10 +94,8 @@ def place_expert(
     SLOT_CHUNK: tl.constexpr,
     MAX_EXPERT_BLOCKS: tl.constexpr,
 ):
-    """Expert program_id(0)'s part of the routing (the sorted_ids, sorted_expert_ids and
-    num_valid_ids pointers) from the whole histogram (counts [EXPERT_BINS], zero past the
-    experts): its slots, in slot order, after the padded groups of the lower experts, then its
-    padding and its blocks' expert id; program 0 also writes num_valid_ids."""
+    """Expert program_id(0)'s routing from the whole histogram counts [EXPERT_BINS]: its slots in slot order after the
+    lower experts' padded groups, its padding and its blocks' expert id; program 0 also writes num_valid_ids."""
     sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr = routing
     pid = tl.program_id(0)
     bins = tl.arange(0, counts.shape[0])
@@ -132,11 +122,8 @@ def place_expert(
 def skip_block(
     block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr
 ):
-    """Whether routing block `block` is not this launch's to compute: it lies past the
-    valid rows, or the stage runs in two launches (TAIL_M > 0) and the block belongs to the
-    other one. Blocks with at most TAIL_M real rows go to the tail launch (ROWS = TAIL_M), the
-    rest to the full one (ROWS = BLOCK_M); an expert's real rows come before its padding, so
-    row TAIL_M of the block tells which."""
+    """Whether routing block `block` is not this launch's: past the valid rows, or, with TAIL_M > 0, the other
+    launch's (at most TAIL_M real rows go to the tail launch, ROWS = TAIL_M; real rows come before padding)."""
     start = block * BLOCK_M
     skip = start >= tl.load(num_valid_ids_ptr)
     if TAIL_M > 0:
@@ -147,8 +134,7 @@ def skip_block(
 
 @triton.jit
 def routing_block(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr):
-    """Routing block `block`'s share of the sorted routing: the first ROWS of its block_m sorted
-    rows, their packed ids (slot << 24 | token), tokens and which of them are real (padding holds
+    """The first ROWS sorted rows of routing block `block`, their packed ids, tokens and which are real (padding holds
     token n_tokens), and the block's expert."""
     rows = block * BLOCK_M + tl.arange(0, ROWS)
     packed = tl.load(sorted_ids_ptr + rows)
@@ -159,13 +145,11 @@ def routing_block(block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_
 
 @triton.jit
 def routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK: tl.constexpr):
-    """The routing weight of each sorted row (routing_block's packed ids, tokens and valid): its
-    token's weight of the slot it was picked in; 0 for padding."""
+    """Each sorted row's routing weight (from routing_block's packed, tokens, valid); 0 for padding."""
     return tl.load(topk_weights_ptr + (tokens * TOPK + (packed >> 24)).to(tl.int64), mask=valid, other=0.0)
 
 
 @triton.jit
 def add_rows(out_ptrs, y, mask):
-    """Stage 2's epilogue: y (the rows' sums times their routing weights) rounded to the output's
-    dtype and added into it atomically (relaxed: the programs' adds commute)."""
+    """Stage 2's epilogue: y rounded to the output's dtype and added atomically (relaxed: the adds commute)."""
     tl.atomic_add(out_ptrs, y.to(out_ptrs.dtype.element_ty), mask=mask, sem="relaxed")

@@ -1,11 +1,5 @@
-"""h = bf16(silu(gate) * up) (SPEC 1, step 3), computed the way the judge computes it.
-
-g and u are exact fp32 sums on every path, so h equals the judge's whenever the silu does, and one
-ulp of the silu can move a whole output row: every kernel that computes h calls gated_h, which
-spells the judge's own arithmetic for the target the launcher compiles for (JUDGE "torch" on
-NVIDIA, "ck" on AMD: moe_triton.target.silu_judge). docs/numerics.md, step 3, says what each
-judge computes and why each spelling matches it.
-"""
+"""h = bf16(silu(gate) * up) (SPEC 1, step 3) in the judge's own arithmetic for the target (JUDGE "torch" on NVIDIA,
+"ck" on AMD: moe_triton.target.silu_judge): one ulp of the silu can move a whole output row (docs/numerics.md)."""
 
 import triton
 import triton.language as tl
