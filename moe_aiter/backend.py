@@ -162,26 +162,23 @@ def fused_moe_aiter(data):
         config["d_hidden_pad"] - config["d_hidden"],
         config["d_expert_pad"] - config["d_expert"],
     )
-    aiter = _STATE["aiter"]
     w1 = _marked_shuffled(w1)
     w2 = _marked_shuffled(w2)
     e8m0 = plan.e8m0
     w1_scale = w1_scale if w1_scale.dtype == e8m0 else w1_scale.view(e8m0)
     w2_scale = w2_scale if w2_scale.dtype == e8m0 else w2_scale.view(e8m0)
-    sorted_ids, sorted_weights = plan.sorted_ids, plan.sorted_weights
-    sorted_expert_ids, num_valid_ids = plan.sorted_expert_ids, plan.num_valid_ids
-    block_m, md = plan.block_m, plan.metadata
+    routing = (plan.sorted_ids, plan.sorted_expert_ids, plan.num_valid_ids)
 
-    aiter.moe_sorting_fwd(
+    _STATE["aiter"].moe_sorting_fwd(
         topk_ids,
         topk_weights,
-        sorted_ids,
-        sorted_weights,
-        sorted_expert_ids,
-        num_valid_ids,
+        plan.sorted_ids,
+        plan.sorted_weights,
+        plan.sorted_expert_ids,
+        plan.num_valid_ids,
         plan.out,
         plan.n_experts,
-        block_m,
+        plan.block_m,
         None,
         None,
         0,
@@ -190,16 +187,14 @@ def fused_moe_aiter(data):
         a1, a1_scale = _quantize(plan, hidden, n_tokens, 1, plan.a1_fp4, plan.a1_scales)
     else:
         a1, a1_scale = hidden, None
-    a2 = md.stage1(
+    a2 = plan.metadata.stage1(
         a1,
         w1,
         w2,
-        sorted_ids,
-        sorted_expert_ids,
-        num_valid_ids,
+        *routing,
         plan.stage1_out,
         topk,
-        block_m=block_m,
+        block_m=plan.block_m,
         a1_scale=a1_scale,
         w1_scale=w1_scale,
         sorted_weights=None,
@@ -209,19 +204,17 @@ def fused_moe_aiter(data):
         a2 = a2.view(n_tokens, topk, -1)
     else:
         a2_scale = None
-    md.stage2(
+    plan.metadata.stage2(
         a2,
         w1,
         w2,
-        sorted_ids,
-        sorted_expert_ids,
-        num_valid_ids,
+        *routing,
         plan.out,
         topk,
         w2_scale=w2_scale,
         a2_scale=a2_scale,
-        block_m=block_m,
-        sorted_weights=sorted_weights,
+        block_m=plan.block_m,
+        sorted_weights=plan.sorted_weights,
     )
     return plan.out
 
