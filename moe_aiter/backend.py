@@ -49,13 +49,6 @@ def ensure_overrides():
     return fm
 
 
-def _quant_choice():
-    choice = os.environ.get(AITER_QUANT_ENV, "project").strip().lower() or "project"
-    if choice not in ("project", "aiter"):
-        raise ValueError(f"{AITER_QUANT_ENV}={choice!r}: expected 'project' or 'aiter'")
-    return choice
-
-
 def aiter_plan(
     n_tokens: int,
     topk: int,
@@ -113,7 +106,9 @@ def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, inte
     plan.num_valid_ids = get_buffer("aiter_num_valid_ids", (2,), torch.int32, device)
     plan.out = get_buffer("aiter_out", (n_tokens, model_dim), torch.bfloat16, device)
     plan.stage1_out = get_buffer("aiter_stage1_out", (n_tokens, topk, inter_dim), torch.bfloat16, device)
-    plan.quant = _quant_choice() if plan.quantized else None
+    plan.quant = (os.environ.get(AITER_QUANT_ENV, "project").strip().lower() or "project") if plan.quantized else None
+    if plan.quant not in (None, "project", "aiter"):
+        raise ValueError(f"{AITER_QUANT_ENV}={plan.quant!r}: expected 'project' or 'aiter'")
     plan.a1_fp4 = plan.a1_scales = plan.a2_fp4 = plan.a2_scales = None
     if plan.quant == "project":
         sort_blocks = -(-max_padded // SCALE_TILE_ROWS)

@@ -150,7 +150,7 @@ def triton_options(block_n: int, block_k: int, warps: int, stages: int, max_regs
         num_warps=warps,
         num_stages=stages,
         **target.pdl_options(fast),
-        **target.register_cap(fast, max_regs),
+        **({"maxnreg": max_regs} if fast and max_regs else {}),  # ptxas .maxnreg, 0: the compiler's choice
     )
 
 

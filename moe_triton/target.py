@@ -107,8 +107,3 @@ def pdl_set(on: bool):
 def pdl_options(fast: bool) -> dict:
     """The PDL kernel argument (kernels/routing.py, after_previous_launch) and launch option."""
     return {"PDL": True, "launch_pdl": True} if fast and PDL else {"PDL": False}
-
-
-def register_cap(fast: bool, max_regs: int) -> dict:
-    """ptxas .maxnreg on the NVIDIA path, where the tiles set one (0: the compiler's choice)."""
-    return {"maxnreg": max_regs} if fast and max_regs else {}

@@ -1,7 +1,6 @@
-"""The native gfx950 path's tiles (kernels/native.py), chosen from the offline gfx950 compile, and
-the kernel variants the first-call selection times on an MI355X; the compiled figures behind each:
-docs/gfx950.md ("The AMD tile table", "Kernel variants").
-"""
+"""The native gfx950 path's tiles, chosen from the offline gfx950 compile, and the kernel variants the
+first-call selection times on an MI355X; the compiled figures behind each: docs/gfx950.md ("The AMD tile
+table", "Kernel variants")."""
 
 import triton
 

@@ -1,7 +1,6 @@
-"""The decode path's tiles (NVIDIA; also the CPU interpreter and non-gfx950 ROCm GPUs): TUNED (other
-shapes get default_config), GLUON_TUNED (the Gluon stages on sm_90, static_tiles), and the first-call
-selection's ALTERNATES and SELECTION_WINNERS; how each row was measured: docs/tiles.md.
-"""
+"""The decode path's tiles (NVIDIA, the CPU interpreter, non-gfx950 ROCm GPUs): TUNED (else default_config),
+GLUON_TUNED (the Gluon stages on sm_90: static_tiles), the selection's ALTERNATES and SELECTION_WINNERS;
+how each row was measured: docs/tiles.md."""
 
 from moe_triton.tiles import Stage, TileConfig, checked_shape, default_block_m
 from problem.shapes import Shape

@@ -1,7 +1,6 @@
-"""What the selection measures per shape: the backends custom_kernel can run and, per target, the
-candidates, the static choice first (the incumbent); the table per target: docs/selection.md, "The
-candidates". A candidate's `detail` says what it runs, so that a stored choice whose tiles changed
-is not reused."""
+"""What the selection measures per shape: the backends custom_kernel runs and, per target, the candidates,
+the static choice (the incumbent) first (docs/selection.md, "The candidates"); a candidate's `detail` says
+what it runs, so that a stored choice whose tiles changed is not reused."""
 
 import functools
 from collections.abc import Callable

@@ -144,9 +144,8 @@ def _trial(cand: Candidate, data, expected, margin: float | None, measure: Calla
 
 
 def select(candidates: list[Candidate], data, measure: Callable, reps: int, clock: Callable, budget: float):
-    """(survivors fastest first, {name: median s}, {name: why dropped}); the incumbent
-    (candidates[0]) is always tried, each other one if the budget still holds the costliest
-    candidate so far (so a shape's selection stays near its budget, compiles included)."""
+    """(survivors fastest first, {name: median s}, {name: why dropped}); the incumbent (candidates[0]) always
+    tried, each other one while the budget still holds the costliest candidate so far, compiles included."""
     start = clock()
     expected = ref_kernel(data)
     margin = MIN_MARGIN
