@@ -104,8 +104,7 @@ def _program_blocks(n_rows: int, n_cols: int, device) -> tuple[int, int]:
 
 
 def _bits_view(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """int32 view of x's bits and its mantissa width: bf16 as pairs [rows, cols/2], fp32 as is
-    (fp16 goes through an exact fp32 copy)."""
+    """int32 view of x's bits and its mantissa width: bf16 as pairs [rows, cols/2], fp32 as is, fp16 via fp32."""
     if x.dtype == torch.bfloat16:
         if x.stride(1) != 1 or x.stride(0) % 2 or x.storage_offset() % 2:
             x = x.contiguous()

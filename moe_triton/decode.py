@@ -1,5 +1,4 @@
-"""The decode path's steps (fp4 weights decoded to bf16 in registers, bf16 MMAs; Gluon stages on sm_90)
-for the launch machinery (docs/triton.md)."""
+"""The decode path's steps: fp4 weights decoded to bf16 in registers, bf16 MMAs; Gluon on sm_90 (docs/triton.md)."""
 
 import torch
 import triton
@@ -66,8 +65,7 @@ def gluon_launch_registers(num_wg: int) -> int:
 
 
 def gluon_registers(max_regs: int, num_wg: int) -> dict:
-    """A Gluon stage's launch registers and setmaxnreg split for its max_regs tile field (docs/triton.md,
-    "The register split")."""
+    """A Gluon stage's launch registers and setmaxnreg split for max_regs (docs/triton.md, "The register split")."""
     if not max_regs:
         return {"MMA_REGS": 224 if num_wg == 2 else 104, "LOADER_REGS": 56}
     loader = 56 if max_regs >= 72 else 40

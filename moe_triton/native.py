@@ -1,5 +1,4 @@
-"""The native path's steps (tl.dot_scaled on packed MXFP4 operands: gfx950's scaled MFMAs) for the
-launch machinery (docs/gfx950.md)."""
+"""The native path's steps: tl.dot_scaled on packed MXFP4 operands, gfx950's scaled MFMAs (docs/gfx950.md)."""
 
 import torch
 import triton

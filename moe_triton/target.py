@@ -37,8 +37,7 @@ def _is_gfx950(index: int) -> bool:
 
 
 def native_default(device: torch.device) -> bool:
-    """The native path where the hardware has scaled MXFP4 MFMAs (a gfx950 device), unless
-    MOE_TRITON_NATIVE says otherwise (1: always, 0: never)."""
+    """The native path on a gfx950 device (scaled MXFP4 MFMAs) unless MOE_TRITON_NATIVE says 1 (always), 0 (never)."""
     forced = native_forced()
     if forced is not None:
         return forced

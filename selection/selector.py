@@ -61,8 +61,7 @@ def budget_s(environ=None) -> float:
 
 
 def candidate_set(environ=None) -> str:
-    """MOE_SELECT_CANDIDATES: "won" (default: the candidates that have won a shape in a
-    measurement) or "all" (every candidate)."""
+    """MOE_SELECT_CANDIDATES: "won" (default: the candidates that have won a shape in a measurement) or "all"."""
     return _one_of(environ, CANDIDATES_ENV, CANDIDATES_VALUES)
 
 
