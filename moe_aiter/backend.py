@@ -95,7 +95,7 @@ def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, inte
     plan.metadata = metadata
     plan.block_m = block_m = int(metadata.block_m)
     plan.quantized = not metadata.ksplit > 1
-    plan.model_dim, plan.inter_dim, plan.n_experts = model_dim, inter_dim, n_experts
+    plan.inter_dim, plan.n_experts = inter_dim, n_experts
     plan.e8m0 = dtypes.fp8_e8m0
     # moe_sorting's sizes (aiter/fused_moe.py:50-53)
     max_padded = n_tokens * topk + n_experts * block_m - topk
