@@ -1,7 +1,5 @@
-"""Scratch buffers reused between calls, keyed by (name, shape, dtype, device), in an LRU of
-MAX_ENTRIES so that a process that sees many shapes stays bounded. A buffer handed out is
-overwritten by the next call with the same key; callers that return one (the layer output) say so.
-"""
+"""Scratch buffers reused between calls, keyed by (name, shape, dtype, device), in an LRU of MAX_ENTRIES;
+the next call with a buffer's key overwrites it, so callers that return one (the layer output) say so."""
 
 from collections import OrderedDict
 

@@ -49,8 +49,7 @@ def project_modules(root: Path) -> dict[str, Path]:
 
 
 def imports(name: str, tree: ast.Module, modules: dict[str, Path], where: str) -> tuple[set[str], set[str]]:
-    """The project modules (their parent packages too) and the other top-level modules that a
-    module's import statements name, wherever they are."""
+    """(project modules, their parent packages too; other top-level modules) that a module's imports name."""
     tops = {m.split(".")[0] for m in modules}
     package = name if modules[name].name == "__init__.py" else name.rpartition(".")[0]
     named, found, others = [], set(), set()
@@ -207,8 +206,7 @@ def _parse(text: str, where: str) -> ast.Module:
 
 
 def validate(text: str, directives: bool = True) -> None:
-    """The bundle compiles, imports only the standard library and ALLOWED_PACKAGES, and (with
-    directives) starts with both #!POPCORN lines."""
+    """The bundle compiles, imports only stdlib and ALLOWED_PACKAGES and, with `directives`, starts with DIRECTIVES."""
     allowed = set(sys.stdlib_module_names) | ALLOWED_PACKAGES
     for node in ast.walk(_parse(text, "the bundle")):
         names = [a.name for a in node.names] if isinstance(node, ast.Import) else []

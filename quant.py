@@ -104,8 +104,7 @@ def _program_blocks(n_rows: int, n_cols: int, device) -> tuple[int, int]:
 
 
 def _bits_view(x: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """int32 view of x's bits and its mantissa width: bf16 as pairs [rows, cols/2], fp32 as is
-    (fp16 goes through an exact fp32 copy)."""
+    """int32 view of x's bits and its mantissa width: bf16 as pairs [rows, cols/2], fp32 as is, fp16 via fp32."""
     if x.dtype == torch.bfloat16:
         if x.stride(1) != 1 or x.stride(0) % 2 or x.storage_offset() % 2:
             x = x.contiguous()
@@ -128,13 +127,10 @@ def fused_dynamic_mxfp4_quant_moe_sort(
     out: torch.Tensor | None = None,
     out_scales: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """MXFP4-quantize x [rows, cols] (SPEC 3.3) -> (fp4 [rows, cols/2], sorted scales [-1, ceil8(cols/32)]).
-
-    Rows are tokens for topk == 1, else token*topk + slot; block_size (moe_sorting's block_m) a
-    multiple of 32. out / out_scales: preallocated uint8 (or fp4 / e8m0) tensors of those shapes
-    (the scales (ceil(len(sorted_ids)/32), ceil(cols/256), 4, 16, 4)); else cached buffers, keyed
-    by shape and topk, that the next call of the shapes overwrites.
-    """
+    """MXFP4-quantize x [rows, cols] (SPEC 3.3) -> (fp4 [rows, cols/2], sorted scales [-1, ceil8(cols/32)]);
+    rows are tokens for topk == 1, else token*topk + slot; block_size (moe_sorting's block_m) a multiple of
+    32. out / out_scales: preallocated uint8 (or fp4 / e8m0) tensors of those shapes (the scales
+    (ceil(len(sorted_ids)/32), ceil(cols/256), 4, 16, 4)), else cached buffers keyed by shape and topk."""
     if x.dim() != 2:
         raise ValueError(f"x: expected 2-D [rows, cols], got shape {tuple(x.shape)}")
     n_rows, n_cols = x.shape

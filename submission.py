@@ -57,8 +57,7 @@ def default_backend() -> str:
 
 
 def _aiter_missing() -> str | None:
-    """Why aiter cannot run here, or None where it is imported already (or the tests' double) or a
-    gfx950 GPU imports it."""
+    """Why aiter cannot run here; None where it is imported (or the tests' double) or a gfx950 GPU imports it."""
     if "aiter" in sys.modules or platform() == "gfx950-aiter":
         return None
     return "aiter is not importable here" if platform() == "gfx950" else "no ROCm gfx950 GPU here"
@@ -83,8 +82,7 @@ def selected_backend() -> str:
 
 
 def selection_on() -> bool:
-    """Whether custom_kernel selects: MOE_SELECT=1 always, 0 never, auto (default) on a GPU; never
-    while MOE_BACKEND is set."""
+    """Whether custom_kernel selects: MOE_SELECT=1 always, 0 never, auto on a GPU; never while MOE_BACKEND is set."""
     return _selecting(*settings())
 
 
@@ -101,8 +99,7 @@ def selector():
 
 
 def selection_choice(config: dict) -> str | None:
-    """The candidate custom_kernel runs for config's shape, None before it selects (the local
-    runner's report reads it)."""
+    """The candidate custom_kernel runs for config's shape (None before it selects); the runner's report reads it."""
     return selector().choice(config) if selection_on() else None
 
 

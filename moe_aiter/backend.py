@@ -49,13 +49,6 @@ def ensure_overrides():
     return fm
 
 
-def _quant_choice():
-    choice = os.environ.get(AITER_QUANT_ENV, "project").strip().lower() or "project"
-    if choice not in ("project", "aiter"):
-        raise ValueError(f"{AITER_QUANT_ENV}={choice!r}: expected 'project' or 'aiter'")
-    return choice
-
-
 def aiter_plan(
     n_tokens: int,
     topk: int,
@@ -102,7 +95,7 @@ def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, inte
     plan.metadata = metadata
     plan.block_m = block_m = int(metadata.block_m)
     plan.quantized = not metadata.ksplit > 1
-    plan.model_dim, plan.inter_dim, plan.n_experts = model_dim, inter_dim, n_experts
+    plan.inter_dim, plan.n_experts = inter_dim, n_experts
     plan.e8m0 = dtypes.fp8_e8m0
     # moe_sorting's sizes (aiter/fused_moe.py:50-53)
     max_padded = n_tokens * topk + n_experts * block_m - topk
@@ -113,7 +106,9 @@ def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, inte
     plan.num_valid_ids = get_buffer("aiter_num_valid_ids", (2,), torch.int32, device)
     plan.out = get_buffer("aiter_out", (n_tokens, model_dim), torch.bfloat16, device)
     plan.stage1_out = get_buffer("aiter_stage1_out", (n_tokens, topk, inter_dim), torch.bfloat16, device)
-    plan.quant = _quant_choice() if plan.quantized else None
+    plan.quant = (os.environ.get(AITER_QUANT_ENV, "project").strip().lower() or "project") if plan.quantized else None
+    if plan.quant not in (None, "project", "aiter"):
+        raise ValueError(f"{AITER_QUANT_ENV}={plan.quant!r}: expected 'project' or 'aiter'")
     plan.a1_fp4 = plan.a1_scales = plan.a2_fp4 = plan.a2_scales = None
     if plan.quant == "project":
         sort_blocks = -(-max_padded // SCALE_TILE_ROWS)
@@ -162,26 +157,23 @@ def fused_moe_aiter(data):
         config["d_hidden_pad"] - config["d_hidden"],
         config["d_expert_pad"] - config["d_expert"],
     )
-    aiter = _STATE["aiter"]
     w1 = _marked_shuffled(w1)
     w2 = _marked_shuffled(w2)
     e8m0 = plan.e8m0
     w1_scale = w1_scale if w1_scale.dtype == e8m0 else w1_scale.view(e8m0)
     w2_scale = w2_scale if w2_scale.dtype == e8m0 else w2_scale.view(e8m0)
-    sorted_ids, sorted_weights = plan.sorted_ids, plan.sorted_weights
-    sorted_expert_ids, num_valid_ids = plan.sorted_expert_ids, plan.num_valid_ids
-    block_m, md = plan.block_m, plan.metadata
+    routing = (plan.sorted_ids, plan.sorted_expert_ids, plan.num_valid_ids)
 
-    aiter.moe_sorting_fwd(
+    _STATE["aiter"].moe_sorting_fwd(
         topk_ids,
         topk_weights,
-        sorted_ids,
-        sorted_weights,
-        sorted_expert_ids,
-        num_valid_ids,
+        plan.sorted_ids,
+        plan.sorted_weights,
+        plan.sorted_expert_ids,
+        plan.num_valid_ids,
         plan.out,
         plan.n_experts,
-        block_m,
+        plan.block_m,
         None,
         None,
         0,
@@ -190,16 +182,14 @@ def fused_moe_aiter(data):
         a1, a1_scale = _quantize(plan, hidden, n_tokens, 1, plan.a1_fp4, plan.a1_scales)
     else:
         a1, a1_scale = hidden, None
-    a2 = md.stage1(
+    a2 = plan.metadata.stage1(
         a1,
         w1,
         w2,
-        sorted_ids,
-        sorted_expert_ids,
-        num_valid_ids,
+        *routing,
         plan.stage1_out,
         topk,
-        block_m=block_m,
+        block_m=plan.block_m,
         a1_scale=a1_scale,
         w1_scale=w1_scale,
         sorted_weights=None,
@@ -209,19 +199,17 @@ def fused_moe_aiter(data):
         a2 = a2.view(n_tokens, topk, -1)
     else:
         a2_scale = None
-    md.stage2(
+    plan.metadata.stage2(
         a2,
         w1,
         w2,
-        sorted_ids,
-        sorted_expert_ids,
-        num_valid_ids,
+        *routing,
         plan.out,
         topk,
         w2_scale=w2_scale,
         a2_scale=a2_scale,
-        block_m=block_m,
-        sorted_weights=sorted_weights,
+        block_m=plan.block_m,
+        sorted_weights=plan.sorted_weights,
     )
     return plan.out
 

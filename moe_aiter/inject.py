@@ -21,22 +21,18 @@ OVERRIDE_TOPK = 9
 # ksplit > 1 rows run bf16 activations, outside the judged tolerance (docs/aiter_overrides.md).
 OVERRIDE_ALLOW_BF16_ACTIVATIONS = False
 
-# aiter/fused_moe.py:692-706, the key of cfg_2stages, in order.
-AITER_KEY_FIELDS = (
-    "cu_num",
-    "token",
-    "model_dim",
-    "inter_dim",
-    "expert",
-    "topk",
-    "act_type",
-    "dtype",
-    "q_dtype_a",
-    "q_dtype_w",
-    "q_type",
-    "use_g1u1",
-    "doweight_stage1",
-)
+# The key fields this problem fixes, aiter's enums and dtypes as str().
+_FIXED_KEY_FIELDS = {
+    "act_type": "ActivationType.Silu",
+    "dtype": "torch.bfloat16",
+    "q_dtype_a": "torch.float4_e2m1fn_x2",
+    "q_dtype_w": "torch.float4_e2m1fn_x2",
+    "q_type": "QuantType.per_1x32",
+    "use_g1u1": True,
+    "doweight_stage1": False,
+}
+# aiter/fused_moe.py:692-706, the key of cfg_2stages in order: the sizes, then the fixed fields.
+AITER_KEY_FIELDS = ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk", *_FIXED_KEY_FIELDS)
 OVERRIDE_ROW_FIELDS = ("block_m", "ksplit", "kernelName1", "kernelName2", "run_1stage")
 
 # get_2stage_cfgs's parameters at f3be04a (aiter/fused_moe.py:675-691).
@@ -57,18 +53,6 @@ _CFG_PARAMS = (
     "intermediate_pad",
     "is_shuffled",
 )
-
-
-# The key fields this problem fixes, aiter's enums and dtypes as str().
-_FIXED_KEY_FIELDS = {
-    "act_type": "ActivationType.Silu",
-    "dtype": "torch.bfloat16",
-    "q_dtype_a": "torch.float4_e2m1fn_x2",
-    "q_dtype_w": "torch.float4_e2m1fn_x2",
-    "q_type": "QuantType.per_1x32",
-    "use_g1u1": True,
-    "doweight_stage1": False,
-}
 
 
 def aiter_key(
@@ -103,8 +87,7 @@ def table_from_rows(rows) -> tuple[dict, dict]:
     return overrides, fallbacks
 
 
-# The table (shape_overrides.py), and the stage-2 kernel used in place of a FlyDSL
-# kernelName2 when FlyDSL is unavailable.
+# The table, and the CK stage 2 that stands in for a FlyDSL kernelName2 where FlyDSL is unavailable.
 OVERRIDES, FLYDSL_FALLBACK_KERNEL2 = table_from_rows(OVERRIDE_ROWS)
 
 _CK_NAME_RE = re.compile(
@@ -183,10 +166,9 @@ def _flydsl_problems(key: tuple, name: str, block_m: int, registry: dict | None,
 
 
 def row_problems(key: tuple, row: dict, flydsl_registry: dict | None = None, fallbacks: dict | None = None) -> list:
-    """Everything wrong with one override row (empty list when it is valid); ksplit > 1 rows only
-    while OVERRIDE_ALLOW_BF16_ACTIVATIONS. flydsl_registry: aiter's _KERNEL_PARAMS, when at hand;
-    FlyDSL names must then be in it. fallbacks: the table's FlyDSL fallbacks (default
-    FLYDSL_FALLBACK_KERNEL2)."""
+    """Everything wrong with one override row (empty when valid); ksplit > 1 rows only while
+    OVERRIDE_ALLOW_BF16_ACTIVATIONS; FlyDSL names in flydsl_registry (aiter's _KERNEL_PARAMS) where
+    given; fallbacks default to FLYDSL_FALLBACK_KERNEL2."""
     problems = []
     if not isinstance(key, tuple) or len(key) != len(AITER_KEY_FIELDS):
         return [f"key {key!r}: expected a {len(AITER_KEY_FIELDS)}-tuple {AITER_KEY_FIELDS}"]
@@ -233,8 +215,7 @@ def row_problems(key: tuple, row: dict, flydsl_registry: dict | None = None, fal
 
 
 def validate(overrides: dict | None = None, flydsl_registry: dict | None = None, fallbacks: dict | None = None) -> None:
-    """Raise ValueError listing every invalid row of `overrides` (default OVERRIDES; `fallbacks`
-    default FLYDSL_FALLBACK_KERNEL2)."""
+    """Raise ValueError listing every invalid row (defaults: OVERRIDES, FLYDSL_FALLBACK_KERNEL2)."""
     table = OVERRIDES if overrides is None else overrides
     problems = [p for key, row in table.items() for p in row_problems(key, row, flydsl_registry, fallbacks)]
     if problems:
@@ -316,10 +297,9 @@ def _flydsl_registry(fused_moe_module, overrides):
 def inject(
     fused_moe_module, cu_num: int | None = None, overrides: dict | None = None, fallbacks: dict | None = None
 ) -> dict:
-    """Put the override rows into aiter.fused_moe.cfg_2stages, keyed with `cu_num` (default: the
-    module's get_cu_num(), else 256), and clear get_2stage_cfgs' cache; returns the live table.
-    Idempotent; docs/aiter.md, "The pipeline", says what it keeps and substitutes. `overrides` /
-    `fallbacks` replace OVERRIDES / FLYDSL_FALLBACK_KERNEL2 (the tuner's candidates)."""
+    """Put the override rows (default OVERRIDES, FLYDSL_FALLBACK_KERNEL2) into aiter.fused_moe.cfg_2stages
+    keyed with `cu_num` (default get_cu_num(), else 256) and clear get_2stage_cfgs' cache; returns the
+    live table. Idempotent; what it keeps and substitutes: docs/aiter.md, "The pipeline"."""
     table_rows = OVERRIDES if overrides is None else overrides
     fallbacks = FLYDSL_FALLBACK_KERNEL2 if fallbacks is None else fallbacks
     validate(table_rows, fallbacks=fallbacks)

@@ -1,5 +1,4 @@
-"""The decode path's steps (fp4 weights decoded to bf16 in registers, bf16 MMAs; Gluon stages on sm_90)
-for the launch machinery (docs/triton.md)."""
+"""The decode path's steps: fp4 weights decoded to bf16 in registers, bf16 MMAs; Gluon on sm_90 (docs/triton.md)."""
 
 import torch
 import triton
@@ -21,10 +20,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         )
     n_tokens, d_hidden, d_inter, n_experts, _ = shape
     stages = (
-        (1, cfg.gluon1, d_hidden, cfg.block_n1, 32, d_inter),
-        (2, cfg.gluon2, d_inter, cfg.block_n2, 64, d_hidden),
+        (1, cfg.gluon1, d_hidden, cfg.block_n1, cfg.stage1, cfg.max_regs1, 32, d_inter),
+        (2, cfg.gluon2, d_inter, cfg.block_n2, cfg.stage2, cfg.max_regs2, 64, d_hidden),
     )
-    for stage, parts, k_dim, block_n, group, n_dim in stages:
+    for stage, parts, k_dim, block_n, tile, regs, group, n_dim in stages:
         if not parts:
             continue
         name = f"gluon{stage}"
@@ -32,13 +31,11 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             raise ValueError(f"tiles: {name} needs an NVIDIA sm_90 GPU (Hopper wgmma); use {name}=0 here")
         if parts not in (1, 2, 4):
             raise ValueError(f"tiles: {name} must be 0 (off), 1, 2 or 4 (parts per K step), not {parts}")
-        block_k, warps = (cfg.block_k1, cfg.warps1) if stage == 1 else (cfg.block_k2, cfg.warps2)
-        if block_n not in (2 * group, 4 * group) or (block_k, warps) != (128, 8):
+        if block_n not in (2 * group, 4 * group) or (tile.block_k, tile.warps) != (128, 8):
             raise ValueError(
                 f"tiles: {name} needs block_n{stage} {2 * group} or {4 * group}, block_k{stage} 128 and "
-                f"warps{stage} 8, not {block_n}, {block_k}, {warps}"
+                f"warps{stage} 8, not {block_n}, {tile.block_k}, {tile.warps}"
             )
-        regs = cfg.max_regs1 if stage == 1 else cfg.max_regs2
         most = gluon_launch_registers(block_n // group)
         if regs and not (56 <= regs <= most and regs % 8 == 0):
             raise ValueError(
@@ -66,8 +63,7 @@ def gluon_launch_registers(num_wg: int) -> int:
 
 
 def gluon_registers(max_regs: int, num_wg: int) -> dict:
-    """A Gluon stage's launch registers and setmaxnreg split for its max_regs tile field (docs/triton.md,
-    "The register split")."""
+    """A Gluon stage's launch registers and setmaxnreg split for max_regs (docs/triton.md, "The register split")."""
     if not max_regs:
         return {"MMA_REGS": 224 if num_wg == 2 else 104, "LOADER_REGS": 56}
     loader = 56 if max_regs >= 72 else 40
@@ -150,7 +146,7 @@ def triton_options(block_n: int, block_k: int, warps: int, stages: int, max_regs
         num_warps=warps,
         num_stages=stages,
         **target.pdl_options(fast),
-        **target.register_cap(fast, max_regs),
+        **({"maxnreg": max_regs} if fast and max_regs else {}),  # ptxas .maxnreg, 0: the compiler's choice
     )
 
 

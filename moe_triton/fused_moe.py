@@ -23,10 +23,9 @@ def fused_moe_triton(
     tiles: TileConfig | NativeTileConfig | None = None,
     native: bool | None = None,
 ) -> torch.Tensor:
-    """SPEC 1 on raw MXFP4 weights: w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales 2-D
-    [E*2I, H/32] and [E*H, I/32]; returns [M, H] bf16. Inputs validated by the caller
-    (problem.validation.validate_inputs). native picks the path (None: target.native_default); tiles
-    overrides the path's tile table."""
+    """SPEC 1 on raw MXFP4 weights w1 [E, 2I, H/2], w2 [E, H, I/2] (fp4x2 or uint8), scales [E*2I, H/32] and
+    [E*H, I/32] -> [M, H] bf16, the inputs validated by the caller (validate_inputs); native picks the path
+    (None: target.native_default), tiles override the path's table."""
     device = hidden_states.device
     if native is None:
         native = target.native_default(device)

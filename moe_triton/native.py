@@ -1,13 +1,11 @@
-"""The native path's steps (tl.dot_scaled on packed MXFP4 operands: gfx950's scaled MFMAs) for the
-launch machinery (docs/gfx950.md)."""
+"""The native path's steps: tl.dot_scaled on packed MXFP4 operands, gfx950's scaled MFMAs (docs/gfx950.md)."""
 
 import torch
 import triton
 
-from buffers import get_buffer
 from moe_triton import plan
 from moe_triton.kernels.native import moe_native_stage1_kernel, moe_native_stage2_kernel
-from moe_triton.routing import Routing, fp4_activations, route_native, routing_buffers
+from moe_triton.routing import Routing, mxfp4_buffers, route_native, routing_buffers
 from moe_triton.target import amd_options, gfx950_converts, interpreting, silu_options
 from moe_triton.tiles import NativeTileConfig
 from problem.shapes import Shape
@@ -39,11 +37,7 @@ def check(shape: Shape, cfg: NativeTileConfig, n_blocks: int, device) -> None:
 
 def scratch(shape: Shape, cfg, n_blocks: int, device) -> tuple[torch.Tensor, torch.Tensor]:
     """a2, stage 1's output: fp4 bytes and e8m0 scale bytes per routing block row."""
-    rows = n_blocks * cfg.block_m
-    return (
-        get_buffer("a2_fp4", (rows, shape.d_inter // 2), torch.uint8, device),
-        get_buffer("a2_scale", (rows, shape.d_inter // 32), torch.uint8, device),
-    )
+    return mxfp4_buffers("a2", n_blocks * cfg.block_m, shape.d_inter, device)
 
 
 def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tensor, torch.Tensor]]:
@@ -52,7 +46,7 @@ def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tenso
     hidden_pairs = (call.hidden_bits, call.hidden_bits)
     if cfg.route_launches == 0:
         return routing_buffers(shape.n_tokens * shape.topk, shape.n_experts, cfg.block_m, call.out.device), hidden_pairs
-    a1 = None if cfg.fused_quant else fp4_activations(call.hidden_states)
+    a1 = None if cfg.fused_quant else mxfp4_buffers("a1", shape.n_tokens, shape.d_hidden, call.out.device)
     routing = route_native(
         call.hidden_states,
         call.topk_ids,

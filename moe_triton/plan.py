@@ -152,16 +152,13 @@ class Plan:
         self.bits = bits  # the launches take the hidden states as int32 pairs too (the native path)
         self.direct = direct and all(launch.compiled is not None for launch in launches)
         self.amd = amd  # AMD: the JIT specialises on storage sizes; replays pass launch metadata
-        self.specialised = self.specialisation(inputs)  # the first call's inputs, as the JIT saw them
+        self.specialised = specialisation(inputs, amd)  # the first call's inputs, as the JIT saw them
         self.tried = False  # a direct replay has gone through once
-
-    def specialisation(self, inputs: tuple) -> tuple:
-        return specialisation(inputs, self.amd)
 
     def run(self, hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids) -> torch.Tensor:
         out = torch.empty(self.out_shape, dtype=self.acc_dtype, device=hidden_states.device)
         raw = (hidden_states, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids)
-        if self.direct and _hooks_idle() and self.specialisation(raw) == self.specialised:
+        if self.direct and _hooks_idle() and specialisation(raw, self.amd) == self.specialised:
             stream = driver.active.get_current_stream(driver.active.get_current_device())
             # A direct launch passes pointers: the hidden states stand for their int32 view.
             tensors = (*raw, out, hidden_states) if self.bits else (*raw, out)

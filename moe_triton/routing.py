@@ -45,13 +45,11 @@ def routing_buffers(n_slots: int, n_experts: int, block_m: int, device: torch.de
     )
 
 
-def fp4_activations(hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """The native a1 buffers from the pool: fp4 bytes [M, H/2] and e8m0 scale bytes [M, H/32]."""
-    n_tokens, d_hidden = hidden_states.shape
-    device = hidden_states.device
+def mxfp4_buffers(name: str, rows: int, cols: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """The native path's MXFP4 a1 or a2 from the pool: fp4 bytes [rows, cols/2], e8m0 bytes [rows, cols/32]."""
     return (
-        get_buffer("a1_fp4", (n_tokens, d_hidden // 2), torch.uint8, device),
-        get_buffer("a1_scale", (n_tokens, d_hidden // 32), torch.uint8, device),
+        get_buffer(f"{name}_fp4", (rows, cols // 2), torch.uint8, device),
+        get_buffer(f"{name}_scale", (rows, cols // 32), torch.uint8, device),
     )
 
 
@@ -66,9 +64,8 @@ def route_decode(
     a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
     fast = target.fast_decode(device)
     pdl = target.pdl_options(fast)
-    activations = (hidden_states, a1)
     chunk_counts = _histograms(
-        moe_prep_kernel, topk_ids, n_experts, activations, out, QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl
+        moe_prep_kernel, topk_ids, n_experts, (hidden_states, a1), out, QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl
     )
     _launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, pdl)
     return routing, a1
@@ -86,7 +83,7 @@ def route_native(
     hidden_bits: torch.Tensor | None = None,
 ) -> Routing:
     """The native path's routing in `launches` (1 or 2) launches, `out` zeroed, and with a1
-    (fp4_activations) the hidden states quantized into it; hidden_bits: their int32 view (a plan's)."""
+    (mxfp4_buffers) the hidden states quantized into it; hidden_bits: their int32 view (a plan's)."""
     n_tokens, d_hidden = hidden_states.shape
     n_slots = topk_ids.numel()
     routing = routing_buffers(n_slots, n_experts, block_m, hidden_states.device)

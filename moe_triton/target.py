@@ -37,8 +37,7 @@ def _is_gfx950(index: int) -> bool:
 
 
 def native_default(device: torch.device) -> bool:
-    """The native path where the hardware has scaled MXFP4 MFMAs (a gfx950 device), unless
-    MOE_TRITON_NATIVE says otherwise (1: always, 0: never)."""
+    """The native path on a gfx950 device (scaled MXFP4 MFMAs) unless MOE_TRITON_NATIVE says 1 (always), 0 (never)."""
     forced = native_forced()
     if forced is not None:
         return forced
@@ -107,8 +106,3 @@ def pdl_set(on: bool):
 def pdl_options(fast: bool) -> dict:
     """The PDL kernel argument (kernels/routing.py, after_previous_launch) and launch option."""
     return {"PDL": True, "launch_pdl": True} if fast and PDL else {"PDL": False}
-
-
-def register_cap(fast: bool, max_regs: int) -> dict:
-    """ptxas .maxnreg on the NVIDIA path, where the tiles set one (0: the compiler's choice)."""
-    return {"maxnreg": max_regs} if fast and max_regs else {}

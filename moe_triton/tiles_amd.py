@@ -1,7 +1,6 @@
-"""The native gfx950 path's tiles (kernels/native.py), chosen from the offline gfx950 compile, and
-the kernel variants the first-call selection times on an MI355X; the compiled figures behind each:
-docs/gfx950.md ("The AMD tile table", "Kernel variants").
-"""
+"""The native gfx950 path's tiles, chosen from the offline gfx950 compile, and the kernel variants the
+first-call selection times on an MI355X; the compiled figures behind each: docs/gfx950.md ("The AMD tile
+table", "Kernel variants")."""
 
 import triton
 
@@ -86,9 +85,8 @@ def native_tile_config(shape: Shape) -> NativeTileConfig:
     return NATIVE_TUNED.get(checked_shape(shape)) or native_default_config(shape)
 
 
-# The native kernel variants (NativeTileConfig's variant fields, by flat name), applied to a
-# shape's NATIVE_TUNED row; compiled offline, never timed; what each does: docs/gfx950.md,
-# "Kernel variants" (route1: one routing launch; quant0: stage 1 routes and quantizes its block).
+# The native kernel variants by flat field name, applied to a shape's NATIVE_TUNED row; compiled offline,
+# never timed; what each does: docs/gfx950.md, "Kernel variants".
 NATIVE_VARIANTS: dict[str, dict] = {
     "route1": dict(route_launches=1),
     "route1-cg": dict(route_launches=1, weight_cache=".cg"),
@@ -102,9 +100,8 @@ NATIVE_VARIANTS: dict[str, dict] = {
 }
 
 
-# Which variants suit which shape (docs/gfx950.md, "Kernel variants"), each shape's in the order of
-# the offline ESTIMATE's ranking (bench/results/gfx950/native-triton-3.6.0-ranking.json): the
-# selection tries them in this order, so a spent budget skips the lowest ranked.
+# Each shape's variants in the order of the offline ESTIMATE's ranking, the order the selection tries them
+# in (a spent budget skips the lowest ranked): bench/results/gfx950/native-triton-3.6.0-ranking.json.
 _NATIVE_VARIANTS_BY_SHAPE: dict[Shape, tuple[str, ...]] = {
     Shape(16, 7168, 256, 257, 9): ("quant0", "quant0-cg", "route1", "route1-cg"),
     Shape(128, 7168, 256, 257, 9): ("quant0", "quant0-cg", "quant0-xcd8", "route1", "route1-cg", "route1-xcd8"),

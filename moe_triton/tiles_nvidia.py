@@ -1,12 +1,10 @@
-"""The decode path's tiles (NVIDIA; also the CPU interpreter and non-gfx950 ROCm GPUs): TUNED (other
-shapes get default_config), GLUON_TUNED (the Gluon stages on sm_90, static_tiles), and the first-call
-selection's ALTERNATES and SELECTION_WINNERS; how each row was measured: docs/tiles.md.
-"""
+"""The decode path's tiles (NVIDIA, the CPU interpreter, non-gfx950 ROCm GPUs): TUNED (else default_config),
+GLUON_TUNED (the Gluon stages on sm_90: static_tiles), the selection's ALTERNATES and SELECTION_WINNERS;
+how each row was measured: docs/tiles.md."""
 
 from moe_triton.tiles import Stage, TileConfig, checked_shape, default_block_m
 from problem.shapes import Shape
 
-# The rows' stage tiles.
 ROWS64 = Stage(block_n=32, block_k=256, warps=4, stages=3)
 ROWS64_2DEEP = Stage(block_n=32, block_k=256, warps=4, stages=2)
 ROWS128 = Stage(block_n=64, block_k=256, warps=8, stages=3)
@@ -50,8 +48,7 @@ def gluon_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, regs
 
 
 def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_tiles: int, regs: int = 0) -> TileConfig:
-    """tiles with stage 2 on the Gluon kernel (block_n2, stages2, gluon2, n_tiles2, max_regs2), the
-    rest as it is."""
+    """tiles with stage 2 on the Gluon kernel (block_n2, stages2, gluon2, n_tiles2, max_regs2), the rest as it is."""
     return tiles.replace(
         block_n2=block_n, block_k2=128, warps2=8, stages2=stages, n_tiles2=n_tiles, max_regs2=regs, gluon2=parts
     )

@@ -124,17 +124,13 @@ def dequantize(packed: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
     return values * scale
 
 
-def _weight_tiles(w: torch.Tensor, name: str) -> torch.Tensor:
-    """[..., N, Kb] -> uint8 view [B, N/16, 16, Kb/32, 2, 16]."""
-    u = as_uint8(w, name)
-    if u.dim() < 2 or u.shape[-2] % 16 or u.shape[-1] % 32:
-        raise ValueError(f"{name}: needs [..., N, Kb] with N % 16 == 0 and Kb % 32 == 0, got {tuple(u.shape)}")
-    return u.reshape(-1, u.shape[-2] // 16, 16, u.shape[-1] // 32, 2, 16)
-
-
 def shuffle_weight(w: torch.Tensor) -> torch.Tensor:
     """SPEC 3.4 (aiter shuffle_weight, layout (16, 16)); same shape and dtype, is_shuffled = True."""
-    out = _weight_tiles(w, "w").permute(0, 1, 3, 4, 2, 5).contiguous().view(w.shape).view(w.dtype)
+    u = as_uint8(w, "w")
+    if u.dim() < 2 or u.shape[-2] % 16 or u.shape[-1] % 32:
+        raise ValueError(f"w: needs [..., N, Kb] with N % 16 == 0 and Kb % 32 == 0, got {tuple(u.shape)}")
+    tiles = u.reshape(-1, u.shape[-2] // 16, 16, u.shape[-1] // 32, 2, 16)  # [B, N/16, 16, Kb/32, 2, 16]
+    out = tiles.permute(0, 1, 3, 4, 2, 5).contiguous().view(w.shape).view(w.dtype)
     out.is_shuffled = True
     return out
 

@@ -8,8 +8,8 @@ from collections import Counter
 import torch
 
 from mxfp4.codec import E8M0_DTYPE, FP4_DTYPE, MX_BLOCK
-from problem.shapes import shape_problem
-from reference import pad_to, require_unpadded
+from problem.shapes import Shape, shape_problem
+from reference import make_config, pad_to, require_unpadded
 
 ARG_NAMES = (
     "hidden_states",
@@ -25,17 +25,7 @@ ARG_NAMES = (
     "topk_ids",
     "config",
 )
-CONFIG_KEYS = (
-    "d_hidden",
-    "d_expert",
-    "d_hidden_pad",
-    "d_expert_pad",
-    "n_routed_experts",
-    "n_shared_experts",
-    "n_experts_per_token",
-    "total_top_k",
-    "bs",
-)
+CONFIG_KEYS = tuple(make_config(*(1,) * 6))  # the keys of generate_input's config, in its order
 _PACKED = (FP4_DTYPE, torch.uint8)
 _SCALES = (E8M0_DTYPE, torch.uint8)
 
@@ -54,9 +44,7 @@ def _check(name: str, t, dtypes: tuple, shape: tuple) -> None:
 def expected_layout(config: dict) -> tuple:
     """(accepted dtypes, shape) of each tensor of the tuple, in ARG_NAMES order, as a valid config
     implies them (SPEC 2); the first dtype is the one the runner's generate_input gives."""
-    n_tokens, d_hidden, d_inter = config["bs"], config["d_hidden"], config["d_expert"]
-    n_experts = config["n_routed_experts"] + config["n_shared_experts"]
-    topk = config["total_top_k"]
+    n_tokens, d_hidden, d_inter, n_experts, topk = Shape.of_config(config)
     w1s_shape, w2s_shape = (n_experts * 2 * d_inter, d_hidden // MX_BLOCK), (n_experts * d_hidden, d_inter // MX_BLOCK)
     return (
         ((torch.bfloat16,), (n_tokens, d_hidden)),

@@ -1,2 +1,1 @@
-"""The first-call selection (docs/selection.md): the candidates, their checks and timing, the stored
-choices and the runner's pre-run."""
+"""The first-call selection (docs/selection.md): candidates, their checks and timing, stored choices, the pre-run."""

@@ -1,7 +1,6 @@
-"""What the selection measures per shape: the backends custom_kernel can run and, per target, the
-candidates, the static choice first (the incumbent); the table per target: docs/selection.md, "The
-candidates". A candidate's `detail` says what it runs, so that a stored choice whose tiles changed
-is not reused."""
+"""What the selection measures per shape: the backends custom_kernel runs and, per target, the candidates,
+the static choice (the incumbent) first (docs/selection.md, "The candidates"); a candidate's `detail` says
+what it runs, so that a stored choice whose tiles changed is not reused."""
 
 import functools
 from collections.abc import Callable
@@ -10,7 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 
 from moe_aiter.backend import fused_moe_aiter, fused_moe_aiter_template
-from moe_triton.target import gluon_kernels
+from moe_triton.target import gluon_kernels, interpreting, native_default
 from moe_triton.tiles import TileConfig, default_block_m
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, native_tile_config
 from moe_triton.tiles_nvidia import ALTERNATES, COLS64, ROWS64, SELECTION_WINNERS, static_tiles, tile_config
@@ -44,9 +43,7 @@ BACKEND_RUNNERS = {
 
 @functools.cache
 def platform() -> str:
-    """The selection's target: gfx950-aiter, gfx950, gpu or cpu (see the module docstring)."""
-    from moe_triton.target import interpreting
-
+    """The selection's target: gfx950-aiter, gfx950, gpu or cpu."""
     if not torch.cuda.is_available() or interpreting():
         return "cpu"
     if torch.version.hip is not None and torch.cuda.get_device_properties(0).gcnArchName.startswith("gfx950"):
@@ -64,8 +61,6 @@ def _triton(name: str, tiles, native: bool) -> Candidate:
 
 def _cpu_candidates(shape: Shape) -> list[Candidate]:
     """The decode table tile, the default rule's tiles one routing-block size up, the native path."""
-    from moe_triton.target import native_default
-
     native = native_default(torch.device("cpu"))
     table = (native_tile_config if native else tile_config)(shape)
     larger = min(128, 2 * default_block_m(shape))

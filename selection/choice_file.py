@@ -29,9 +29,8 @@ NOT_SOURCE = ("bench", "tests")
 
 
 def source_digest(folder: Path) -> str:
-    """sha256 of the submission's source: the .py files beside it (the bundle is one of them) and those of
-    the packages there (folders with an __init__.py, the tools' and tests' excepted). A changed kernel or
-    table makes the stored choices another version's."""
+    """sha256 of the submission's source: the .py files beside it (the bundle too) and in its packages (the
+    tools' and tests' excepted), so that a changed kernel or table makes the stored choices another version's."""
     folder = Path(folder)
     files = sorted(folder.glob("*.py"))
     for init in sorted(folder.glob("*/__init__.py")):

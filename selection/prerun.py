@@ -100,15 +100,6 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def parser(prog: str) -> argparse.ArgumentParser:
-    return _Parser(
-        prog=prog,
-        description=DESCRIPTION.format(deadline=PRERUN_DEADLINE_S),
-        epilog=ENVIRONMENT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-
-
 def main(
     backend_of: Callable[[], str],
     selecting_of: Callable[[], bool],
@@ -119,7 +110,13 @@ def main(
     """`python3 submission.py`: exit status 0, 2 for a bad setting (backend_of and selecting_of,
     submission.selected_backend and selection_on, raise ValueError), 130 for Ctrl-C."""
     prog = prog or os.path.basename(sys.argv[0]) or "submission.py"
-    parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
+    parser = _Parser(
+        prog=prog,
+        description=DESCRIPTION.format(deadline=PRERUN_DEADLINE_S),
+        epilog=ENVIRONMENT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.parse_args(sys.argv[1:] if argv is None else argv)
     try:
         backend, selecting = backend_of(), selecting_of()
     except ValueError as exc:

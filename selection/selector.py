@@ -1,7 +1,6 @@
-"""The selection at the first call per shape (docs/selection.md, "What happens at the first call of
-a shape"): the candidates checked against reference.ref_kernel and timed as the runner times, and
-the survivors run fastest first. The per-shape cache holds the choice, never an output; timer,
-clock and store are injectable (tests)."""
+"""The selection at the first call per shape: candidates checked against reference.ref_kernel, timed as
+the runner times, the survivors run fastest first (docs/selection.md, "What happens at the first call of
+a shape"); timer, clock and store injectable for the tests."""
 
 import hashlib
 import math
@@ -10,11 +9,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 import torch
 
 from problem.cases import case_name
-from problem.shapes import Shape
+from problem.shapes import SIZES, Shape
 from reference import ATOL, RTOL, compare, ref_kernel
 from selection.candidates import Candidate
 
@@ -61,16 +61,13 @@ def budget_s(environ=None) -> float:
 
 
 def candidate_set(environ=None) -> str:
-    """MOE_SELECT_CANDIDATES: "won" (default: the candidates that have won a shape in a
-    measurement) or "all" (every candidate)."""
+    """MOE_SELECT_CANDIDATES: "won" (default: the candidates that have won a shape in a measurement) or "all"."""
     return _one_of(environ, CANDIDATES_ENV, CANDIDATES_VALUES)
 
 
 def shape_name(config: dict) -> str:
     """problem.cases.case_name's label of a call's config."""
-    keys = ("d_hidden", "d_expert", "n_routed_experts", "n_experts_per_token", "n_shared_experts", "bs")
-    names = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs")
-    return case_name({name: config[key] for name, key in zip(names, keys, strict=True)})
+    return case_name({key.replace("_", ""): config[key] for key in SIZES})
 
 
 def candidates_digest(candidates: list[Candidate]) -> str:
@@ -146,9 +143,8 @@ def _trial(cand: Candidate, data, expected, margin: float | None, measure: Calla
 
 
 def select(candidates: list[Candidate], data, measure: Callable, reps: int, clock: Callable, budget: float):
-    """(survivors fastest first, {name: median s}, {name: why dropped}); the incumbent
-    (candidates[0]) is always tried, each other one if the budget still holds the costliest
-    candidate so far (so a shape's selection stays near its budget, compiles included)."""
+    """(survivors fastest first, {name: median s}, {name: why dropped}); the incumbent (candidates[0]) always
+    tried, each other one while the budget still holds the costliest candidate so far, compiles included."""
     start = clock()
     expected = ref_kernel(data)
     margin = MIN_MARGIN
@@ -172,27 +168,18 @@ def select(candidates: list[Candidate], data, measure: Callable, reps: int, cloc
     return order, medians, dropped
 
 
+@dataclass(eq=False)
 class Selector:
     """Per-shape choices of one process: selected at the first call, or read from the store."""
 
-    def __init__(
-        self,
-        candidates_fn: Callable[[dict], list[Candidate]],
-        store=None,
-        measure: Callable | None = None,
-        reps: int | None = None,
-        clock: Callable[[], float] = time.perf_counter,
-        capturing: Callable[[], bool] = graph_capturing,
-        log: Callable[[str], None] | None = None,
-    ):
-        self.candidates_fn = candidates_fn
-        self.store = store
-        self.measure = measure
-        self.reps = reps
-        self.clock = clock
-        self.capturing = capturing
-        self.log = log or (lambda line: print(line, file=sys.stderr, flush=True))
-        self._choices: dict[Shape, list[Candidate]] = {}
+    candidates_fn: Callable[[dict], list[Candidate]]
+    store: object = None
+    measure: Callable | None = None
+    reps: int | None = None
+    clock: Callable[[], float] = time.perf_counter
+    capturing: Callable[[], bool] = graph_capturing
+    log: Callable[[str], None] = lambda line: print(line, file=sys.stderr, flush=True)
+    _choices: dict[Shape, list[Candidate]] = field(default_factory=dict, init=False)
 
     def choice(self, config: dict) -> str | None:
         """The name of the candidate the shape of config runs now (None before its first call)."""

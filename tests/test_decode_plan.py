@@ -49,7 +49,8 @@ def test_a_direct_launch_passes_every_parameter_in_signature_order(plan, monkeyp
     plan, data = plan
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
     monkeypatch.setattr(plan, "amd", amd)  # as recorded for AMD: storages' sizes in the specialisation
-    monkeypatch.setattr(plan, "specialised", plan.specialisation((hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)))
+    raw = (hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
+    monkeypatch.setattr(plan, "specialised", plans.specialisation(raw, amd))
     fakes = go_direct(monkeypatch, plan)
     out = plan.run(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
     for launch, fake in zip(plan.launches, fakes, strict=True):
@@ -99,13 +100,13 @@ def test_the_plan_tells_inputs_that_the_jit_would_specialise_otherwise(plan):
     plan, data = plan
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
     raw = (hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
-    assert plan.amd is False and plan.specialisation(raw) == plan.specialised
+    assert plan.amd is False and plans.specialisation(raw, False) == plan.specialised
     n = topk_weights.numel()
     shifted = torch.empty(n + 1, dtype=topk_weights.dtype)[1:].view(topk_weights.shape)
     big = torch.empty(2**29 + n, dtype=topk_weights.dtype)[2**29 :].view(topk_weights.shape)  # 2 GiB, never touched
     for weights in (topk_weights.double(), shifted):
-        assert plan.specialisation((*raw[:5], weights, topk_ids)) != plan.specialised
-    assert plan.specialisation((*raw[:5], big, topk_ids)) == plan.specialised
+        assert plans.specialisation((*raw[:5], weights, topk_ids), False) != plan.specialised
+    assert plans.specialisation((*raw[:5], big, topk_ids), False) == plan.specialised
     assert plans.specialisation((*raw[:5], big, topk_ids), True) != plans.specialisation(raw, True)
 
 

@@ -22,7 +22,7 @@ from bench.runner.case_args import SMOKE
 from moe_triton import plan as plans
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.native import xcd_program
-from moe_triton.routing import fp4_activations, route_native
+from moe_triton.routing import mxfp4_buffers, route_native
 from moe_triton.target import native_default
 from moe_triton.tiles import NativeTileConfig, Stage
 from moe_triton.tiles_amd import (
@@ -293,7 +293,7 @@ def test_packed_activations_are_the_reference_quantizer_bit_for_bit(triton_devic
     hidden = hidden.to(torch.bfloat16).to(triton_device)
     topk_ids = torch.tensor([[0, 1]] * 6, dtype=torch.int32, device=triton_device)
     out = torch.empty_like(hidden, dtype=torch.float32)
-    fp4, scales = a1 = fp4_activations(hidden)
+    fp4, scales = a1 = mxfp4_buffers("a1", *hidden.shape, hidden.device)
     assert (fp4.shape, scales.shape) == ((6, 256), (6, 16))
     for buf in a1:
         buf.fill_(0xAB)

@@ -161,6 +161,6 @@ def test_the_committed_table_is_what_the_writer_writes():
     from shape_overrides import OVERRIDE_ROWS
 
     text = (ROOT / "shape_overrides.py").read_text()
-    how = text.split('"""')[1].split("\n\n")[1]
+    how = text.split('"""')[1].split("\n\n")[1].rstrip("\n")
     assert write_overrides.render([dict(r) for r in OVERRIDE_ROWS], how) == text
     assert ta.read_table(ROOT / "shape_overrides.py") == [dict(r) for r in OVERRIDE_ROWS]

@@ -202,7 +202,7 @@ def compare_respecialised(caller: Caller, params: dict, tiles) -> list[str]:
         out_jit, jit = caller.jit_call(inputs, tiles)
         found += [f"{name}: {line}" for line in differences(jit, replay, out_jit, out_replay)]
         plan = caller.first_call(_inputs(params), tiles)
-        plan.specialised = plan.specialisation(inputs)  # as if the plan had not seen the difference
+        plan.specialised = caller.plan.specialisation(inputs, plan.amd)  # as if the plan had not seen the difference
         out_forced, forced = caller.call(inputs, tiles)
         if not differences(jit, forced, out_jit, out_forced):
             found.append(f"{name}: a forced direct replay passed what the JIT passes: the comparison missed it")

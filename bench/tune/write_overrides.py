@@ -33,17 +33,11 @@ ROW_FIELDS = (
 KERNEL_FIELDS = ("kernelName1", "kernelName2", "fallback_kernelName2")
 
 _HEADER = '''\
-"""The shape-keyed override table of aiter's 2-stage fused-MoE config: one row per official
-shape, data. The aiter backend injects it into aiter.fused_moe.cfg_2stages at its first call
-(moe_aiter/inject.py: the rules a row must follow, the keying, the injection); `python -m
-bench.tune.aiter_rows` rewrites this file (bench/tune/write_overrides.py).
+"""The override table of aiter's 2-stage fused-MoE config, one row per official shape, as data:
+moe_aiter/inject.py checks the rows and injects them into aiter.fused_moe.cfg_2stages; `python -m
+bench.tune.aiter_rows` rewrites this file. The fields: docs/aiter_overrides.md, "The rows".
 
 {how}
-
-Each row (ROW_FIELDS): aiter's key fields of the shape (padded tokens, model_dim, inter_dim,
-experts, topk; the others are fixed by moe_aiter.inject.aiter_key), aiter's row fields, the CK
-stage 2 used when FlyDSL is unavailable, and its provenance: `us` is the mean time measured by
-`python -m bench.tune.aiter_rows` (None: never timed), with `date`, `versions` and `source`.
 """
 
 # ruff: noqa: E501
