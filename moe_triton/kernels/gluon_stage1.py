@@ -176,7 +176,7 @@ def _stream_range(
     total = gl.load(num_valid_ids_ptr) // BLOCK_M * n_ctiles * steps
     programs = gl.maximum(gl.minimum(gl.num_programs(0), total), 1)
     p = gl.minimum(gl.program_id(0), programs)
-    return p * total // programs, (p + 1) * total // programs, steps, n_ctiles, total, programs
+    return p * total // programs, gl.minimum(p + 1, programs) * total // programs, steps, n_ctiles, total, programs
 
 
 @gluon.jit
