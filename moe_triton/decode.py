@@ -3,7 +3,7 @@
 import torch
 import triton
 
-from buffers import get_buffer
+from buffers import get_buffer, get_counters
 from moe_triton import plan, target
 from moe_triton.kernels.decode import moe_stage1_kernel, moe_stage2_kernel
 from moe_triton.routing import Routing, route_decode
@@ -49,6 +49,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             )
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
+    if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and not cfg.tail_m):
+        raise ValueError(
+            f"tiles: stream1 (programs an SM) must be 0, 1 or 2, with gluon1 and no tail_m, not {cfg.stream1}"
+        )
     if not (cfg.gluon1 or cfg.gluon2):
         return
     if max(n_tokens * d_hidden, n_experts * 2 * d_inter * d_hidden // 8, n_blocks * cfg.block_m * d_inter) >= 2**31:
@@ -82,6 +86,19 @@ def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tenso
     return routing, (a1,)
 
 
+def stream_scratch(layer: plan.Layer, programs: int, device) -> dict:
+    """The stream-K Gluon stage 1's fp32 parts of shared tiles (two a program and MMA warpgroup: its
+    share's first and last segment) and its zeroed arrival counters (one a tile and warpgroup)."""
+    cfg = layer.cfg
+    num_wg = cfg.block_n1 // 32
+    counters = layer.n_blocks * layer.shape.d_inter // 32
+    return dict(
+        STREAM=1,
+        partials_ptr=get_buffer("parts1", (programs * 2 * num_wg, 64 * cfg.block_m), torch.float32, device),
+        counters_ptr=get_counters("counters1", (counters,), device),
+    )
+
+
 def row_tiles(cfg) -> tuple[int, ...]:
     """The row tiles of a stage's launches: block_m, and tail_m for the tail blocks where set."""
     return (cfg.block_m, cfg.tail_m) if cfg.tail_m else (cfg.block_m,)
@@ -97,6 +114,9 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
         grid = (layer.n_blocks, shape.d_inter // cfg.block_n1)
         options = gluon_options(cfg.stages1, cfg.gluon1, cfg.block_n1 // 32, cfg.max_regs1, fast)
         options["FOLD"] = cfg.tail_m if cfg.fold1 else 0
+        if cfg.stream1:
+            grid = (cfg.stream1 * target.sm_count(call.out.device),)
+            options.update(stream_scratch(layer, grid[0], call.out.device))
     else:
         kernel = moe_stage1_kernel
         grid = (layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1))

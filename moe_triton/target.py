@@ -32,6 +32,16 @@ def gluon_kernels(device: torch.device) -> bool:
 
 
 @functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """The GPU's streaming multiprocessors (the stream-K stage's programs are a multiple of them)."""
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
+
+
+@functools.cache
 def _is_gfx950(index: int) -> bool:
     return torch.cuda.get_device_properties(index).gcnArchName.startswith("gfx950")
 

@@ -251,3 +251,89 @@ def test_on_the_gpu_the_fold_gives_the_decode_paths_a2_bit_for_bit(case, block_n
     out = run(data, gluon_variant(tiles, block_n, 3, 2).replace(fold1=1))
     assert torch.equal(routed_a2(data, 32)[1].view(torch.int16), want.view(torch.int16))
     assert_matches_reference(data, out)
+
+
+# ------------------------------------------------------------------------------ stream-K (stream1)
+
+
+def stream_shares(n_tiles: int, steps: int, programs: int) -> list[list[tuple[int, int, int, int]]]:
+    """The kernel's stream-K work split in Python (_stream_range, the segment loop, _fix_up's
+    slots): per program its segments (tile, first K step, end, part slot or -1 for a whole tile)."""
+    total = n_tiles * steps
+    programs = max(min(programs, total), 1)
+    out = []
+    for p in range(programs):
+        start, end = p * total // programs, (p + 1) * total // programs
+        cur, segments = start, []
+        while cur < end:
+            tile, k0 = divmod(cur, steps)
+            k1 = min(steps, k0 + end - cur)
+            whole = k0 == 0 and k1 == steps
+            segments.append((tile, k0, k1, -1 if whole else p * 2 + (cur != start)))
+            cur += k1 - k0
+        out.append(segments)
+    return out
+
+
+def program_of(step: int, total: int, programs: int) -> int:
+    """The kernel's _program_of."""
+    return ((step + 1) * programs - 1) // total
+
+
+@pytest.mark.parametrize(
+    "n_tiles, steps, programs", [(272, 56, 264), (424, 56, 132), (1088, 56, 264), (3, 2, 264), (7, 4, 5), (1, 2, 1)]
+)
+def test_stream_k_covers_each_k_step_once_and_the_last_to_arrive_finds_every_part(n_tiles, steps, programs):
+    total = n_tiles * steps
+    programs = max(min(programs, total), 1)  # as _stream_range: no program with an empty share
+    covered = torch.zeros(n_tiles, steps, dtype=torch.int32)
+    parts: dict[int, list[tuple[int, int]]] = {}
+    for p, segments in enumerate(stream_shares(n_tiles, steps, programs)):
+        for tile, k0, k1, slot in segments:
+            covered[tile, k0:k1] += 1
+            if slot >= 0:
+                parts.setdefault(tile, []).append((p, slot))
+    assert bool((covered == 1).all())
+    used = [slot for tile_parts in parts.values() for _, slot in tile_parts]
+    assert len(used) == len(set(used))  # no two parts in one slot
+    for tile, tile_parts in parts.items():
+        # _fix_up: contributors are programs first..last, the first's part in slot 1 when its share
+        # starts before the tile, every other part in slot 0 of its program
+        first, last = program_of(tile * steps, total, programs), program_of(tile * steps + steps - 1, total, programs)
+        starts_before = first * total // programs < tile * steps
+        want = [(first, first * 2 + starts_before)] + [(q, q * 2) for q in range(first + 1, last + 1)]
+        assert sorted(tile_parts) == want and len(want) > 1
+
+
+def test_stream_k_is_refused_in_one_line_where_the_kernel_cannot_stream(monkeypatch):
+    data = generate_input(**small_case())
+    monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
+    tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2)
+    for bad in (
+        tiles.replace(stream1=3),
+        tiles.replace(stream1=2, gluon1=0),
+        tiles.replace(stream1=1, block_m=32, tail_m=16),
+    ):
+        says = rf"^tiles: stream1 \(programs an SM\) must be 0, 1 or 2, with gluon1 and no tail_m, not {bad.stream1}$"
+        with pytest.raises(ValueError, match=says):
+            run(data, bad)
+
+
+@pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 1 runs on sm_90 GPUs")
+@pytest.mark.parametrize("stream", [1, 2])
+@pytest.mark.parametrize("case", GPU_CASES)
+def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_call(case, stream):
+    from bench.h200.harness import poison
+
+    data = generate_input(**case)
+    tiles = case_tiles(data).replace(tail_m=0)
+    run(data, tiles)
+    want = routed_a2(data, tiles.block_m)[1].view(torch.int16)
+    # the counters go back to zero at the end of each call, so the second call finds them so
+    for block_n in (64, 128):
+        variant = gluon_variant(tiles, block_n, 3, 2, 80 if block_n == 64 else 0).replace(stream1=stream)
+        for _ in range(2):
+            poison(data[0].shape)
+            out = run(data, variant)
+            assert torch.equal(routed_a2(data, tiles.block_m)[1].view(torch.int16), want)
+            assert_matches_reference(data, out)

@@ -2,7 +2,8 @@
 gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H100 / H200.
 The stage-1 variants are every combination of --block-ns (h columns per program), --stages (ring
 slots), --splits (parts per K step) and --regs (registers a thread at launch: 0 for one program an
-SM, 80 for two), stage 2 the decode one; each --stage2 N-S-P-T[-R] adds a variant with stage 2 on
+SM, 80 for two), --stream (stream-K programs an SM, 0 off), stage 2 the decode one; each
+--stage2 N-S-P-T[-R] adds a variant with stage 2 on
 the Gluon kernel (N output columns a tile, S ring slots, P parts per K step, T tiles a program, R
 registers a thread at launch) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one
 where GLUON_TUNED names the shape), or with --combine after each stage-1 variant instead;
@@ -29,6 +30,7 @@ the decode and static tiles keeping the table's. Every mode writes MODE.json and
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import sys
@@ -82,10 +84,10 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     stage1 = {}
     for n in args.block_ns:
         for s in args.stages:
-            for p in args.splits:
-                for r in args.regs:
-                    name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{'-fold' if args.fold else ''}"
-                    stage1[name] = gluon_variant(decode, n, s, p, r).replace(**{**routing, **fold})
+            for p, r, k in itertools.product(args.splits, args.regs, args.stream):
+                name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
+                name += "-fold" if args.fold else ""
+                stage1[name] = gluon_variant(decode, n, s, p, r).replace(**{**routing, **fold}, stream1=k)
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static.replace(**routing)}
     for spec in args.stage2:
@@ -251,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
         default=[0],
         help="registers a thread at launch (max_regs1; 0: one program an SM)",
     )
+    parser.add_argument(
+        "--stream", type=int, nargs="*", default=[0], help="stream-K programs an SM of the stage-1 variants (0: off)"
+    )
     parser.add_argument("--stage1-variants", type=int, choices=[0, 1], default=1, help="0: no stage-1 variants")
     parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T[-R]", help="Gluon stage-2 variants")
     parser.add_argument("--combine", action="store_true", help="stage-2 variants after each stage-1 variant")
@@ -268,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         return parser.fail(f"--regs {args.regs}: each must be 0 or a multiple of 8 from 56 to 168")
     if max(args.regs) > 96 and 128 in args.block_ns:
         return parser.fail(f"--regs {max(args.regs)}: --block-ns 128 (four MMA warpgroups) takes at most 96")
+    if not args.stream or not set(args.stream) <= {0, 1, 2} or (max(args.stream) and (args.fold or args.tail_m)):
+        return parser.fail(f"--stream {args.stream}: each 0, 1 or 2, and 0 with --fold or --tail-m")
     if not args.stages or min(args.stages) < 2:
         return parser.fail(f"--stages {args.stages}: ring slots must be at least 2")
     for spec in args.stage2:

@@ -9,6 +9,7 @@ from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
     WORDS_LAYOUT,
     allocate_ring,
+    cta_barrier,
     fill_slot,
     mma_step,
     row_offsets,
@@ -156,6 +157,166 @@ def _folding(
 
 
 @gluon.jit
+def _stream_range(
+    num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, NUM_WG: gl.constexpr
+):
+    """Stream-K: the K steps of all (routing block, column tile) tiles in a row, tile after tile,
+    and this program's even share of them: (first step, end, steps a tile, tiles a block, total,
+    programs). Only the first `programs` (at most one a step) have a share, so none is empty."""
+    steps = d_hidden // BLOCK_K
+    n_ctiles = d_inter // (NUM_WG * GROUP)
+    total = gl.load(num_valid_ids_ptr) // BLOCK_M * n_ctiles * steps
+    programs = gl.maximum(gl.minimum(gl.num_programs(0), total), 1)
+    p = gl.minimum(gl.program_id(0), programs)
+    return p * total // programs, gl.minimum(p + 1, programs) * total // programs, steps, n_ctiles, total, programs
+
+
+@gluon.jit
+def _program_of(step, total, programs):
+    """The program whose share (_stream_range) holds step: the last whose share starts at or before it."""
+    return ((step + 1) * programs - 1) // total
+
+
+@gluon.jit
+def _stream_loader(inputs, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
+    """The loader partition of the stream-K kernel: each segment (a tile's run of K steps in this
+    program's share) fills the ring as _loader fills it for a whole tile. inputs: the kernel's
+    stream_args."""
+    w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr, ring, sizes = inputs
+    d_inter, n_tokens, d_hidden = sizes
+    W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
+    cur, end, steps, n_ctiles, _, _ = _stream_range(num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M, BLOCK_K, NUM_WG)
+    i = 0
+    while cur < end:
+        tile = cur // steps
+        k0 = cur - tile * steps
+        k1 = gl.minimum(steps, k0 + end - cur)
+        block = tile // n_ctiles
+        w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + (tile - block * n_ctiles) * NUM_WG * GROUP
+        tokens = gl.load(sorted_ids_ptr + row_range(block * BLOCK_M, BLOCK_M)) & 0xFFFFFF
+        valid = gl.expand_dims(tokens < n_tokens, 1)
+        a_offs = row_offsets(tokens, d_hidden, BLOCK_K)
+        w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)), d_inter)
+        s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
+        words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_hidden, BLOCK_K)
+        sources = (words, scales, (a1_ptr, a_offs))
+        for k in range(k0, k1):
+            fill_slot(i, ring, sources, (k * (BLOCK_K // 8), k, k * BLOCK_K), valid, STAGES)
+            i += 1
+        cur += k1 - k0
+
+
+@gluon.jit
+def _stream_mma(
+    shared,
+    BLOCK_M: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    CK: gl.constexpr,
+    G: gl.constexpr,
+    SPLIT: gl.constexpr,
+    NUM_WG: gl.constexpr,
+):
+    """MMA warpgroup G of the stream-K kernel: per segment, the sums of its 32 h columns over the
+    segment's K steps; a whole tile's a2 written at once, a part's by _fix_up."""
+    a2_ptr, num_valid_ids_ptr, ring, split, sizes = shared
+    d_inter, n_tokens, d_hidden = sizes
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
+    )
+    start, end, steps, n_ctiles, total, programs = _stream_range(
+        num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M, BLOCK_K, NUM_WG
+    )
+    cur = start
+    i = 0
+    while cur < end:
+        tile = cur // steps
+        k0 = cur - tile * steps
+        k1 = gl.minimum(steps, k0 + end - cur)
+        acc = gl.zeros([2 * GROUP, BLOCK_M], gl.float32, acc_layout)
+        for _ in range(k0, k1):
+            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+            i += 1
+        done = (k0 == 0) & (k1 == steps)
+        if not done:
+            acc, done = _fix_up(acc, split, tile, cur == start, (total, programs, steps), G, NUM_WG)
+        if done:
+            block = tile // n_ctiles
+            col0 = (tile - block * n_ctiles) * NUM_WG * GROUP
+            _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, BLOCK_M, CK, done, False)
+        cur += k1 - k0
+
+
+@gluon.jit
+def _fix_up(acc, split, tile, first_segment, work, G: gl.constexpr, NUM_WG: gl.constexpr):
+    """A tile's sums from the programs that share its K steps: each stores its part (slot 0 for
+    its share's first segment, 1 for its last), then counts itself in the tile's counter with
+    release; the last to arrive adds the parts in program order and sets the counter back to zero
+    for the next call. Returns (the sums, whether this program is the last)."""
+    partials_ptr, counters_ptr = split
+    total, programs, steps = work
+    layout: gl.constexpr = acc.type.layout
+    ROWS: gl.constexpr = acc.type.shape[1]
+    PART: gl.constexpr = 2 * GROUP * ROWS
+    r = gl.arange(0, 2 * GROUP, layout=gl.SliceLayout(1, layout))
+    t = gl.arange(0, ROWS, layout=gl.SliceLayout(0, layout))
+    offs = gl.expand_dims(r * ROWS, 1) + gl.expand_dims(t, 0)
+    slot = (gl.program_id(0) * 2 + 1 - first_segment.to(gl.int32)) * NUM_WG + G
+    gl.store(partials_ptr + slot * PART + offs, acc)
+    cta_barrier()  # the warpgroup's stores, all made before its count releases them
+    counter = counters_ptr + tile * NUM_WG + G
+    first = _program_of(tile * steps, total, programs)
+    last = _program_of(tile * steps + steps - 1, total, programs)
+    done = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == last - first
+    if done:
+        # the first program's part is its share's last segment unless its share starts with the tile
+        starts_before = (first * total // programs < tile * steps).to(gl.int32)
+        acc = gl.load(partials_ptr + ((first * 2 + starts_before) * NUM_WG + G) * PART + offs, cache_modifier=".cg")
+        for q in range(first + 1, last + 1):
+            acc += gl.load(partials_ptr + (q * 2 * NUM_WG + G) * PART + offs, cache_modifier=".cg")
+        gl.store(counter, 0)
+    return acc, done
+
+
+@gluon.jit
+def _stream_partitions(
+    mma_args,
+    loader_args,
+    BLOCK_M: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    CK: gl.constexpr,
+    SPLIT: gl.constexpr,
+    NUM_WG: gl.constexpr,
+    MMA_REGS: gl.constexpr,
+    LOADER_REGS: gl.constexpr,
+):
+    """The stream-K kernel's partitions: MMA warpgroup 0 the default one, the others and the loader workers."""
+    if NUM_WG == 2:
+        gl.warp_specialize(
+            [
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG)),
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG)),
+                (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
+            ],
+            [4, LOADER_WARPS.value],
+            [MMA_REGS, LOADER_REGS],
+        )
+    else:
+        gl.warp_specialize(
+            [
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG)),
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG)),
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 2, SPLIT, NUM_WG)),
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 3, SPLIT, NUM_WG)),
+                (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
+            ],
+            [4, 4, 4, LOADER_WARPS.value],
+            [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
+        )
+
+
+@gluon.jit
 def moe_gluon_stage1_kernel(
     a1_ptr,
     w_ptr,
@@ -179,6 +340,9 @@ def moe_gluon_stage1_kernel(
     FOLD: gl.constexpr,
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
+    STREAM: gl.constexpr = 0,
+    partials_ptr=None,
+    counters_ptr=None,
 ):
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
     d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
@@ -188,53 +352,62 @@ def moe_gluon_stage1_kernel(
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
-    block = gl.program_id(0)
-    skip = skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M)
-    expert = gl.load(sorted_expert_ids_ptr + block)
-    # the main launch folds the next block (MAIN_FOLD); the tail launch skips the folded ones
-    MAIN_FOLD: gl.constexpr = FOLD if ROWS == BLOCK_M else 0
-    fold = block < 0  # a runtime false: the partitions take it as a value either way
-    if MAIN_FOLD:
-        fold = _folding(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
-    elif FOLD:
-        skip = skip | (gl.load(sorted_expert_ids_ptr + block - 1, mask=block > 0, other=-1) == expert)
-    if not skip:
-        W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
-        col0 = gl.program_id(1) * NUM_WG * GROUP
-        w_row0 = expert * 2 * d_inter + col0
-        ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
+    if STREAM:
+        gl.static_assert((ROWS == BLOCK_M) and (FOLD == 0), "gluon stage 1: stream-K has no tail launch or fold")
+        ring = allocate_ring(STAGES, NUM_WG * 2 * GROUP, BLOCK_M, BLOCK_K, NUM_WG)
+        sizes = (d_inter, n_tokens, d_hidden)
+        mma_args = (a2_ptr, num_valid_ids_ptr, ring, (partials_ptr, counters_ptr), sizes)
+        loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr, ring)
+        loader_args += (sizes,)
+        _stream_partitions(mma_args, loader_args, BLOCK_M, BLOCK_K, STAGES, CK, SPLIT, NUM_WG, MMA_REGS, LOADER_REGS)
+    else:
+        block = gl.program_id(0)
+        skip = skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M)
+        expert = gl.load(sorted_expert_ids_ptr + block)
+        # the main launch folds the next block (MAIN_FOLD); the tail launch skips the folded ones
+        MAIN_FOLD: gl.constexpr = FOLD if ROWS == BLOCK_M else 0
+        fold = block < 0  # a runtime false: the partitions take it as a value either way
         if MAIN_FOLD:
-            t_ring = gl.allocate_shared_memory(
-                gl.bfloat16,
-                [STAGES, MAIN_FOLD, BLOCK_K],
-                gl.NVMMASharedLayout.get_default_for([MAIN_FOLD, BLOCK_K], gl.bfloat16),
-            )
-        else:
-            t_ring = ring[2]
-        folded = (fold, t_ring)
-        # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
-        mma_args = (a2_ptr, ring, block, col0, d_inter, d_hidden, folded)
-        loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, ring, block, w_row0, d_inter, n_tokens, d_hidden)
-        loader_args += (folded,)
-        if NUM_WG == 2:
-            gl.warp_specialize(
-                [
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
-                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
-                ],
-                [4, LOADER_WARPS.value],
-                [MMA_REGS, LOADER_REGS],
-            )
-        else:
-            gl.warp_specialize(
-                [
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD)),
-                    (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD)),
-                    (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
-                ],
-                [4, 4, 4, LOADER_WARPS.value],
-                [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
-            )
+            fold = _folding(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
+        elif FOLD:
+            skip = skip | (gl.load(sorted_expert_ids_ptr + block - 1, mask=block > 0, other=-1) == expert)
+        if not skip:
+            W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
+            col0 = gl.program_id(1) * NUM_WG * GROUP
+            w_row0 = expert * 2 * d_inter + col0
+            ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
+            if MAIN_FOLD:
+                t_ring = gl.allocate_shared_memory(
+                    gl.bfloat16,
+                    [STAGES, MAIN_FOLD, BLOCK_K],
+                    gl.NVMMASharedLayout.get_default_for([MAIN_FOLD, BLOCK_K], gl.bfloat16),
+                )
+            else:
+                t_ring = ring[2]
+            folded = (fold, t_ring)
+            # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
+            mma_args = (a2_ptr, ring, block, col0, d_inter, d_hidden, folded)
+            loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, ring, block, w_row0, d_inter, n_tokens, d_hidden)
+            loader_args += (folded,)
+            if NUM_WG == 2:
+                gl.warp_specialize(
+                    [
+                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
+                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
+                        (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
+                    ],
+                    [4, LOADER_WARPS.value],
+                    [MMA_REGS, LOADER_REGS],
+                )
+            else:
+                gl.warp_specialize(
+                    [
+                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
+                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
+                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD)),
+                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD)),
+                        (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
+                    ],
+                    [4, 4, 4, LOADER_WARPS.value],
+                    [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
+                )
