@@ -193,8 +193,10 @@ def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
     for key, tiles in GLUON_TUNED.items():
         assert static_tiles(key, gluon=True) == tiles and (tiles.gluon1 or tiles.gluon2)
         assert static_tiles(key, gluon=False) == TUNED[key]
-        # the routing as measured; each stage the decode table's or a Gluon one
-        assert (tiles.block_m, tiles.tail_m) == (TUNED[key].block_m, TUNED[key].tail_m)
+        # the decode table's routing, or stream-K's own routing blocks (no tails); each stage the
+        # decode table's or a Gluon one
+        routing = (tiles.block_m, tiles.tail_m)
+        assert routing == (TUNED[key].block_m, TUNED[key].tail_m) or (tiles.stream1 and tiles.tail_m == 0)
         stage1 = ("block_n1", "block_k1", "warps1", "stages1", "max_regs1")
         stage2 = ("block_n2", "block_k2", "warps2", "stages2", "n_tiles2", "max_regs2")
         for gluon, fields in ((tiles.gluon1, stage1), (tiles.gluon2, stage2)):
@@ -309,12 +311,14 @@ def test_stream_k_is_refused_in_one_line_where_the_kernel_cannot_stream(monkeypa
     data = generate_input(**small_case())
     monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2)
+    needs = r"must be 0, 1 or 2, with gluon1, block_n1 64 and no tail_m"
     for bad in (
         tiles.replace(stream1=3),
         tiles.replace(stream1=2, gluon1=0),
         tiles.replace(stream1=1, block_m=32, tail_m=16),
+        tiles.replace(stream1=1, block_n1=128),
     ):
-        says = rf"^tiles: stream1 \(programs an SM\) must be 0, 1 or 2, with gluon1 and no tail_m, not {bad.stream1}$"
+        says = rf"^tiles: stream1 \(programs an SM\) {needs}, not {bad.stream1}$"
         with pytest.raises(ValueError, match=says):
             run(data, bad)
 
@@ -330,8 +334,8 @@ def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_ca
     run(data, tiles)
     want = routed_a2(data, tiles.block_m)[1].view(torch.int16)
     # the counters go back to zero at the end of each call, so the second call finds them so
-    for block_n in (64, 128):
-        variant = gluon_variant(tiles, block_n, 3, 2, 80 if block_n == 64 else 0).replace(stream1=stream)
+    for regs in (0, 80):
+        variant = gluon_variant(tiles, 64, 3, 2, regs).replace(stream1=stream)
         for _ in range(2):
             poison(data[0].shape)
             out = run(data, variant)

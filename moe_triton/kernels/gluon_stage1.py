@@ -279,44 +279,6 @@ def _fix_up(acc, split, tile, first_segment, work, G: gl.constexpr, NUM_WG: gl.c
 
 
 @gluon.jit
-def _stream_partitions(
-    mma_args,
-    loader_args,
-    BLOCK_M: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr,
-    CK: gl.constexpr,
-    SPLIT: gl.constexpr,
-    NUM_WG: gl.constexpr,
-    MMA_REGS: gl.constexpr,
-    LOADER_REGS: gl.constexpr,
-):
-    """The stream-K kernel's partitions: MMA warpgroup 0 the default one, the others and the loader workers."""
-    if NUM_WG == 2:
-        gl.warp_specialize(
-            [
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG)),
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG)),
-                (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
-            ],
-            [4, LOADER_WARPS.value],
-            [MMA_REGS, LOADER_REGS],
-        )
-    else:
-        gl.warp_specialize(
-            [
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG)),
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG)),
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 2, SPLIT, NUM_WG)),
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 3, SPLIT, NUM_WG)),
-                (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
-            ],
-            [4, 4, 4, LOADER_WARPS.value],
-            [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
-        )
-
-
-@gluon.jit
 def moe_gluon_stage1_kernel(
     a1_ptr,
     w_ptr,
@@ -353,13 +315,24 @@ def moe_gluon_stage1_kernel(
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
     if STREAM:
-        gl.static_assert((ROWS == BLOCK_M) and (FOLD == 0), "gluon stage 1: stream-K has no tail launch or fold")
+        gl.static_assert(
+            (ROWS == BLOCK_M) and (FOLD == 0) and (NUM_WG == 2),
+            "gluon stage 1: stream-K takes 2 MMA warpgroups, no tails",
+        )
         ring = allocate_ring(STAGES, NUM_WG * 2 * GROUP, BLOCK_M, BLOCK_K, NUM_WG)
         sizes = (d_inter, n_tokens, d_hidden)
         mma_args = (a2_ptr, num_valid_ids_ptr, ring, (partials_ptr, counters_ptr), sizes)
         loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr, ring)
         loader_args += (sizes,)
-        _stream_partitions(mma_args, loader_args, BLOCK_M, BLOCK_K, STAGES, CK, SPLIT, NUM_WG, MMA_REGS, LOADER_REGS)
+        gl.warp_specialize(
+            [
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG)),
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG)),
+                (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
+            ],
+            [4, LOADER_WARPS.value],
+            [MMA_REGS, LOADER_REGS],
+        )
     else:
         block = gl.program_id(0)
         skip = skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M)
