@@ -228,7 +228,15 @@ def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_varia
     case = next(c for c in BENCHMARKS if (c["dexpert"], c["bs"]) == (512, 512))
     decode, static = base_tiles(case)
     given = dict(
-        block_ns=[64], stages=[4], splits=[2], regs=[0], stage2=["256-4-2-4"], block_m=None, tail_m=0, fold=False
+        block_ns=[64],
+        stages=[4],
+        splits=[2],
+        regs=[0],
+        stage2=["256-4-2-4"],
+        block_m=None,
+        tail_m=0,
+        fold=False,
+        stream=[0],
     )
     over_static = variants(Namespace(**given, stage1_variants=0, combine=False), decode, static)
     assert list(over_static) == ["g2-256-4-2-4"] and over_static["g2-256-4-2-4"] == static  # the table's own
@@ -246,7 +254,9 @@ def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
     from bench.h200.gluon_check import base_tiles, variants
     from problem.cases import BENCHMARKS
 
-    given = dict(block_ns=[64], stages=[4], splits=[2], regs=[0], stage2=[], block_m=None, tail_m=0, fold=True)
+    given = dict(
+        block_ns=[64], stages=[4], splits=[2], regs=[0], stage2=[], block_m=None, tail_m=0, fold=True, stream=[0]
+    )
     args = Namespace(**given, stage1_variants=1, combine=False)
     i2048 = next(c for c in BENCHMARKS if c["dexpert"] == 2048)
     decode = base_tiles(i2048)[0]
