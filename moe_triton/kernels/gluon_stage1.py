@@ -179,9 +179,8 @@ def _program_of(step, total, programs):
 
 @gluon.jit
 def _stream_loader(inputs, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
-    """The loader partition of the stream-K kernel: each segment (a tile's run of K steps in this
-    program's share) fills the ring as _loader fills it for a whole tile. inputs: the kernel's
-    stream_args."""
+    """The stream-K loader: each segment (a tile's K steps in this program's share) fills the ring as _loader fills a
+    whole tile's. inputs: the kernel's loader_args."""
     w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr, ring, sizes = inputs
     d_inter, n_tokens, d_hidden = sizes
     W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
@@ -217,8 +216,7 @@ def _stream_mma(
     SPLIT: gl.constexpr,
     NUM_WG: gl.constexpr,
 ):
-    """MMA warpgroup G of the stream-K kernel: per segment, the sums of its 32 h columns over the
-    segment's K steps; a whole tile's a2 written at once, a part's by _fix_up."""
+    """Stream-K MMA warpgroup G: per segment its 32 h columns' sums; a2 at once for a whole tile, else by _fix_up."""
     a2_ptr, num_valid_ids_ptr, ring, split, sizes = shared
     d_inter, n_tokens, d_hidden = sizes
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
@@ -249,10 +247,8 @@ def _stream_mma(
 
 @gluon.jit
 def _fix_up(acc, split, tile, first_segment, work, G: gl.constexpr, NUM_WG: gl.constexpr):
-    """A tile's sums from the programs that share its K steps: each stores its part (slot 0 for
-    its share's first segment, 1 for its last), then counts itself in the tile's counter with
-    release; the last to arrive adds the parts in program order and sets the counter back to zero
-    for the next call. Returns (the sums, whether this program is the last)."""
+    """(A shared tile's sums, whether this program is the last of its programs to arrive): the parts added in program
+    order by the last (docs/triton.md, "Stream-K in the Gluon stage 1")."""
     partials_ptr, counters_ptr = split
     total, programs, steps = work
     layout: gl.constexpr = acc.type.layout
