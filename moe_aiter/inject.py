@@ -35,18 +35,11 @@ _FIXED_KEY_FIELDS = {
 AITER_KEY_FIELDS = ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk", *_FIXED_KEY_FIELDS)
 OVERRIDE_ROW_FIELDS = ("block_m", "ksplit", "kernelName1", "kernelName2", "run_1stage")
 
-# get_2stage_cfgs's parameters at f3be04a (aiter/fused_moe.py:675-691).
+# get_2stage_cfgs's parameters at f3be04a (aiter/fused_moe.py:675-691): the key's sizes but cu_num, its
+# fields from dtype to use_g1u1, then these.
 _CFG_PARAMS = (
-    "token",
-    "model_dim",
-    "inter_dim",
-    "expert",
-    "topk",
-    "dtype",
-    "q_dtype_a",
-    "q_dtype_w",
-    "q_type",
-    "use_g1u1",
+    *AITER_KEY_FIELDS[1:6],
+    *AITER_KEY_FIELDS[7:12],
     "activation",
     "doweight_stage1",
     "hidden_pad",
@@ -64,15 +57,8 @@ def aiter_key(
     topk: int = OVERRIDE_TOPK,
 ) -> tuple:
     """aiter f3be04a's 13-field cfg_2stages key (aiter/fused_moe.py:748-762)."""
-    return (
-        int(cu_num),
-        int(token),
-        int(model_dim),
-        int(inter_dim),
-        int(expert),
-        int(topk),
-        *_FIXED_KEY_FIELDS.values(),
-    )
+    sizes = (cu_num, token, model_dim, inter_dim, expert, topk)  # in AITER_KEY_FIELDS' order
+    return (*map(int, sizes), *_FIXED_KEY_FIELDS.values())
 
 
 def table_from_rows(rows) -> tuple[dict, dict]:

@@ -2,6 +2,7 @@
 processes in the same job) reuse what the test run measured. The file, its stamp and what is
 ignored: docs/selection.md, "What happens at the first call of a shape"."""
 
+import contextlib
 import hashlib
 import importlib.metadata
 import json
@@ -44,10 +45,8 @@ def source_digest(folder: Path) -> str:
 
 def _aiter_version() -> str:
     for dist in ("amd-aiter", "aiter"):
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return "absent"
 
 

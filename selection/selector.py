@@ -49,10 +49,8 @@ def select_mode(environ=None) -> str:
 def budget_s(environ=None) -> float:
     """MOE_SELECT_BUDGET_S (seconds per shape, compiles included), default 20."""
     text = (os.environ if environ is None else environ).get(BUDGET_ENV, "")
-    if not text:
-        return DEFAULT_BUDGET_S
     try:
-        value = float(text)
+        value = float(text or DEFAULT_BUDGET_S)
     except ValueError:
         value = math.nan
     if not value >= 0:
