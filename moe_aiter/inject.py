@@ -81,8 +81,8 @@ _CK_NAME_RE = re.compile(
     r"x(?P<MPerBlock>\d+)x(?P<NPerBlock>\d+)x(?P<KPerBlock>\d+)_\d+x\d+_"
 )
 _FLYDSL_NAME_RE = re.compile(
-    r"^flydsl_moe(?P<stage>[12])_a(?P<a>[a-z0-9]+)_w(?P<b>[a-z0-9]+)_(?P<out>[a-z0-9]+)"
-    r"_t(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)(?:_(?P<mode>atomic|reduce))?$"
+    r"^flydsl_moe(?P<stage>[12])_a(?P<a_dtype>[a-z0-9]+)_w(?P<b_dtype>[a-z0-9]+)_(?P<out_dtype>[a-z0-9]+)"
+    r"_t(?P<tile_m>\d+)x(?P<tile_n>\d+)x(?P<tile_k>\d+)(?:_(?P<mode>atomic|reduce))?$"
 )
 
 
@@ -97,20 +97,11 @@ def parse_flydsl_moe_kernel_name(name: str) -> dict | None:
     match = _FLYDSL_NAME_RE.match(name)
     if not match:
         return None
-    g = match.groupdict()
-    stage, tile_m = int(g["stage"]), int(g["m"])
-    params = {
-        "stage": stage,
-        "a_dtype": g["a"],
-        "b_dtype": g["b"],
-        "out_dtype": g["out"],
-        "tile_m": tile_m,
-        "tile_n": int(g["n"]),
-        "tile_k": int(g["k"]),
-        "MPerBlock": tile_m,
-    }
-    if stage == 2:
-        params["mode"] = g["mode"] or "atomic"
+    numbers = ("stage", "tile_m", "tile_n", "tile_k")
+    params = {k: int(v) if k in numbers else v for k, v in match.groupdict().items() if k != "mode"}
+    params["MPerBlock"] = params["tile_m"]
+    if params["stage"] == 2:
+        params["mode"] = match["mode"] or "atomic"
     return params
 
 
@@ -144,9 +135,7 @@ def _flydsl_problems(key: tuple, name: str, block_m: int, registry: dict | None,
             problems.append(f"{key}: kernelName2 tile_m {fly['tile_m']} != block_m {block_m}")
         if registry is not None and name not in registry:
             problems.append(f"{key}: kernelName2 {name!r} is not registered in FlyDSL's _KERNEL_PARAMS")
-    if fallback is not None and (
-        fallback not in _known_ck_names(2) or parse_ck_moe_kernel_name(fallback)["MPerBlock"] != block_m
-    ):
+    if fallback is not None and _ck_name_problems(key, 2, fallback, block_m, "not a CK stage-2"):
         problems.append(f"{key}: FlyDSL fallback {fallback!r} is not an a4w4 gemm2 instance of MPerBlock {block_m}")
     return problems
 

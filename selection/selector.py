@@ -243,10 +243,10 @@ class Selector:
         reps = self.reps or (GPU_REPS if on_gpu else CPU_REPS)
         t0 = self.clock()
         budget = budget_s() if budget is None else budget
+        name = shape_name(data[-1])
         try:
             order, medians, dropped = select(candidates, data, measure, reps, self.clock, budget)
         except Exception as exc:  # noqa: BLE001 - the reference itself failed: no check, so no selection
-            name = shape_name(data[-1])
             self.log(f"moe-mxfp4 select {name}: not selected ({_first_line(exc)}) -> {candidates[0].name}")
             return [candidates[0]]
         parts = [f"{c.name} {_us(medians[c.name]) if c.name in medians else dropped[c.name]}" for c in candidates]
@@ -255,7 +255,6 @@ class Selector:
         else:
             order = [candidates[0]]  # nothing passed: the static choice, as without selection
             chosen = f"{candidates[0].name} (none passed)"
-        name = shape_name(data[-1])
         self.log(f"moe-mxfp4 select {name}: {', '.join(parts)} -> {chosen} in {self.clock() - t0:.1f} s")
         if self.store is not None and medians:
             self.store.put(shape, digest, [c.name for c in order], {n: round(m * 1e6, 1) for n, m in medians.items()})
