@@ -59,12 +59,8 @@ def aiter_plan(
     """The cached plan for a shape (built on first use, after the overrides are injected)."""
     fm = ensure_overrides()
     key = (n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, intermediate_pad)  # torch.Size hashes as a tuple
-    if key not in _STATE["plans"]:
-        _STATE["plans"][key] = _build_plan(fm, *key)
-    return _STATE["plans"][key]
-
-
-def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, intermediate_pad) -> AiterPlan:
+    if key in _STATE["plans"]:
+        return _STATE["plans"][key]
     aiter, device = _STATE["aiter"], torch.device(device)
     dtypes = aiter.dtypes
     n_experts, model_dim, inter_dim = fm.get_inter_dim(tuple(w1_shape), tuple(w2_shape))
@@ -112,6 +108,7 @@ def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, inte
     if plan.quant == "project":
         plan.a1_out = _quant_buffers("aiter_a1", n_tokens, model_dim, max_padded, device)
         plan.a2_out = _quant_buffers("aiter_a2", n_tokens * topk, inter_dim, max_padded, device)
+    _STATE["plans"][key] = plan
     return plan
 
 

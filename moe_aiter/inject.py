@@ -66,8 +66,7 @@ def table_from_rows(rows) -> tuple[dict, dict]:
     overrides, fallbacks = {}, {}
     for row in rows:
         key = aiter_key(row["token"], row["inter_dim"], row["expert"], model_dim=row["model_dim"], topk=row["topk"])
-        overrides[key] = {f: row[f] for f in ("block_m", "ksplit", "kernelName1", "kernelName2")}
-        overrides[key]["run_1stage"] = False
+        overrides[key] = {**{f: row[f] for f in OVERRIDE_ROW_FIELDS[:4]}, "run_1stage": False}
         if row.get("fallback_kernelName2"):
             fallbacks[key] = row["fallback_kernelName2"]
     return overrides, fallbacks

@@ -204,10 +204,9 @@ def planned_call(key: tuple, record, inputs: tuple, interpret: bool) -> torch.Te
 def record_plan(launches, inputs: tuple, native: bool) -> tuple[Plan, torch.Tensor]:
     """A shape's first call: launches(call) runs and is recorded. Returns the plan and the output."""
     global _recording
-    hidden_states = inputs[0]
-    device = hidden_states.device
+    device = inputs[0].device
     acc_dtype = torch.float32 if target.interpreting() else torch.bfloat16
-    out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
+    out = torch.empty(inputs[0].shape, dtype=acc_dtype, device=device)
     call = Call.of(inputs, out, native)
     _recording = recorded = []
     try:

@@ -60,10 +60,7 @@ def _target(driver):
 def gfx950_converts() -> bool:
     """Whether the native kernels compile for gfx950 (an MI355X, or bench/gfx950's compile-only
     driver) and so use its fp4 convert instruction, not the emulation (docs/gfx950.md)."""
-    if interpreting():
-        return False
-    target = _target(triton.runtime.driver.active)
-    return target.backend == "hip" and str(target.arch).startswith("gfx950")
+    return targets_amd() and str(_target(triton.runtime.driver.active).arch).startswith("gfx950")
 
 
 def silu_judge() -> str:

@@ -146,7 +146,7 @@ def select(candidates: list[Candidate], data, measure: Callable, reps: int, cloc
     start = clock()
     expected = ref_kernel(data)
     margin = MIN_MARGIN
-    timed, medians, dropped = [], {}, {}
+    medians, dropped = {}, {}
     longest = 0.0  # the costliest candidate so far (compile, check, timing): the next one's estimate
     for index, cand in enumerate(candidates):
         began = clock()
@@ -161,8 +161,7 @@ def select(candidates: list[Candidate], data, measure: Callable, reps: int, cloc
         if not index:
             margin = max(MIN_MARGIN, error)
         medians[cand.name] = median
-        timed.append((median, index, cand))
-    order = [cand for _median, _index, cand in sorted(timed, key=lambda t: t[:2])]
+    order = sorted((cand for cand in candidates if cand.name in medians), key=lambda cand: medians[cand.name])
     return order, medians, dropped
 
 
