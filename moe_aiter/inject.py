@@ -104,17 +104,13 @@ def parse_flydsl_moe_kernel_name(name: str) -> dict | None:
     return params
 
 
-def _known_ck_names(stage: int) -> set:
-    instances = CK_A4W4_GEMM1_INSTANCES if stage == 1 else CK_A4W4_GEMM2_INSTANCES
-    return {ck_moe_kernel_name(stage, inst) for inst in instances}
-
-
 def _ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: str) -> list[str]:
     """Why a CK stage-`stage` kernel name does not fit a row (empty when it does)."""
     ck = parse_ck_moe_kernel_name(name)
     if ck is None or ck["stage"] != stage:
         return [f"{key}: kernelName{stage} {name!r} is {what} kernel name"]
-    if name not in _known_ck_names(stage):
+    instances = CK_A4W4_GEMM1_INSTANCES if stage == 1 else CK_A4W4_GEMM2_INSTANCES
+    if name not in {ck_moe_kernel_name(stage, inst) for inst in instances}:
         return [f"{key}: kernelName{stage} {name!r} is not an a4w4 gemm{stage} instance at aiter {AITER_COMMIT[:7]}"]
     if ck["MPerBlock"] != block_m:
         return [f"{key}: kernelName{stage} MPerBlock {ck['MPerBlock']} != block_m {block_m}"]
