@@ -2,6 +2,7 @@
 that accumulates in fp32 and rounds once (SPEC 1, 2, 4)."""
 
 import contextlib
+import functools
 import math
 from typing import TYPE_CHECKING
 
@@ -62,11 +63,10 @@ def generate_input(
     n_experts = nroutedexperts + nsharedexperts
     gen = torch.Generator(device=device)
     gen.manual_seed(seed)
+    draw = functools.partial(torch.randn, device=device, dtype=torch.bfloat16, generator=gen)
 
-    hidden_states = torch.randn((bs, dhidden), device=device, dtype=torch.bfloat16, generator=gen)
-    router_weight = torch.randn(
-        (nroutedexperts, dhidden), device=device, dtype=torch.bfloat16, generator=gen
-    ) / math.sqrt(dhidden)
+    hidden_states = draw((bs, dhidden))
+    router_weight = draw((nroutedexperts, dhidden)) / math.sqrt(dhidden)
     scores = F.linear(hidden_states, router_weight).softmax(dim=-1)
     routed_weights, routed_ids = torch.topk(scores, k=nexpertspertoken, dim=-1, sorted=False)
     shared_ids = torch.arange(nroutedexperts, n_experts, device=device, dtype=torch.int32).expand(bs, -1)
@@ -74,12 +74,8 @@ def generate_input(
     topk_ids = torch.cat([routed_ids.to(torch.int32), shared_ids], dim=-1)
     topk_weights = torch.cat([routed_weights.to(torch.float32), shared_weights], dim=-1)
 
-    gate_up_bf16 = torch.randn(
-        (n_experts, 2 * d_expert_pad, d_hidden_pad), device=device, dtype=torch.bfloat16, generator=gen
-    ) / math.sqrt(dhidden)
-    down_bf16 = torch.randn(
-        (n_experts, d_hidden_pad, d_expert_pad), device=device, dtype=torch.bfloat16, generator=gen
-    ) / math.sqrt(dexpert)
+    gate_up_bf16 = draw((n_experts, 2 * d_expert_pad, d_hidden_pad)) / math.sqrt(dhidden)
+    down_bf16 = draw((n_experts, d_hidden_pad, d_expert_pad)) / math.sqrt(dexpert)
     gate_up_weight, gate_up_weight_scale = _quantize_experts(gate_up_bf16)
     del gate_up_bf16
     down_weight, down_weight_scale = _quantize_experts(down_bf16)

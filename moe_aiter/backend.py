@@ -25,10 +25,8 @@ class AiterPlan:
 def _aiter_modules():
     """(aiter, aiter.fused_moe), imported on first use."""
     if _STATE["aiter"] is None:
-        aiter = importlib.import_module("aiter")
-        # the module itself, whatever `aiter.fused_moe` may name as an attribute
-        fm = importlib.import_module("aiter.fused_moe")
-        _STATE.update(aiter=aiter, fm=fm)
+        # aiter.fused_moe the module, whatever the package's attribute of that name may be
+        _STATE.update(aiter=importlib.import_module("aiter"), fm=importlib.import_module("aiter.fused_moe"))
     return _STATE["aiter"], _STATE["fm"]
 
 
@@ -61,12 +59,8 @@ def aiter_plan(
     """The cached plan for a shape (built on first use, after the overrides are injected)."""
     fm = ensure_overrides()
     key = (n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, intermediate_pad)  # torch.Size hashes as a tuple
-    if key not in _STATE["plans"]:
-        _STATE["plans"][key] = _build_plan(fm, *key)
-    return _STATE["plans"][key]
-
-
-def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, intermediate_pad) -> AiterPlan:
+    if key in _STATE["plans"]:
+        return _STATE["plans"][key]
     aiter, device = _STATE["aiter"], torch.device(device)
     dtypes = aiter.dtypes
     n_experts, model_dim, inter_dim = fm.get_inter_dim(tuple(w1_shape), tuple(w2_shape))
@@ -106,22 +100,25 @@ def _build_plan(fm, n_tokens, topk, w1_shape, w2_shape, device, hidden_pad, inte
     plan.num_valid_ids = get_buffer("aiter_num_valid_ids", (2,), torch.int32, device)
     plan.out = get_buffer("aiter_out", (n_tokens, model_dim), torch.bfloat16, device)
     plan.stage1_out = get_buffer("aiter_stage1_out", (n_tokens, topk, inter_dim), torch.bfloat16, device)
+    plan.sorting = (plan.sorted_ids, plan.sorted_weights, plan.sorted_expert_ids, plan.num_valid_ids, plan.out)
     plan.quant = (os.environ.get(AITER_QUANT_ENV, "project").strip().lower() or "project") if plan.quantized else None
     if plan.quant not in (None, "project", "aiter"):
         raise ValueError(f"{AITER_QUANT_ENV}={plan.quant!r}: expected 'project' or 'aiter'")
-    plan.a1_fp4 = plan.a1_scales = plan.a2_fp4 = plan.a2_scales = None
+    plan.a1_out = plan.a2_out = {}  # aiter's quantizer allocates its own
     if plan.quant == "project":
-        sort_blocks = -(-max_padded // SCALE_TILE_ROWS)
-        tile = MX_BLOCK * SCALE_TILE_GROUPS
-        plan.a1_fp4 = get_buffer("aiter_a1_fp4", (n_tokens, model_dim // 2), torch.uint8, device)
-        plan.a1_scales = get_buffer(
-            "aiter_a1_scales", (sort_blocks, -(-model_dim // tile), 4, 16, 4), torch.uint8, device
-        )
-        plan.a2_fp4 = get_buffer("aiter_a2_fp4", (n_tokens * topk, inter_dim // 2), torch.uint8, device)
-        plan.a2_scales = get_buffer(
-            "aiter_a2_scales", (sort_blocks, -(-inter_dim // tile), 4, 16, 4), torch.uint8, device
-        )
+        plan.a1_out = _quant_buffers("aiter_a1", n_tokens, model_dim, max_padded, device)
+        plan.a2_out = _quant_buffers("aiter_a2", n_tokens * topk, inter_dim, max_padded, device)
+    _STATE["plans"][key] = plan
     return plan
+
+
+def _quant_buffers(name: str, rows: int, cols: int, max_padded: int, device) -> dict:
+    """quant.py's out and out_scales for `rows` activations of `cols` sorted into max_padded slots."""
+    scale_shape = (-(-max_padded // SCALE_TILE_ROWS), -(-cols // (MX_BLOCK * SCALE_TILE_GROUPS)), 4, 16, 4)
+    return {
+        "out": get_buffer(f"{name}_fp4", (rows, cols // 2), torch.uint8, device),
+        "out_scales": get_buffer(f"{name}_scales", scale_shape, torch.uint8, device),
+    }
 
 
 def _marked_shuffled(w: torch.Tensor) -> torch.Tensor:
@@ -133,13 +130,12 @@ def _marked_shuffled(w: torch.Tensor) -> torch.Tensor:
     return view
 
 
-def _quantize(plan: AiterPlan, x, token_num, topk, out, out_scales):
+def _quantize(plan: AiterPlan, x, token_num, topk, buffers: dict):
     """x quantized by quant.py into the plan's buffers, or by aiter's Triton kernel (its same signature)."""
     if plan.quant == "project":
-        quant, buffers = fused_dynamic_mxfp4_quant_moe_sort, {"out": out, "out_scales": out_scales}
+        quant = fused_dynamic_mxfp4_quant_moe_sort
     else:
         quant = importlib.import_module("aiter.ops.triton.quant.fused_mxfp4_quant").fused_dynamic_mxfp4_quant_moe_sort
-        buffers = {}
     return quant(x, plan.sorted_ids, plan.num_valid_ids, token_num, topk, block_size=plan.block_m, **buffers)
 
 
@@ -148,40 +144,14 @@ def fused_moe_aiter(data):
     tensor is a cached buffer that the next call of the same shape overwrites."""
     hidden, _w1r, _w2r, _s1r, _s2r, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, config = data
     n_tokens, topk = topk_ids.shape
-    plan = aiter_plan(
-        n_tokens,
-        topk,
-        w1.shape,
-        w2.shape,
-        hidden.device,
-        config["d_hidden_pad"] - config["d_hidden"],
-        config["d_expert_pad"] - config["d_expert"],
-    )
-    w1 = _marked_shuffled(w1)
-    w2 = _marked_shuffled(w2)
-    e8m0 = plan.e8m0
-    w1_scale = w1_scale if w1_scale.dtype == e8m0 else w1_scale.view(e8m0)
-    w2_scale = w2_scale if w2_scale.dtype == e8m0 else w2_scale.view(e8m0)
+    pads = (config["d_hidden_pad"] - config["d_hidden"], config["d_expert_pad"] - config["d_expert"])
+    plan = aiter_plan(n_tokens, topk, w1.shape, w2.shape, hidden.device, *pads)
+    w1, w2 = _marked_shuffled(w1), _marked_shuffled(w2)
+    w1_scale, w2_scale = (s if s.dtype == plan.e8m0 else s.view(plan.e8m0) for s in (w1_scale, w2_scale))
     routing = (plan.sorted_ids, plan.sorted_expert_ids, plan.num_valid_ids)
 
-    _STATE["aiter"].moe_sorting_fwd(
-        topk_ids,
-        topk_weights,
-        plan.sorted_ids,
-        plan.sorted_weights,
-        plan.sorted_expert_ids,
-        plan.num_valid_ids,
-        plan.out,
-        plan.n_experts,
-        plan.block_m,
-        None,
-        None,
-        0,
-    )
-    if plan.quantized:
-        a1, a1_scale = _quantize(plan, hidden, n_tokens, 1, plan.a1_fp4, plan.a1_scales)
-    else:
-        a1, a1_scale = hidden, None
+    _STATE["aiter"].moe_sorting_fwd(topk_ids, topk_weights, *plan.sorting, plan.n_experts, plan.block_m, None, None, 0)
+    a1, a1_scale = _quantize(plan, hidden, n_tokens, 1, plan.a1_out) if plan.quantized else (hidden, None)
     a2 = plan.metadata.stage1(
         a1,
         w1,
@@ -195,7 +165,7 @@ def fused_moe_aiter(data):
         sorted_weights=None,
     )
     if plan.quantized:
-        a2, a2_scale = _quantize(plan, a2.view(-1, plan.inter_dim), n_tokens, topk, plan.a2_fp4, plan.a2_scales)
+        a2, a2_scale = _quantize(plan, a2.view(-1, plan.inter_dim), n_tokens, topk, plan.a2_out)
         a2 = a2.view(n_tokens, topk, -1)
     else:
         a2_scale = None

@@ -35,18 +35,11 @@ _FIXED_KEY_FIELDS = {
 AITER_KEY_FIELDS = ("cu_num", "token", "model_dim", "inter_dim", "expert", "topk", *_FIXED_KEY_FIELDS)
 OVERRIDE_ROW_FIELDS = ("block_m", "ksplit", "kernelName1", "kernelName2", "run_1stage")
 
-# get_2stage_cfgs's parameters at f3be04a (aiter/fused_moe.py:675-691).
+# get_2stage_cfgs's parameters at f3be04a (aiter/fused_moe.py:675-691): the key's sizes but cu_num, its
+# fields from dtype to use_g1u1, then these.
 _CFG_PARAMS = (
-    "token",
-    "model_dim",
-    "inter_dim",
-    "expert",
-    "topk",
-    "dtype",
-    "q_dtype_a",
-    "q_dtype_w",
-    "q_type",
-    "use_g1u1",
+    *AITER_KEY_FIELDS[1:6],
+    *AITER_KEY_FIELDS[7:12],
     "activation",
     "doweight_stage1",
     "hidden_pad",
@@ -64,15 +57,8 @@ def aiter_key(
     topk: int = OVERRIDE_TOPK,
 ) -> tuple:
     """aiter f3be04a's 13-field cfg_2stages key (aiter/fused_moe.py:748-762)."""
-    return (
-        int(cu_num),
-        int(token),
-        int(model_dim),
-        int(inter_dim),
-        int(expert),
-        int(topk),
-        *_FIXED_KEY_FIELDS.values(),
-    )
+    sizes = (cu_num, token, model_dim, inter_dim, expert, topk)  # in AITER_KEY_FIELDS' order
+    return (*map(int, sizes), *_FIXED_KEY_FIELDS.values())
 
 
 def table_from_rows(rows) -> tuple[dict, dict]:
@@ -80,8 +66,7 @@ def table_from_rows(rows) -> tuple[dict, dict]:
     overrides, fallbacks = {}, {}
     for row in rows:
         key = aiter_key(row["token"], row["inter_dim"], row["expert"], model_dim=row["model_dim"], topk=row["topk"])
-        overrides[key] = {f: row[f] for f in ("block_m", "ksplit", "kernelName1", "kernelName2")}
-        overrides[key]["run_1stage"] = False
+        overrides[key] = {**{f: row[f] for f in OVERRIDE_ROW_FIELDS[:4]}, "run_1stage": False}
         if row.get("fallback_kernelName2"):
             fallbacks[key] = row["fallback_kernelName2"]
     return overrides, fallbacks
@@ -95,8 +80,8 @@ _CK_NAME_RE = re.compile(
     r"x(?P<MPerBlock>\d+)x(?P<NPerBlock>\d+)x(?P<KPerBlock>\d+)_\d+x\d+_"
 )
 _FLYDSL_NAME_RE = re.compile(
-    r"^flydsl_moe(?P<stage>[12])_a(?P<a>[a-z0-9]+)_w(?P<b>[a-z0-9]+)_(?P<out>[a-z0-9]+)"
-    r"_t(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)(?:_(?P<mode>atomic|reduce))?$"
+    r"^flydsl_moe(?P<stage>[12])_a(?P<a_dtype>[a-z0-9]+)_w(?P<b_dtype>[a-z0-9]+)_(?P<out_dtype>[a-z0-9]+)"
+    r"_t(?P<tile_m>\d+)x(?P<tile_n>\d+)x(?P<tile_k>\d+)(?:_(?P<mode>atomic|reduce))?$"
 )
 
 
@@ -111,26 +96,12 @@ def parse_flydsl_moe_kernel_name(name: str) -> dict | None:
     match = _FLYDSL_NAME_RE.match(name)
     if not match:
         return None
-    g = match.groupdict()
-    stage, tile_m = int(g["stage"]), int(g["m"])
-    params = {
-        "stage": stage,
-        "a_dtype": g["a"],
-        "b_dtype": g["b"],
-        "out_dtype": g["out"],
-        "tile_m": tile_m,
-        "tile_n": int(g["n"]),
-        "tile_k": int(g["k"]),
-        "MPerBlock": tile_m,
-    }
-    if stage == 2:
-        params["mode"] = g["mode"] or "atomic"
+    numbers = ("stage", "tile_m", "tile_n", "tile_k")
+    params = {k: int(v) if k in numbers else v for k, v in match.groupdict().items() if k != "mode"}
+    params["MPerBlock"] = params["tile_m"]
+    if params["stage"] == 2:
+        params["mode"] = match["mode"] or "atomic"
     return params
-
-
-def _known_ck_names(stage: int) -> set:
-    instances = CK_A4W4_GEMM1_INSTANCES if stage == 1 else CK_A4W4_GEMM2_INSTANCES
-    return {ck_moe_kernel_name(stage, inst) for inst in instances}
 
 
 def _ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: str) -> list[str]:
@@ -138,7 +109,8 @@ def _ck_name_problems(key: tuple, stage: int, name: str, block_m: int, what: str
     ck = parse_ck_moe_kernel_name(name)
     if ck is None or ck["stage"] != stage:
         return [f"{key}: kernelName{stage} {name!r} is {what} kernel name"]
-    if name not in _known_ck_names(stage):
+    instances = CK_A4W4_GEMM1_INSTANCES if stage == 1 else CK_A4W4_GEMM2_INSTANCES
+    if name not in {ck_moe_kernel_name(stage, inst) for inst in instances}:
         return [f"{key}: kernelName{stage} {name!r} is not an a4w4 gemm{stage} instance at aiter {AITER_COMMIT[:7]}"]
     if ck["MPerBlock"] != block_m:
         return [f"{key}: kernelName{stage} MPerBlock {ck['MPerBlock']} != block_m {block_m}"]
@@ -158,9 +130,7 @@ def _flydsl_problems(key: tuple, name: str, block_m: int, registry: dict | None,
             problems.append(f"{key}: kernelName2 tile_m {fly['tile_m']} != block_m {block_m}")
         if registry is not None and name not in registry:
             problems.append(f"{key}: kernelName2 {name!r} is not registered in FlyDSL's _KERNEL_PARAMS")
-    if fallback is not None and (
-        fallback not in _known_ck_names(2) or parse_ck_moe_kernel_name(fallback)["MPerBlock"] != block_m
-    ):
+    if fallback is not None and _ck_name_problems(key, 2, fallback, block_m, "not a CK stage-2"):
         problems.append(f"{key}: FlyDSL fallback {fallback!r} is not an a4w4 gemm2 instance of MPerBlock {block_m}")
     return problems
 

@@ -45,9 +45,8 @@ def _hooks_idle() -> bool:
 
 
 def specialisation(tensors: tuple, amd: bool) -> tuple:
-    """What the JIT specialises a kernel on in these tensors beyond their shapes: dtype, 16-byte alignment
-    and on AMD (buffer ops' 32-bit offsets) whether the storage is under 2 GiB. A replay on inputs that
-    differ in it would launch the wrong kernel."""
+    """What the JIT specialises a kernel on beyond the tensors' shapes (on AMD the storage under 2 GiB too,
+    for buffer ops' 32-bit offsets): a replay on inputs that differ in it would launch the wrong kernel."""
     if amd:
         return tuple((t.dtype, t.data_ptr() % 16 == 0, t.untyped_storage().nbytes() < 2**31) for t in tensors)
     return tuple((t.dtype, t.data_ptr() % 16 == 0) for t in tensors)
@@ -204,10 +203,9 @@ def planned_call(key: tuple, record, inputs: tuple, interpret: bool) -> torch.Te
 def record_plan(launches, inputs: tuple, native: bool) -> tuple[Plan, torch.Tensor]:
     """A shape's first call: launches(call) runs and is recorded. Returns the plan and the output."""
     global _recording
-    hidden_states = inputs[0]
-    device = hidden_states.device
+    device = inputs[0].device
     acc_dtype = torch.float32 if target.interpreting() else torch.bfloat16
-    out = torch.empty(hidden_states.shape, dtype=acc_dtype, device=device)
+    out = torch.empty(inputs[0].shape, dtype=acc_dtype, device=device)
     call = Call.of(inputs, out, native)
     _recording = recorded = []
     try:

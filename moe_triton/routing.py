@@ -12,9 +12,8 @@ from moe_triton.kernels.decode import moe_prep_kernel
 from moe_triton.kernels.native import moe_native_prep_kernel, moe_native_route_kernel
 from moe_triton.kernels.routing import moe_route_kernel
 
-# Measured on the H200 (2026-11-30, bench/notes/decode-path-1-4.md, "a separate route launch"): 32-blocks
-# per quantization program (16: 2-12 us for the prep kernel, 32 and more: 3-50 us) and slots per step of
-# the route loop.
+# 32-blocks per quantization program and slots per step of the route loop, measured on the H200
+# (2026-11-30, bench/notes/decode-path-1-4.md, "a separate route launch").
 QUANT_BLOCKS = 16
 ROUTE_CHUNK = 4096
 # Slots per step where one routing program counts all of topk_ids (route_launches 1): 4096

@@ -20,30 +20,26 @@ def fast_decode(device: torch.device) -> bool:
 
 
 @functools.cache
-def _is_sm90(index: int) -> bool:
-    return torch.cuda.get_device_capability(index) == (9, 0)
+def _properties(index: int):
+    return torch.cuda.get_device_properties(index)
+
+
+def device_properties(device: torch.device):
+    """torch's properties of a GPU, asked once per GPU (this runs on every call)."""
+    return _properties(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def gluon_kernels(device: torch.device) -> bool:
     """Whether the Gluon kernels (wgmma, setmaxnreg) run here: an sm_90 GPU (H100, H200)."""
     if not (fast_decode(device) and torch.cuda.is_available()):
         return False
-    return _is_sm90(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _sm_count(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    props = device_properties(device)
+    return (props.major, props.minor) == (9, 0)
 
 
 def sm_count(device: torch.device) -> int:
     """The GPU's streaming multiprocessors (the stream-K stage's programs are a multiple of them)."""
-    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
-
-
-@functools.cache
-def _is_gfx950(index: int) -> bool:
-    return torch.cuda.get_device_properties(index).gcnArchName.startswith("gfx950")
+    return device_properties(device).multi_processor_count
 
 
 def native_default(device: torch.device) -> bool:
@@ -52,7 +48,7 @@ def native_default(device: torch.device) -> bool:
     if forced is not None:
         return forced
     is_rocm = device.type == "cuda" and torch.version.hip is not None
-    return is_rocm and _is_gfx950(device.index if device.index is not None else torch.cuda.current_device())
+    return is_rocm and device_properties(device).gcnArchName.startswith("gfx950")
 
 
 @functools.cache
@@ -64,10 +60,7 @@ def _target(driver):
 def gfx950_converts() -> bool:
     """Whether the native kernels compile for gfx950 (an MI355X, or bench/gfx950's compile-only
     driver) and so use its fp4 convert instruction, not the emulation (docs/gfx950.md)."""
-    if interpreting():
-        return False
-    target = _target(triton.runtime.driver.active)
-    return target.backend == "hip" and str(target.arch).startswith("gfx950")
+    return targets_amd() and str(_target(triton.runtime.driver.active).arch).startswith("gfx950")
 
 
 def silu_judge() -> str:

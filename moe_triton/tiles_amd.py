@@ -7,9 +7,8 @@ import triton
 from moe_triton.tiles import NativeTileConfig, Stage, checked_shape, default_block_m
 from problem.shapes import Shape
 
-# E-33 bs-512 and I-2048 bs-512 (~140 rows per expert): the tile search's lowest per Triton, since
-# triton 3.9's AMD pipeliner keeps one LDS tile more per stage than 3.6's; with 128-256 32-blocks
-# per quantizing program of the routing launch.
+# E-33 bs-512 and I-2048 bs-512 (~140 rows per expert): one row per Triton, the tile search's lowest
+# (docs/gfx950.md, "The tile search").
 _BS512_ROW = (
     NativeTileConfig(
         block_m=128,
@@ -34,9 +33,7 @@ _ROWS256 = Stage(block_n=128, block_k=256, warps=8, stages=2)
 _ROWS128 = Stage(block_n=64, block_k=256, warps=4, stages=2)
 _COLS128 = Stage(block_n=128, block_k=256, warps=4, stages=2)
 
-# Chosen from offline gfx950 compiles (bench/gfx950/run.py, triton 3.6 and 3.9), never timed on an
-# MI355X. Shared reasons: the routing block follows the rows per expert; stage 1 takes as many
-# weight rows as keep VALU per MFMA low; stage 2 chains tiles so the routing is paid once a program.
+# Never timed on an MI355X; what the rows share and why: docs/gfx950.md, "The AMD tile table".
 NATIVE_TUNED: dict[Shape, NativeTileConfig] = {
     # ~1 row per hit expert: 16-row blocks, stage 2 4 tiles a program
     Shape(16, 7168, 256, 257, 9): NativeTileConfig(block_m=16, stage1=_ROWS256, stage2=_COLS128, n_tiles2=4),

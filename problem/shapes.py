@@ -53,13 +53,6 @@ class Shape(NamedTuple):
         return cls(n_tokens, d_hidden, two_inter // 2, n_experts, topk_ids.shape[1])
 
     @classmethod
-    def of_case(cls, case: dict) -> "Shape":
-        """The shape of a case of problem.cases (the task's sizes, shared experts apart)."""
-        shared = case["nsharedexperts"]
-        experts, topk = case["nroutedexperts"] + shared, case["nexpertspertoken"] + shared
-        return cls(case["bs"], case["dhidden"], case["dexpert"], experts, topk)
-
-    @classmethod
     def of_config(cls, config: dict) -> "Shape":
         """The shape of an input tuple's config dict (SPEC 2: total_top_k counts the shared experts)."""
         experts = config["n_routed_experts"] + config["n_shared_experts"]

@@ -78,13 +78,10 @@ def validate_inputs(data) -> None:
     except TypeError:  # a value that cannot key the cache (not an int): checked the same way, uncached
         layout = _layout.__wrapped__(*key)
     tensors = data[:-1]
-    device = None
     for t, (name, dtypes, shape) in zip(tensors, layout, strict=True):
         if not isinstance(t, torch.Tensor) or t.dtype not in dtypes or t.shape != shape or not t.is_contiguous():
             _check(name, t, dtypes, shape)  # raises, with the message for what is wrong
-        if device is None:
-            device = t.device
-        elif t.device != device:
+        if t.device != tensors[0].device:
             _check_devices(tensors)
     if key not in _ids_checked and _check_expert_ids(tensors[10], tensors[1].shape[0]):
         _ids_checked.add(key)

@@ -62,14 +62,12 @@ def _triton(name: str, tiles, native: bool) -> Candidate:
 def _cpu_candidates(shape: Shape) -> list[Candidate]:
     """The decode table tile, the default rule's tiles one routing-block size up, the native path."""
     native = native_default(torch.device("cpu"))
-    table = (native_tile_config if native else tile_config)(shape)
     larger = min(128, 2 * default_block_m(shape))
     neighbour = TileConfig(block_m=larger, stage1=ROWS64, stage2=COLS64, n_tiles2=4)
-    other = "triton-decode" if native else "triton-native"
     return [
-        Candidate("triton", run_triton, repr(table)),
+        Candidate("triton", run_triton, repr((native_tile_config if native else tile_config)(shape))),
         _triton(f"triton:block-m-{larger}", neighbour, False),
-        _triton(other, None, not native),
+        _triton("triton-decode" if native else "triton-native", None, not native),
     ]
 
 
@@ -93,9 +91,8 @@ def candidates_for(config: dict, target: str, every: bool = False) -> list[Candi
         return _cpu_candidates(shape)
     if target == "gpu":
         return _gpu_candidates(shape, every=every)
-    table = native_tile_config(shape)
     native = [
-        Candidate("triton", run_triton, repr(table)),
+        Candidate("triton", run_triton, repr(native_tile_config(shape))),
         *(_triton(f"triton:{n}", t, True) for n, t in NATIVE_ALTERNATES.get(shape, {}).items()),
     ]
     if target == "gfx950":

@@ -2,6 +2,8 @@
 processes in the same job) reuse what the test run measured. The file, its stamp and what is
 ignored: docs/selection.md, "What happens at the first call of a shape"."""
 
+import contextlib
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -44,10 +46,8 @@ def source_digest(folder: Path) -> str:
 
 def _aiter_version() -> str:
     for dist in ("amd-aiter", "aiter"):
-        try:
+        with contextlib.suppress(importlib.metadata.PackageNotFoundError):
             return importlib.metadata.version(dist)
-        except importlib.metadata.PackageNotFoundError:
-            continue
     return "absent"
 
 
@@ -76,7 +76,6 @@ class ChoiceFile:
     def __init__(self, path: Path, stamp: dict):
         self.path = Path(path)
         self.stamp = stamp
-        self._entries: dict | None = None
 
     def _read(self, quiet: bool = False) -> dict:
         """The file's entries if it is this stamp's, else {} (with one stderr line, unless quiet or
@@ -103,14 +102,13 @@ class ChoiceFile:
             return ignored(f"corrupt ({exc})")
         return ignored("written for another version") if foreign else entries
 
+    @functools.cached_property
     def entries(self) -> dict:
-        if self._entries is None:
-            self._entries = self._read()
-        return self._entries
+        return self._read()
 
     def get(self, shape: Shape, digest: str) -> list[str] | None:
         """The stored order of candidate names for shape, if it was chosen among the same candidates."""
-        entry = self.entries().get(key_text(shape))
+        entry = self.entries.get(key_text(shape))
         if not isinstance(entry, dict) or entry.get("candidates") != digest:
             return None
         order = entry.get("order")
@@ -120,8 +118,8 @@ class ChoiceFile:
 
     def put(self, shape: Shape, digest: str, order: list[str], medians_us: dict[str, float]) -> None:
         """Store one shape's choice (merged with what another process wrote meanwhile)."""
-        self.entries()[key_text(shape)] = {"candidates": digest, "order": order, "median_us": medians_us}
-        merged = {**self._read(quiet=True), **self._entries}
+        self.entries[key_text(shape)] = {"candidates": digest, "order": order, "median_us": medians_us}
+        merged = {**self._read(quiet=True), **self.entries}
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".choices-", suffix=".json")

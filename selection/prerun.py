@@ -59,8 +59,7 @@ def prerun(
     start = clock()
     for case in prerun_cases() if cases is None else cases:
         name = case_name(case)
-        shape = {k: v for k, v in case.items() if k != "seed"}
-        known = chosen_by.known(make_config(**shape))
+        known = chosen_by.known(make_config(**{k: v for k, v in case.items() if k != "seed"}))
         if known:
             out(f"moe-mxfp4 pre-run {name}: {known[0]} ({known[1]})")
             continue

@@ -49,10 +49,8 @@ def select_mode(environ=None) -> str:
 def budget_s(environ=None) -> float:
     """MOE_SELECT_BUDGET_S (seconds per shape, compiles included), default 20."""
     text = (os.environ if environ is None else environ).get(BUDGET_ENV, "")
-    if not text:
-        return DEFAULT_BUDGET_S
     try:
-        value = float(text)
+        value = float(text or DEFAULT_BUDGET_S)
     except ValueError:
         value = math.nan
     if not value >= 0:
@@ -148,7 +146,7 @@ def select(candidates: list[Candidate], data, measure: Callable, reps: int, cloc
     start = clock()
     expected = ref_kernel(data)
     margin = MIN_MARGIN
-    timed, medians, dropped = [], {}, {}
+    medians, dropped = {}, {}
     longest = 0.0  # the costliest candidate so far (compile, check, timing): the next one's estimate
     for index, cand in enumerate(candidates):
         began = clock()
@@ -163,8 +161,7 @@ def select(candidates: list[Candidate], data, measure: Callable, reps: int, cloc
         if not index:
             margin = max(MIN_MARGIN, error)
         medians[cand.name] = median
-        timed.append((median, index, cand))
-    order = [cand for _median, _index, cand in sorted(timed, key=lambda t: t[:2])]
+    order = sorted((cand for cand in candidates if cand.name in medians), key=lambda cand: medians[cand.name])
     return order, medians, dropped
 
 
@@ -245,10 +242,10 @@ class Selector:
         reps = self.reps or (GPU_REPS if on_gpu else CPU_REPS)
         t0 = self.clock()
         budget = budget_s() if budget is None else budget
+        name = shape_name(data[-1])
         try:
             order, medians, dropped = select(candidates, data, measure, reps, self.clock, budget)
         except Exception as exc:  # noqa: BLE001 - the reference itself failed: no check, so no selection
-            name = shape_name(data[-1])
             self.log(f"moe-mxfp4 select {name}: not selected ({_first_line(exc)}) -> {candidates[0].name}")
             return [candidates[0]]
         parts = [f"{c.name} {_us(medians[c.name]) if c.name in medians else dropped[c.name]}" for c in candidates]
@@ -257,7 +254,6 @@ class Selector:
         else:
             order = [candidates[0]]  # nothing passed: the static choice, as without selection
             chosen = f"{candidates[0].name} (none passed)"
-        name = shape_name(data[-1])
         self.log(f"moe-mxfp4 select {name}: {', '.join(parts)} -> {chosen} in {self.clock() - t0:.1f} s")
         if self.store is not None and medians:
             self.store.put(shape, digest, [c.name for c in order], {n: round(m * 1e6, 1) for n, m in medians.items()})

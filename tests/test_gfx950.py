@@ -440,12 +440,12 @@ def test_a_stage_in_two_launches_shares_its_weights_by_programs():
 
 def test_variants_are_the_table_tile_then_the_shapes_alternates(monkeypatch):
     from bench.gfx950.variants import variants
-    from bench.runner.case_args import SMOKE
+    from bench.runner.case_args import SMOKE, case_shape
     from moe_triton import tiles_amd, tiles_nvidia
     from problem.shapes import Shape
 
     params = SMOKE[0]
-    key = Shape.of_case(params)
+    key = case_shape(params)
     assert key == Shape(8, 512, 256, 9, 5)  # shared experts counted in E and topk, as the launcher reads them
     table = tiles_amd.native_tile_config(key)
     monkeypatch.setattr(tiles_amd, "NATIVE_ALTERNATES", {})

@@ -17,10 +17,9 @@ import pytest
 import torch
 
 from bench.gfx950.replay import LEADING, LauncherCall, differences
-from bench.runner.case_args import SMOKE
+from bench.runner.case_args import SMOKE, case_shape
 from moe_triton.tiles_amd import NATIVE_VARIANTS, native_tile_config
 from problem.cases import BENCHMARKS, TESTS
-from problem.shapes import Shape
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHONS = [sys.executable, *filter(None, os.environ.get("MOE_TEST_PYTHONS", "").split(os.pathsep))]
@@ -46,7 +45,7 @@ def _replay(python: str, *args: str) -> subprocess.CompletedProcess:
 
 
 def _table_tiles(case):
-    return native_tile_config(Shape.of_case(case))
+    return native_tile_config(case_shape(case))
 
 
 def test_the_replay_passes_each_launcher_what_the_jit_passes_on_gfx950(tmp_path):

@@ -12,7 +12,7 @@ from gluon_compile import compiled_launches
 from layer_checks import GPU_CASES, assert_matches_reference, small_case
 
 from bench.h200.gluon_check import routed_a2
-from bench.runner.case_args import SMOKE
+from bench.runner.case_args import SMOKE, case_shape
 from bench.tune.tiles import case_tiles
 from buffers import _pool
 from moe_triton import decode as decode_launcher
@@ -23,7 +23,6 @@ from moe_triton.routing import routing_buffers, routing_capacity
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED, gluon_variant, static_tiles, tile_config
 from problem.cases import TESTS
-from problem.shapes import Shape
 from reference import generate_input, quant_dequant_activation
 
 ON_SM90 = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
@@ -120,7 +119,7 @@ def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit
 def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the_k_loop():
     from problem.cases import BENCHMARKS
 
-    tuned = [(c, GLUON_TUNED.get(Shape.of_case(c))) for c in BENCHMARKS]
+    tuned = [(c, GLUON_TUNED.get(case_shape(c))) for c in BENCHMARKS]
     pairs = [(c, tiles) for c, tiles in tuned if getattr(tiles, "gluon1", 0)]
     launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert len(launches) == sum(2 if t.tail_m else 1 for _, t in pairs)  # full blocks' launch and the tails'
@@ -144,7 +143,7 @@ def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the
 @pytest.mark.cpu_only
 def test_two_test_shapes_compile_with_both_widths():
     pairs = [
-        (case, gluon_variant(tile_config(Shape.of_case(case)), block_n, stages=3, parts=2))
+        (case, gluon_variant(tile_config(case_shape(case)), block_n, stages=3, parts=2))
         for case in TESTS[:2]
         for block_n in (64, 128)
     ]

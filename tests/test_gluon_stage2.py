@@ -16,14 +16,13 @@ from layer_checks import GPU_CASES, assert_matches_reference, small_case
 from test_gluon_stage1 import FAST, ON_SM90, decoded_slot, k_slot, run
 
 from bench.h200.gluon_check import routed_a2
-from bench.runner.case_args import SMOKE
+from bench.runner.case_args import SMOKE, case_shape
 from bench.tune.tiles import case_tiles
 from moe_triton import target
 from moe_triton.routing import routing_buffers
 from moe_triton.tiles import TileConfig
 from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant
 from mxfp4.codec import dequantize
-from problem.shapes import Shape
 from reference import generate_input
 
 
@@ -112,7 +111,7 @@ def test_a_torch_model_of_the_gluon_stage_2_tiling_gives_the_plain_products_and_
 def test_the_table_tiles_compile_for_sm90_unserialized_without_spills_and_with_paired_atomics():
     from problem.cases import BENCHMARKS
 
-    tuned = [(c, GLUON_TUNED.get(Shape.of_case(c))) for c in BENCHMARKS]
+    tuned = [(c, GLUON_TUNED.get(case_shape(c))) for c in BENCHMARKS]
     pairs = [(c, tiles) for c, tiles in tuned if getattr(tiles, "gluon2", 0)]
     assert pairs, "no table tile runs the Gluon stage 2"
     launches = compiled_launches(pairs, "moe_gluon_stage2_kernel")

@@ -18,7 +18,7 @@ from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, assert_matches_reference, a
 from test_routing import skewed_topk_ids
 
 import buffers
-from bench.runner.case_args import SMOKE
+from bench.runner.case_args import SMOKE, case_shape
 from moe_triton import plan as plans
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.kernels.native import xcd_program
@@ -340,7 +340,7 @@ def test_native_tiles_cover_every_official_shape():
     from problem.cases import BENCHMARKS, TESTS
 
     for case in TESTS + BENCHMARKS:
-        key = Shape.of_case(case)
+        key = case_shape(case)
         assert key in NATIVE_TUNED
         cfg = native_tile_config(key)
         assert cfg.block_m in (16, 32, 64, 128) and cfg.block_n1 % 32 == 0
@@ -351,7 +351,7 @@ def test_native_tiles_cover_every_official_shape():
     # Two launches for every official shape, three at most for each: the routing's, then
     # stage 1 and stage 2.
     fewest = {key: 2 + min(a.route_launches for a in alts.values()) for key, alts in NATIVE_ALTERNATES.items()}
-    benchmarks = [Shape.of_case(case) for case in BENCHMARKS]
+    benchmarks = [case_shape(case) for case in BENCHMARKS]
     assert all(fewest[key] == 2 for key in benchmarks) and max(fewest.values()) <= 3
     # The default rule: routing blocks by rows per expert, at most 64.
     assert native_default_config(Shape(16, 7168, 256, 257, 9)).block_m == 16

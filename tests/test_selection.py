@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import submission
+from bench.runner.case_args import case_shape
 from moe_triton.tiles_amd import NATIVE_ALTERNATES
 from moe_triton.tiles_nvidia import ALTERNATES, GLUON_TUNED, SELECTION_WINNERS, TUNED, tile_config
 from problem.cases import BENCHMARKS, TESTS, TINY, case_name
@@ -399,10 +400,10 @@ def test_a_cases_shape_is_its_configs_and_its_tensors():
 
     for case in TESTS + BENCHMARKS + SMOKE:
         shape = {k: v for k, v in case.items() if k != "seed"}
-        assert Shape.of_case(case) == Shape.of_config(make_config(**shape))
+        assert case_shape(case) == Shape.of_config(make_config(**shape))
     for case in SMOKE:
         data = generate_input(**case)
-        assert Shape.of(data[0], data[5], data[10]) == Shape.of_case(case) == Shape.of_config(data[-1])
+        assert Shape.of(data[0], data[5], data[10]) == case_shape(case) == Shape.of_config(data[-1])
     assert Shape.of_config(make_config(7168, 256, 256, 8, 1, 16)) == Shape(16, 7168, 256, 257, 9)
 
 
@@ -680,7 +681,7 @@ def test_the_native_alternates_follow_the_offline_estimates_ranking():
     sizes in another order)."""
     ranking = json.loads((Path(__file__).resolve().parents[1] / RANKING).read_text())
     shapes = {
-        f"{group}{i}": Shape.of_case(c)
+        f"{group}{i}": case_shape(c)
         for group, cases in (("test", TESTS), ("bench", BENCHMARKS))
         for i, c in enumerate(cases)
     }

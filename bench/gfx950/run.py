@@ -324,9 +324,8 @@ def _check(args, asm_folder: AsmFolder | None) -> int:
     from bench.gfx950.check import analyse
     from bench.gfx950.estimate import assumptions, estimate
     from bench.gfx950.variants import config_fields, extra_variants, variants
-    from bench.runner.case_args import UsageError, select_cases
+    from bench.runner.case_args import UsageError, case_shape, select_cases
     from bench.runner.report import aiter_times
-    from problem.shapes import Shape
 
     try:
         cases = select_cases(args.cases)
@@ -364,7 +363,7 @@ def _check(args, asm_folder: AsmFolder | None) -> int:
             broken = any(rep.violations for rep, _ in analysed)
             failed |= broken
             case_rows.append(report.case_row(case, note, est, aiter.get(case.shape_key()), name, broken))
-            shape = Shape.of_case(case.params)._asdict()
+            shape = case_shape(case.params)._asdict()
             entry = ranking.setdefault(case.label, {"shape": shape, "variants": [], "broken": []})
             if broken:
                 entry["broken"].append(name)

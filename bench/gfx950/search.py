@@ -41,7 +41,7 @@ from pathlib import Path
 
 from bench.gfx950 import estimate as est
 from bench.gfx950 import model
-from problem.shapes import Shape
+from bench.runner.case_args import case_shape
 
 # The space (docs/gfx950.md gives the reasons). block_k must divide the stage's K; nonkdim 32 at
 # blocks of 32 rows and more; routing blocks from a quarter to twice the rows per expert, 16 to 128.
@@ -273,7 +273,7 @@ class Search:
         from moe_triton.tiles_amd import native_tile_config
 
         self.case, self.params, self.machine, self.max_compiled = case, case.params, machine, max_compiled
-        self.table = native_tile_config(Shape.of_case(self.params))
+        self.table = native_tile_config(case_shape(self.params))
         self.compiled = 0  # launch_case calls that compiled at least one new kernel
         self.compile_seconds: list[tuple[float, int]] = []  # (seconds, new kernels) per such call
 
@@ -414,7 +414,7 @@ def search_case(case, machine: model.Machine = model.MI355X, log=print, max_comp
         row["floor_ratio"] = round(estimate.estimate_us / floor2, 3)
         row["broken"] = [v for rep, _ in analysed for v in rep.violations]
     return dict(
-        shape=Shape.of_case(case.params)._asdict(),
+        shape=case_shape(case.params)._asdict(),
         floor2_us=round(floor2, 2),
         ranked=sorted(chosen, key=lambda r: r["estimate_us"]),
         lists=lists,

@@ -15,10 +15,10 @@ def variants(params: dict, path: str = "native", extra: dict | None = None) -> l
     """(name, tiles) per variant of a case: the table's tile first, then the alternates in their order,
     then `extra` (name -> fields to replace in the table's tile: variants tried before they are named
     in tile_configs)."""
+    from bench.runner.case_args import case_shape
     from moe_triton import tiles_amd, tiles_nvidia
-    from problem.shapes import Shape
 
-    shape = Shape.of_case(params)
+    shape = case_shape(params)
     if path == "native":
         table = tiles_amd.native_tile_config(shape)
         alternates = tiles_amd.NATIVE_ALTERNATES.get(shape, {})

@@ -195,9 +195,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["TRITON_INTERPRET"] = "0"
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
+    from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import ALTERNATES, tile_config
     from problem.cases import BENCHMARKS, TESTS, case_name
-    from problem.shapes import Shape
 
     print("| case | tiles | kernel | regs | local B | STL+LDL | shared B | HGMMA | loop instrs | loop: top ops |")
     print("|---|---|---|---|---|---|---|---|---|---|")
@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         name = case_name(case)
         if args.names and not any(n in name for n in args.names):
             continue
-        shape = Shape.of_case(case)
+        shape = case_shape(case)
         variants = {"table": tile_config(shape)}
         if args.alternates:
             variants.update(ALTERNATES.get(shape, {}))

@@ -62,11 +62,11 @@ def routed_a2(data, block_m: int):
 def base_tiles(case: dict):
     """(the decode table's tile, the static sm_90 tile) of an official case."""
     from bench.h200.harness import table_tile
+    from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import GLUON_TUNED
-    from problem.shapes import Shape
 
     decode = table_tile(case)
-    return decode, GLUON_TUNED.get(Shape.of_case(case), decode)
+    return decode, GLUON_TUNED.get(case_shape(case), decode)
 
 
 def variants(args, decode, static, d_hidden: int = 7168) -> dict:

@@ -31,10 +31,10 @@ def official_cases(selectors: list[str]) -> list[tuple[str, dict]]:
 
 def table_tile(case: dict):
     """The decode table's tile of a case."""
+    from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import tile_config
-    from problem.shapes import Shape
 
-    return tile_config(Shape.of_case(case))
+    return tile_config(case_shape(case))
 
 
 def run_tiles(data, tiles):

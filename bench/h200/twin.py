@@ -99,12 +99,12 @@ def compile_static() -> dict:
     from problem.cases import BENCHMARKS, TESTS, case_name
 
     os.environ["TRITON_INTERPRET"] = "0"
+    from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import ALTERNATES, tile_config
-    from problem.shapes import Shape
 
     cases = {}
     for params in (*TESTS, *BENCHMARKS):
-        shape = Shape.of_case(params)
+        shape = case_shape(params)
         # the decode table's tile, which the twin models (on an H200 two shapes' static choice is
         # the Gluon stage 1's instead: moe_triton/tiles_nvidia.py's GLUON_TUNED)
         table = tile_config(shape)
@@ -253,16 +253,16 @@ def measure(out: Path, reps: int = 15) -> dict:
     import torch
     import triton
 
+    from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import ALTERNATES
     from problem.cases import BENCHMARKS, TESTS, case_name
-    from problem.shapes import Shape
     from reference import generate_input
 
     found = {}
     for params in (*TESTS, *BENCHMARKS):
         data = generate_input(**params)
         row = {}
-        for tile, tiles in [("table", None), *ALTERNATES.get(Shape.of_case(params), {}).items()]:
+        for tile, tiles in [("table", None), *ALTERNATES.get(case_shape(params), {}).items()]:
             row[tile] = call_us(data, tiles, reps)
             print(f"{case_name(params):>30} {tile:>12}: {row[tile]:8.1f} us", flush=True)
         found[case_name(params)] = row

@@ -17,10 +17,10 @@ def compiled_h_kernels(params: dict) -> list[tuple[str, str, str, list[str]]]:
     run) for sm_90 and gfx950 as the launchers launch them there."""
     from bench.gfx950.run import launch_case
     from bench.h200.twin import decode_launches
+    from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import GLUON_TUNED, gluon_variant, tile_config
-    from problem.shapes import Shape
 
-    shape = Shape.of_case(params)
+    shape = case_shape(params)
     decode = tile_config(shape)
     # the Gluon stage 1: its table tile, or the decode tile's routing with its fixed stage-1 fields
     gluon = GLUON_TUNED.get(shape) or gluon_variant(decode, 64, stages=decode.stages1, parts=2)

@@ -24,7 +24,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from problem.shapes import SIZES, shape_problem
+from problem.shapes import SIZES, Shape, shape_problem
 
 CASE_KEYS = ("dhidden", "dexpert", "nroutedexperts", "nexpertspertoken", "nsharedexperts", "bs", "seed")
 SHAPE_KEYS = CASE_KEYS[:-1]
@@ -67,6 +67,13 @@ class Case:
 
     def shape_key(self) -> tuple:
         return tuple(int(self.params[k]) for k in SHAPE_KEYS)
+
+
+def case_shape(case: Mapping) -> Shape:
+    """The Shape of a case (problem/cases.py's keys): the shared experts among the experts and each token's picks."""
+    shared = case["nsharedexperts"]
+    experts, topk = case["nroutedexperts"] + shared, case["nexpertspertoken"] + shared
+    return Shape(case["bs"], case["dhidden"], case["dexpert"], experts, topk)
 
 
 def combine_seed(a: int, b: int) -> int:

@@ -39,12 +39,12 @@ def expected_blocks(n_tokens: int, n_routed: int, per_token: int, n_shared: int,
 
 def call_seconds(params: dict) -> float:
     """One interpreted custom_kernel call of the case."""
+    from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import tile_config
-    from problem.shapes import Shape
 
     h, i, m = params["dhidden"], params["dexpert"], params["bs"]
     routed, shared, per_token = params["nroutedexperts"], params["nsharedexperts"], params["nexpertspertoken"]
-    block_m = tile_config(Shape.of_case(params)).block_m
+    block_m = tile_config(case_shape(params)).block_m
     return KERNEL_NS * 1e-9 * expected_blocks(m, routed, per_token, shared, block_m) * 3 * i * h
 
 

@@ -12,16 +12,16 @@ from collections.abc import Sequence
 def pin_rows(rows: Sequence[dict], amd: bool) -> dict[str, list[str]]:
     """{table: Python lines} from report rows that passed with a choice, one shape each (its first
     row); amd says which tile table an alternate tile belongs to."""
+    from bench.runner.case_args import case_shape
     from moe_triton.tiles_amd import NATIVE_ALTERNATES
     from moe_triton.tiles_nvidia import ALTERNATES
-    from problem.shapes import Shape
 
     tile_table, alternates = ("NATIVE_TUNED", NATIVE_ALTERNATES) if amd else ("TUNED", ALTERNATES)
     tables: dict[str, list[str]] = {tile_table: [], "not pinnable": []}
     seen = set()
     for r in rows:
         choice = r.get("choice")
-        key = Shape.of_case(r)
+        key = case_shape(r)
         if not choice or r["status"] != "pass" or key in seen:
             continue
         seen.add(key)
