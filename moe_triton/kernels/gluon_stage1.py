@@ -48,15 +48,8 @@ def _loader(
         folded,
     ) = inputs
     fold, t_ring = folded
-    W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
-    tokens = gl.load(sorted_ids_ptr + row_range(block * BLOCK_M, ROWS)) & 0xFFFFFF
-    valid = gl.expand_dims(tokens < n_tokens, 1)
-    a_offs = row_offsets(tokens, d_hidden, BLOCK_K)
-    # ring row r holds weight row w_row0 + _ring_row(r)
-    w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)), d_inter)
-    s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
-    words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_hidden, BLOCK_K)
-    sources = (words, scales, (a1_ptr, a_offs))
+    tile = (block, w_row0, d_inter, n_tokens, d_hidden)
+    sources, valid = _tile_sources((w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr), tile, BLOCK_M, ROWS, BLOCK_K, NUM_WG)
     if FOLD:
         # the next block's first FOLD rows (its real ones, when this program folds it)
         t_rows = row_range((block + 1) * BLOCK_M, FOLD)
@@ -69,6 +62,21 @@ def _loader(
     else:
         for i in range(d_hidden // BLOCK_K):
             fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
+
+
+@gluon.jit
+def _tile_sources(ptrs, tile, BLOCK_M: gl.constexpr, ROWS: gl.constexpr, BLOCK_K: gl.constexpr, NUM_WG: gl.constexpr):
+    """fill_slot's sources of one tile at K step 0 and the mask of its real activation rows: routing block `block`'s
+    first ROWS rows, the weight rows from w_row0 (ring row r holds w_row0 + _ring_row(r))."""
+    w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr = ptrs
+    block, w_row0, d_inter, n_tokens, d_hidden = tile
+    W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
+    tokens = gl.load(sorted_ids_ptr + row_range(block * BLOCK_M, ROWS)) & 0xFFFFFF
+    a_offs = row_offsets(tokens, d_hidden, BLOCK_K)
+    w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)), d_inter)
+    s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
+    words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_hidden, BLOCK_K)
+    return (words, scales, (a1_ptr, a_offs)), gl.expand_dims(tokens < n_tokens, 1)
 
 
 @gluon.jit
@@ -183,7 +191,6 @@ def _stream_loader(inputs, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES:
     whole tile's. inputs: the kernel's loader_args."""
     w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr, ring, sizes = inputs
     d_inter, n_tokens, d_hidden = sizes
-    W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
     cur, end, steps, n_ctiles, _, _ = _stream_range(num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M, BLOCK_K, NUM_WG)
     i = 0
     while cur < end:
@@ -192,13 +199,9 @@ def _stream_loader(inputs, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES:
         k1 = gl.minimum(steps, k0 + end - cur)
         block = tile // n_ctiles
         w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + (tile - block * n_ctiles) * NUM_WG * GROUP
-        tokens = gl.load(sorted_ids_ptr + row_range(block * BLOCK_M, BLOCK_M)) & 0xFFFFFF
-        valid = gl.expand_dims(tokens < n_tokens, 1)
-        a_offs = row_offsets(tokens, d_hidden, BLOCK_K)
-        w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)), d_inter)
-        s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
-        words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_hidden, BLOCK_K)
-        sources = (words, scales, (a1_ptr, a_offs))
+        ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
+        tile_args = (block, w_row0, d_inter, n_tokens, d_hidden)
+        sources, valid = _tile_sources(ptrs, tile_args, BLOCK_M, BLOCK_M, BLOCK_K, NUM_WG)
         for k in range(k0, k1):
             fill_slot(i, ring, sources, (k * (BLOCK_K // 8), k, k * BLOCK_K), valid, STAGES)
             i += 1
