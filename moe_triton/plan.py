@@ -2,6 +2,8 @@
 tensors, saving the host time of the JIT launch (docs/triton.md, "Host time per call" and "The replay
 on gfx950")."""
 
+import atexit
+import gc
 import inspect
 import os
 from collections import OrderedDict
@@ -22,6 +24,7 @@ MAX_PLANS = 16  # shapes whose plans are kept (least recently used dropped first
 DIRECT_LAUNCH = os.environ.get("MOE_TRITON_DIRECT", "1") != "0"
 _plans: "OrderedDict[tuple, Plan]" = OrderedDict()
 _recording: "list | None" = None  # the launches of the plan being built, while a first call runs
+atexit.register(gc.unfreeze)  # planned_call's frozen objects collected at exit (nanobind reports them otherwise)
 
 
 def launch(fn, grid: tuple, *args, **kwargs) -> None:
@@ -192,6 +195,7 @@ def planned_call(key: tuple, record, inputs: tuple, interpret: bool) -> torch.Te
     if plan is None:
         plan, out = record()
         _plans[key] = plan
+        gc.freeze()  # what is alive now, out of later full collections (docs/triton.md, "Host time per call")
         while len(_plans) > MAX_PLANS:
             _plans.popitem(last=False)
     else:

@@ -2,6 +2,7 @@
 first call's recorded launches with their own tensors; on the NVIDIA path through the compiled
 kernels' launchers, with the JIT launch as the fallback."""
 
+import gc
 import inspect
 
 import pytest
@@ -125,3 +126,14 @@ def test_tools_read_and_clear_plans_switch_pdl_and_see_the_pool_through_function
     assert target.pdl_enabled() is before
     pooled = buffers.pooled()
     assert pooled and all(isinstance(b, torch.Tensor) for b in pooled)
+
+
+def test_a_shapes_first_call_freezes_what_is_alive_and_its_replays_do_not(monkeypatch):
+    monkeypatch.setattr(plans, "_plans", type(plans._plans)())
+    data = generate_input(**{**PLAN_CASE, "seed": 7})
+    gc.unfreeze()
+    run(data)
+    assert gc.get_freeze_count() > 0  # the first call's objects, out of later full collections
+    gc.unfreeze()
+    run(data)
+    assert gc.get_freeze_count() == 0
