@@ -308,7 +308,8 @@ def moe_gluon_stage1_kernel(
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
     d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
     multiple of BLOCK_K (128), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see _folding. MMA_REGS,
-    LOADER_REGS: the worker partitions' registers per thread (setmaxnreg)."""
+    LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over the grid's programs,
+    partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon stage 1")."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
     after_previous_launch(PDL)
