@@ -185,8 +185,8 @@ def verdict(launch: dict) -> tuple[str, str]:
     if ncu["dram"] >= DRAM_BOUND:
         return "DRAM", f"DRAM {ncu['dram']:.0f}% >= {DRAM_BOUND:g}"
     if ncu["issue"] >= ISSUE_BOUND:
-        return "issue", f"issue {ncu['issue']:.0f}% >= {ISSUE_BOUND:g}"
-    why = f"tensor {ncu['tensor_pipe']:.0f}%, DRAM {ncu['dram']:.0f}%, issue {ncu['issue']:.0f}%"
+        return "issue", f"issue slots {ncu['issue']:.0f}% >= {ISSUE_BOUND:g}"
+    why = f"tensor {ncu['tensor_pipe']:.0f}%, DRAM {ncu['dram']:.0f}%, issue slots {ncu['issue']:.0f}%"
     tiles, needed = launch.get("tiles_kb"), launch.get("needed_kb")
     if tiles is not None:
         cause = "too few bytes in flight" if tiles < needed else "the ring is not kept full"
