@@ -9,13 +9,15 @@ ROWS64 = Stage(block_n=32, block_k=256, warps=4, stages=3)
 ROWS64_2DEEP = Stage(block_n=32, block_k=256, warps=4, stages=2)
 ROWS128 = Stage(block_n=64, block_k=256, warps=8, stages=3)
 COLS64 = Stage(block_n=64, block_k=256, warps=4, stages=2)
+COLS64_3DEEP = Stage(block_n=64, block_k=256, warps=4, stages=3)
 COLS128 = Stage(block_n=128, block_k=256, warps=4, stages=2)
 COLS128_K128 = Stage(block_n=128, block_k=128, warps=4, stages=2)
 
-# bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6).
+# bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6); E-257 bs-16 and bs-128's
+# stage 2 three deep, so that a tile's copy overlaps the tile before it (H100, 2026-12-06).
 TUNED: dict[Shape, TileConfig] = {
-    Shape(16, 7168, 256, 257, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS64, n_tiles2=4, max_regs1=128),
-    Shape(128, 7168, 256, 257, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS64, n_tiles2=8),
+    Shape(16, 7168, 256, 257, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=8, max_regs1=128),
+    Shape(128, 7168, 256, 257, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=8),
     Shape(512, 7168, 256, 257, 9): TileConfig(
         block_m=32, stage1=ROWS64_2DEEP, stage2=COLS64, n_tiles2=8, max_regs1=128, max_regs2=72
     ),
@@ -89,7 +91,7 @@ _RUNNERS_UP: dict[Shape, dict[str, dict]] = {
         "stages1-2": dict(stages1=2),  # untimed
     },
     Shape(128, 7168, 256, 257, 9): {
-        "retune": dict(block_n2=128, block_k2=128, n_tiles2=4),
+        "retune": dict(block_n2=128, block_k2=128, stages2=2, n_tiles2=4),
         "regs1-128": dict(max_regs1=128),  # untimed
     },
     Shape(512, 7168, 256, 257, 9): {

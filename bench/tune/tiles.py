@@ -47,14 +47,16 @@ STAGE1_OPTIONS = [
     )
 ]
 STAGE2_OPTIONS = [
-    dict(block_n2=n, block_k2=k, warps2=w, stages2=2, n_tiles2=t, max_regs2=r)
-    for n, k, w, t, r in (
-        *itertools.product((64, 128), (128, 256), (4,), (1, 4, 8), (0,)),
-        (128, 128, 8, 1, 0),
-        (128, 128, 8, 4, 0),
+    dict(block_n2=n, block_k2=k, warps2=w, stages2=s, n_tiles2=t, max_regs2=r)
+    for n, k, w, s, t, r in (
+        *itertools.product((64, 128), (128, 256), (4,), (2,), (1, 4, 8), (0,)),
+        (128, 128, 8, 2, 1, 0),
+        (128, 128, 8, 2, 4, 0),
         # Register caps that fit a fifth to seventh program per SM (bench/notes/decode-path-5-7.md, "register caps").
-        *itertools.product((64,), (256,), (4,), (4, 8), (72,)),
-        *itertools.product((128,), (256,), (4,), (1, 4), (88,)),
+        *itertools.product((64,), (256,), (4,), (2,), (4, 8), (72,)),
+        *itertools.product((128,), (256,), (4,), (2,), (1, 4), (88,)),
+        # A tile's copy issued while the tile before it computes (bench/notes/nvidia-speed.md, "stage 2 three deep").
+        *itertools.product((64,), (256,), (4,), (3,), (4, 8), (0,)),
     )
 ]
 
