@@ -121,6 +121,9 @@ def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the
 
     tuned = [(c, GLUON_TUNED.get(case_shape(c))) for c in BENCHMARKS]
     pairs = [(c, tiles) for c, tiles in tuned if getattr(tiles, "gluon1", 0)]
+    # and two programs an SM (80 registers at launch), as the selection's variants run it
+    e257 = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 512)
+    pairs.append((e257, gluon_variant(TUNED[case_shape(e257)], 64, stages=4, parts=2, regs=80)))
     launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert len(launches) == sum(2 if t.tail_m else 1 for _, t in pairs)  # full blocks' launch and the tails'
     # (h columns, folded): a folded tile's full blocks' launch issues the tail block's wgmmas too

@@ -8,14 +8,16 @@ tests/test_bundle.py's test_the_local_runner_passes_the_bundle_on_a_smoke_case.
 
 import pytest
 import torch
+from gluon_compile import compiled_launches
 from layer_checks import HAS_DOT_SCALED, ODD_SHAPES, ON_GPU, assert_matches_reference, small_case
 
-from bench.runner.case_args import SMOKE
+from bench.runner.case_args import SMOKE, case_shape
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
 from moe_triton.tiles import Stage, TileConfig
 from moe_triton.tiles_amd import native_default_config
-from moe_triton.tiles_nvidia import default_config
+from moe_triton.tiles_nvidia import default_config, tile_config
+from problem.cases import BENCHMARKS
 from problem.shapes import Shape
 from reference import check_implementation, generate_input, ref_kernel
 from submission import custom_kernel
@@ -203,3 +205,13 @@ def test_cuda_graph_capture_replays_on_new_data():
         out.fill_(float("nan"))
         graph.replay()
         assert_matches_reference(data, out)
+
+
+@pytest.mark.cpu_only
+def test_the_decode_stage_1_waits_for_its_wgmmas_once_a_k_step():
+    """Compiled for sm_90 on the CPU (the interpreter cannot show it): Triton splits a dot on a register
+    operand into k16 wgmmas with a fence and a wait each, unless the loop reads the dot's result at once
+    (whole_dot); E-257 bs-16's K step of 256 then issues its 16 wgmmas behind one wait."""
+    case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 16)
+    (got,) = compiled_launches([(case, tile_config(case_shape(case)))], "moe_stage1_kernel")
+    assert got["mma"] == 16 and got["waits"] == 1 and got["loop_spills"] == 0, got
