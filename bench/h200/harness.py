@@ -1,6 +1,7 @@
-"""What the H200 tools (gluon_check, rivals) share: the official shapes, leaderboard-style inputs
-(generate_input with seed + 13 i), the tolerance's excess, poisoned scratch, one call timed the
-leaderboard's way, one call between cudaProfilerStart and Stop, and the MODE.json / MODE.md they write.
+"""What the H200 tools (gluon_check, rivals, stream) share: the official shapes, leaderboard-style
+inputs (generate_input with seed + 13 i), the tolerance's excess, poisoned scratch, the flush that fits
+the GPU, one call timed the leaderboard's way, one call between cudaProfilerStart and Stop, and the
+MODE.json / MODE.md they write.
 """
 
 from __future__ import annotations
@@ -80,6 +81,18 @@ def leaderboard_input(case: dict, i: int):
     from reference import generate_input
 
     return generate_input(**{**case, "seed": case["seed"] + SEED_STEP * i})
+
+
+def fitting_device():
+    """The runner's timing Device on this GPU with the official flush (62.5 GiB in one block) where it
+    fits, else twice the L2: on an 80 GB H100 a later shape's inputs and scratch found no room beside
+    the official flush's cached block (rivals and stream, 2026-12-06), and twice the L2 evicts it too."""
+    import torch
+
+    from bench.runner.timing import Device
+
+    big = torch.cuda.get_device_properties(0).total_memory > (100 << 30)
+    return Device("cuda", "official" if big else "l2")
 
 
 def timed(device, fn) -> tuple[object, float]:

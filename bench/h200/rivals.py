@@ -1,7 +1,8 @@
 """`python -m bench.h200.rivals`: the package beside other MoE kernels on an NVIDIA GPU, in one run.
 Per official benchmark shape, every repetition draws a fresh leaderboard-style
 input (generate_input with seed + 13 i) and times, the leaderboard's way (synchronize, the
-runner's flush, CUDA events around one call, the median over --reps; the first input warms up):
+runner's flush, or twice the L2 on a card under 100 GB, CUDA events around one call, the median over
+--reps; the first input warms up):
 
   package  submission.custom_kernel, as the leaderboard calls it (its first call per shape runs
            the first-call selection, untimed here since i = 0 only warms up);
@@ -233,11 +234,10 @@ def main(argv: list[str] | None = None) -> int:
         for name, case in cases:
             print(name, profile_shape(case, peers), flush=True)
         return 0
-    from bench.h200.harness import write_results
-    from bench.runner.timing import Device
+    from bench.h200.harness import fitting_device, write_results
 
     started = time.perf_counter()
-    device = Device("cuda", "official")
+    device = fitting_device()
     results = {"flush": device.describe(), "shapes": {}}
     for name, case in cases:
         results["shapes"][name] = time_shape(case, peers, args.reps, device, args.budget_s)

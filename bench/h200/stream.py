@@ -554,15 +554,11 @@ def measure(cases: list, args, out: Path, ncu: str | None) -> None:
     import torch
     import triton
 
+    from bench.h200.harness import fitting_device
     from bench.roofline import floor_ns, load_or_measure, parse_ceilings
-    from bench.runner.timing import Device
 
     ceilings = parse_ceilings(args.ceilings) if args.ceilings else load_or_measure("cuda")
-    # The official flush takes 62.5 GiB in one block; on an 80 GB H100 the second shape's scratch,
-    # carved from that cached block, leaves no room for the next one (seen 2026-12-06): there the
-    # flush writes twice the L2 instead, which evicts it as well.
-    big = torch.cuda.get_device_properties(0).total_memory > (100 << 30)
-    device = Device("cuda", "official" if big else "l2")
+    device = fitting_device()
     results = {
         "meta": {
             "device": torch.cuda.get_device_name(0),
