@@ -211,7 +211,7 @@ def test_cuda_graph_capture_replays_on_new_data():
 def test_the_decode_stage_1_waits_for_its_wgmmas_once_a_k_step():
     """Compiled for sm_90 on the CPU (the interpreter cannot show it): Triton splits a dot on a register
     operand into k16 wgmmas with a fence and a wait each, unless the loop reads the dot's result at once
-    (whole_dot); E-257 bs-16's K step of 256 then issues its 16 wgmmas behind one wait."""
+    (_whole_dot); E-257 bs-16's K step of 256 then issues its 16 wgmmas behind one wait."""
     case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 16)
     (got,) = compiled_launches([(case, tile_config(case_shape(case)))], "moe_stage1_kernel")
     assert got["mma"] == 16 and got["waits"] == 1 and got["loop_spills"] == 0, got

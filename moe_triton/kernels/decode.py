@@ -212,7 +212,7 @@ def _weight_step(
 
 
 @triton.jit
-def whole_dot(acc, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, FAST: tl.constexpr):
+def _whole_dot(acc, ROWS: tl.constexpr, BLOCK_N: tl.constexpr, FAST: tl.constexpr):
     """acc through an identity the compiler cannot see into (NVIDIA PTX), so that the loop uses the K step's dot
     at once: Triton then issues its wgmmas behind one fence and one wait, instead of splitting the dot into k16
     slices with a fence, descriptor arithmetic and a wait each. Only on one warpgroup's 64 weight rows and at most
@@ -258,7 +258,7 @@ def moe_stage1_kernel(
     for k0 in range(0, d_hidden, BLOCK_K):
         a = _act_tile(a1_ptr, tokens.to(tl.int64), valid, d_hidden, k0, BLOCK_K)
         acc = _weight_step(acc, a, w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET)
-        acc = whole_dot(acc, ROWS, BLOCK_N, FAST)
+        acc = _whole_dot(acc, ROWS, BLOCK_N, FAST)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (ROWS, BLOCK_N, 2)))
     h = gated_h(gate, up, JUDGE, INTERPRET)
     a2 = _mx_round_trip(h, ROWS, BLOCK_N, FAST_EXP if FAST else 0)
