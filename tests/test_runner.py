@@ -13,7 +13,7 @@ from bench import roofline
 from bench.runner import cli, evaluate, report
 from bench.runner.backends import backend_env, load_custom_kernel, parse_backend, parse_backends
 from bench.runner.case_args import Case, UsageError, combine_seed, parse_case_spec, secret_seed, select_cases
-from bench.runner.timing import Limits, calculate_stats, should_stop
+from bench.runner.timing import Device, Limits, calculate_stats, should_stop
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -154,6 +154,27 @@ class FakeDevice:
 
     def timer(self):
         return FakeTimer(self.log, self.durations)
+
+
+def test_a_lead_after_the_flush_queues_gpu_work_before_the_timed_call(monkeypatch):
+    # The device's calls recorded instead of run (no GPU here): the small flush, then lead_s of GPU work, so that
+    # the host queues the call's launches while the GPU is still busy, as behind the official flush.
+    device = Device("cpu", "none", lead_s=1e-3)
+    assert device.lead_s == 0.0  # only a CUDA device has a GPU to hold
+    calls = []
+
+    class Torch:
+        @staticmethod
+        def randn(n, device):
+            calls.append(("flush", n * 4))
+
+    device.kind, device.flush_mode, device.flush_bytes, device.lead_s, device.torch = "cuda", "l2", 1 << 26, 1e-3, Torch
+    monkeypatch.setattr(device, "hold_busy", lambda seconds: calls.append(("lead", seconds)))
+    device.flush()
+    assert calls == [("flush", 1 << 26), ("lead", 1e-3)]
+    device.lead_s = 0.0
+    device.flush()
+    assert calls[2:] == [("flush", 1 << 26)]
 
 
 class Recorder:

@@ -1,8 +1,8 @@
 """`python -m bench.h200.rivals`: the package beside other MoE kernels on an NVIDIA GPU, in one run.
 Per official benchmark shape, every repetition draws a fresh leaderboard-style
 input (generate_input with seed + 13 i) and times, the leaderboard's way (synchronize, the
-runner's flush, or twice the L2 on a card under 100 GB, CUDA events around one call, the median over
---reps; the first input warms up):
+runner's flush, or on a card under 100 GB twice the L2 and harness.HOST_LEAD_S of queued GPU work, CUDA
+events around one call, the median over --reps; the first input warms up):
 
   package  submission.custom_kernel, as the leaderboard calls it (its first call per shape runs
            the first-call selection, untimed here since i = 0 only warms up);

@@ -87,13 +87,16 @@ def should_stop(durations_ns: list[float], wall_elapsed_s: float, limits: Limits
 class Device:
     """Synchronize / timer / flush for one torch device ("cuda" covers ROCm too, or "cpu")."""
 
-    def __init__(self, kind: str, flush: str = "official"):
+    def __init__(self, kind: str, flush: str = "official", lead_s: float = 0.0):
+        """lead_s: seconds of GPU work queued after each flush (hold_busy), during which the host
+        queues the timed call's launches, as it does behind the official flush's milliseconds."""
         import torch
 
         self.torch = torch
         self.kind = kind
         self.flush_mode = flush
         self.flush_bytes = 0
+        self.lead_s = lead_s if kind == "cuda" else 0.0
         self._buf = None
         self._sleep_rate = None  # torch.cuda._sleep cycles per second, once measured
         if kind == "cuda":
@@ -136,6 +139,8 @@ class Device:
             else:
                 dummy = torch.randn(self.flush_bytes // 4, device="cuda")
             del dummy
+            if self.lead_s:
+                self.hold_busy(self.lead_s)
         else:
             self._buf.uniform_()
 
@@ -160,7 +165,13 @@ class Device:
         return CudaTimer(self.torch) if self.kind == "cuda" else CpuTimer()
 
     def describe(self) -> dict:
-        return {"kind": self.kind, "flush": self.flush_mode, "flush_bytes": self.flush_bytes, "l2_bytes": self.l2_bytes}
+        return {
+            "kind": self.kind,
+            "flush": self.flush_mode,
+            "flush_bytes": self.flush_bytes,
+            "l2_bytes": self.l2_bytes,
+            "lead_s": self.lead_s,
+        }
 
 
 class Timer:
