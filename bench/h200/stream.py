@@ -9,10 +9,10 @@ kineto's device timestamps, per launch: start and end (from the call's first lau
 the gap to the previous launch's end (negative where it started early: with programmatic dependent
 launch a kernel's programs start and wait while its predecessor finishes) and its own time (its end
 less the later of its start and the previous end), medians over the calls. Per call: the
-leaderboard's time (events around the call), the delay before the first launch (from the end of the flush and its
-lead, harness.fitting_device), the
-launches' span, the bytes the routing makes it read (bench/roofline.py: the experts hit, their
-weights and scales, and the activations) and that floor at the copy bandwidth.
+leaderboard's time (events around the call), the delay before the first launch (from the end of the
+flush and of its lead, harness.fitting_device), the launches' span, the bytes the routing makes it
+read (bench/roofline.py: the experts hit, their weights and scales, and the activations) and that
+floor at the copy bandwidth.
 
 --ncu: then the tool runs itself under Nsight Compute (--clock-control none, --profile-from-start
 off: one call per shape between cudaProfilerStart and Stop, --profile-call), collecting
