@@ -31,12 +31,14 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             raise ValueError(f"tiles: {name} needs an NVIDIA sm_90 GPU (Hopper wgmma); use {name}=0 here")
         if parts not in (1, 2, 4):
             raise ValueError(f"tiles: {name} must be 0 (off), 1, 2 or 4 (parts per K step), not {parts}")
-        if block_n not in (2 * group, 4 * group) or (tile.block_k, tile.warps) != (128, 8):
+        one_warpgroup = stage == 1 and block_n == group and tile.warps == 4
+        if not one_warpgroup and (block_n not in (2 * group, 4 * group) or tile.warps != 8) or tile.block_k != 128:
             raise ValueError(
-                f"tiles: {name} needs block_n{stage} {2 * group} or {4 * group}, block_k{stage} 128 and "
-                f"warps{stage} 8, not {block_n}, {tile.block_k}, {tile.warps}"
+                f"tiles: {name} needs block_n{stage} {2 * group} or {4 * group} with warps{stage} 8"
+                + (f" (or {group} with 4)" if stage == 1 else "")
+                + f", and block_k{stage} 128, not {block_n}, {tile.warps}, {tile.block_k}"
             )
-        most = gluon_launch_registers(block_n // group)
+        most = 255 if one_warpgroup else gluon_launch_registers(block_n // group)
         if regs and not (56 <= regs <= most and regs % 8 == 0):
             raise ValueError(
                 f"tiles: max_regs{stage} with {name} must be 0 or a multiple of 8 from 56 to {most}, not {regs}"
@@ -47,6 +49,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
                 f"tiles: {name} needs its K ({k_dim}) a multiple of 128 and its N ({n_dim}) of {span} "
                 f"(block_n{stage}" + (" times n_tiles2)" if stage == 2 else ")")
             )
+    if cfg.paired1 and not (cfg.paired1 == 1 and cfg.gluon1 and not cfg.fold1):
+        raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
+    if cfg.block_n1 == 32 and cfg.gluon1 and (cfg.fold1 or cfg.stream1):
+        raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1 or stream1")
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
     if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
@@ -115,6 +121,7 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
         grid = (layer.n_blocks, shape.d_inter // cfg.block_n1)
         options = gluon_options(cfg.stages1, cfg.gluon1, cfg.block_n1 // 32, cfg.max_regs1, fast)
         options["FOLD"] = cfg.tail_m if cfg.fold1 else 0
+        options["PAIRED"] = cfg.paired1
         if cfg.stream1:
             grid = (cfg.stream1 * target.sm_count(call.out.device),)
             options.update(stream_scratch(layer, grid[0], call.out.device))
@@ -172,7 +179,11 @@ def triton_options(block_n: int, block_k: int, warps: int, stages: int, max_regs
 
 
 def gluon_options(stages: int, split: int, num_wg: int, max_regs: int, fast: bool) -> dict:
-    """4 warps launched: MMA warpgroup 0; the kernel starts its other partitions."""
+    """4 warps launched: MMA warpgroup 0; the kernel starts its other partitions (none for one warpgroup, which
+    loads its own ring)."""
+    registers = gluon_registers(max_regs, num_wg) if num_wg > 1 else {"MMA_REGS": 0, "LOADER_REGS": 0}
+    if num_wg == 1 and max_regs:
+        registers["maxnreg"] = max_regs
     return dict(
         BLOCK_K=128,
         STAGES=stages,
@@ -180,7 +191,7 @@ def gluon_options(stages: int, split: int, num_wg: int, max_regs: int, fast: boo
         NUM_WG=num_wg,
         num_warps=4,
         **target.pdl_options(fast),
-        **gluon_registers(max_regs, num_wg),
+        **registers,
     )
 
 

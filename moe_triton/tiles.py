@@ -97,6 +97,7 @@ class TileConfig(Tiles):
     gluon2: int = 0
     fold1: int = 0
     stream1: int = 0
+    paired1: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

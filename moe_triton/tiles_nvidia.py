@@ -43,10 +43,16 @@ def tile_config(shape: Shape) -> TileConfig:
     return TUNED.get(checked_shape(shape)) or default_config(shape)
 
 
-def gluon_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, regs: int = 0) -> TileConfig:
-    """tiles with stage 1 on the Gluon kernel (block_n1, stages1, gluon1, max_regs1; the fixed
-    fields as docs/tiles.md, "TileConfig", says), the rest as it is."""
-    return tiles.replace(block_n1=block_n, block_k1=128, warps1=8, stages1=stages, max_regs1=regs, gluon1=parts)
+def gluon_variant(
+    tiles: TileConfig, block_n: int, stages: int, parts: int, regs: int = 0, paired: int = 0
+) -> TileConfig:
+    """tiles with stage 1 on the Gluon kernel (block_n1, stages1, gluon1, max_regs1, paired1; the fixed
+    fields as docs/tiles.md, "TileConfig", says: block_n1 32 is one warpgroup of 4 warps, no loader
+    partition), the rest as it is."""
+    warps = 4 if block_n == 32 else 8
+    return tiles.replace(
+        block_n1=block_n, block_k1=128, warps1=warps, stages1=stages, max_regs1=regs, gluon1=parts, paired1=paired
+    )
 
 
 def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_tiles: int, regs: int = 0) -> TileConfig:

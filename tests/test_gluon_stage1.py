@@ -99,7 +99,7 @@ def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> t
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the model reads the interpreter's a1 and a2")
-@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("block_n", [32, 64, 128])
 @pytest.mark.parametrize("case", SMOKE[:2], ids=["smoke0", "smoke1"])
 def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit(case, block_n):
     data = generate_input(**case)
@@ -144,6 +144,29 @@ def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the
 
 
 @pytest.mark.cpu_only
+def test_one_warpgroup_compiles_for_sm90_without_a_loader_partition_and_with_paired_waits():
+    from problem.cases import BENCHMARKS
+
+    # E-257 bs-16 and E-33 bs-16: 16-row blocks, 56 K steps; paired, one wait every two steps
+    cases = [c for c in BENCHMARKS if c["bs"] == 16]
+    pairs = [
+        (c, gluon_variant(TUNED[case_shape(c)], 32, stages=4, parts=2, paired=paired))
+        for c in cases
+        for paired in (0, 1)
+    ]
+    launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
+    assert len(launches) == len(pairs)
+    for got, (_, tiles) in zip(launches, pairs, strict=True):
+        # a step's two parts of four k16 wgmmas, waited for twice; paired, the two steps' loop and
+        # the odd step's tail (none at 56 steps, compiled all the same)
+        assert (got["mma"], got["waits"]) == ((24, 6) if tiles.paired1 else (8, 2)), got
+        assert got["cp_async_16"] and not got["register_split"], got  # the warpgroup loads its own ring
+        assert got["loop"] and got["loop_spills"] == 0 and got["spills"] == 0, got
+        # four programs an SM: at most 128 registers a thread and a quarter of the shared memory
+        assert got["registers"] <= 128 and got["shared"] <= 232448 // 4, got
+
+
+@pytest.mark.cpu_only
 def test_two_test_shapes_compile_with_both_widths():
     pairs = [
         (case, gluon_variant(tile_config(case_shape(case)), block_n, stages=3, parts=2))
@@ -163,10 +186,21 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
         with pytest.raises(ValueError, match=r"^tiles: gluon1 needs an NVIDIA sm_90 GPU"):
             run(data, tiles)
         monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
-    for bad, field in ((tiles.replace(gluon1=3), "gluon1 must be"), (tiles.replace(block_n1=96), "block_n1")):
+    for bad, field in (
+        (tiles.replace(gluon1=3), "gluon1 must be"),
+        (tiles.replace(block_n1=96), "block_n1"),
+        (tiles.replace(block_n1=32), "(or 32 with 4)"),  # one warpgroup is 4 warps
+    ):
         with pytest.raises(ValueError, match=r"^tiles: gluon1") as err:
             run(data, bad)
         assert field in str(err.value) and "\n" not in str(err.value)
+    for bad, says in (
+        (tiles.replace(paired1=2), "^tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not 2$"),
+        (tiles.replace(gluon1=0, paired1=1), "^tiles: paired1 must be 0 or 1"),
+        (gluon_variant(tiles, 32, 4, 2).replace(stream1=1), r"^tiles: gluon1 with block_n1 32 \(one warpgroup\)"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            run(data, bad)
     for block_n, regs, most in ((64, 60, 168), (64, 48, 168), (64, 176, 168), (128, 104, 96)):
         says = f"^tiles: max_regs1 with gluon1 must be 0 or a multiple of 8 from 56 to {most}, not {regs}$"
         with pytest.raises(ValueError, match=says):
@@ -209,7 +243,7 @@ def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
 
 
 @pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 1 runs on sm_90 GPUs")
-@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("block_n", [32, 64, 128])
 @pytest.mark.parametrize("case", GPU_CASES)
 def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_references(case, block_n):
     from bench.h200.harness import poison
@@ -219,11 +253,13 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
     tiles = case_tiles(data)
     run(data, tiles)
     real, want = routed_a2(data, tiles.block_m)
-    # two programs an SM (80 registers a thread) only where the accumulator is small
-    budgets = ((3, 2, 0), (2, 4, 0)) + (((3, 2, 80),) if block_n == 64 and tiles.block_m <= 32 else ())
-    for stages, split, regs in budgets:
+    # two programs an SM (80 registers a thread) only where the accumulator is small; one wgmma wait
+    # every two K steps (paired), whose odd step the small shapes' odd K step counts reach
+    budgets = ((3, 2, 0, 0), (2, 4, 0, 0), (4, 2, 0, 1))
+    budgets += ((3, 2, 80, 0),) if block_n == 64 and tiles.block_m <= 32 else ()
+    for stages, split, regs, paired in budgets:
         poison(data[0].shape)
-        out = run(data, gluon_variant(tiles, block_n, stages, split, regs))
+        out = run(data, gluon_variant(tiles, block_n, stages, split, regs, paired))
         assert torch.equal(routed_a2(data, tiles.block_m)[1].view(torch.int16), want.view(torch.int16))
         assert_matches_reference(data, out)
     for t, b in zip(data[:-1], before, strict=True):

@@ -1,8 +1,9 @@
 """`python -m bench.h200.gluon_check MODE`: the Gluon stages (moe_triton/kernels/gluon_stage1.py and
 gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H100 / H200.
-The stage-1 variants are every combination of --block-ns (h columns per program), --stages (ring
-slots), --splits (parts per K step) and --regs (registers a thread at launch: 0 for one program an
-SM, 80 for two), --stream (stream-K programs an SM, 0 off), stage 2 the decode one; each
+The stage-1 variants are every combination of --block-ns (h columns per program; 32 is one warpgroup
+that loads its own ring), --stages (ring slots), --splits (parts per K step) and --regs (registers a
+thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off),
+--paired (1: one wgmma wait every two K steps), stage 2 the decode one; each
 --stage2 N-S-P-T[-R] adds a variant with stage 2 on
 the Gluon kernel (N output columns a tile, S ring slots, P parts per K step, T tiles a program, R
 registers a thread at launch) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one
@@ -84,10 +85,10 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     stage1 = {}
     for n in args.block_ns:
         for s in args.stages:
-            for p, r, k in itertools.product(args.splits, args.regs, args.stream):
+            for p, r, k, w in itertools.product(args.splits, args.regs, args.stream, args.paired):
                 name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
-                name += "-fold" if args.fold else ""
-                stage1[name] = gluon_variant(decode, n, s, p, r).replace(**{**routing, **fold}, stream1=k)
+                name += ("-fold" if args.fold else "") + ("-paired" if w else "")
+                stage1[name] = gluon_variant(decode, n, s, p, r, w).replace(**{**routing, **fold}, stream1=k)
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static.replace(**routing)}
     for spec in args.stage2:
@@ -260,13 +261,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T[-R]", help="Gluon stage-2 variants")
     parser.add_argument("--combine", action="store_true", help="stage-2 variants after each stage-1 variant")
     parser.add_argument("--fold", action="store_true", help="stage-1 variants fold tails (fold1; needs tail tiles)")
+    parser.add_argument(
+        "--paired", type=int, nargs="*", choices=[0, 1], default=[0], help="gluon1 variants' paired1 (a wait two steps)"
+    )
     parser.add_argument("--block-m", type=int, choices=[16, 32, 64, 128], help="every variant's routing blocks")
     parser.add_argument("--tail-m", type=int, default=0, help="with --block-m: tail tiles of this many rows (0: none)")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))
     args = parser.parse_args(argv)
     if args.seeds < 1 or args.reps < 1:
         return parser.fail("--seeds and --reps must be at least 1")
-    for option, values, allowed in (("--block-ns", args.block_ns, {64, 128}), ("--splits", args.splits, {1, 2, 4})):
+    for option, values, allowed in (("--block-ns", args.block_ns, {32, 64, 128}), ("--splits", args.splits, {1, 2, 4})):
         if not values or not set(values) <= allowed:
             return parser.fail(f"{option} {values}: each must be one of {sorted(allowed)}")
     if not args.regs or any(r and not (56 <= r <= 168 and r % 8 == 0) for r in args.regs):
@@ -275,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         return parser.fail(f"--regs {max(args.regs)}: --block-ns 128 (four MMA warpgroups) takes at most 96")
     if not args.stream or not set(args.stream) <= {0, 1, 2} or (max(args.stream) and (args.fold or args.tail_m)):
         return parser.fail(f"--stream {args.stream}: each 0, 1 or 2, and 0 with --fold or --tail-m")
+    if 32 in args.block_ns and (args.fold or max(args.stream)):
+        return parser.fail("--block-ns 32 (one warpgroup) takes neither --fold nor --stream")
+    if not args.paired or (max(args.paired) and args.fold):
+        return parser.fail(f"--paired {args.paired}: 0 or 1, and 0 with --fold")
     if not args.stages or min(args.stages) < 2:
         return parser.fail(f"--stages {args.stages}: ring slots must be at least 2")
     for spec in args.stage2:

@@ -31,7 +31,7 @@ ROWS_LAYOUT = gl.constexpr(gl.BlockedLayout([1, 8], [2, 16], [LOADER_WARPS, 1], 
 @triton.constexpr_function
 def scales_layout(w_rows):
     """The loader's layout of a slot's scales ([W_ROWS] int32, one a row)."""
-    return gl.BlockedLayout([w_rows // 128], [32], [LOADER_WARPS], [0])
+    return gl.BlockedLayout([max(w_rows // 128, 1)], [32], [LOADER_WARPS], [0])
 
 
 @gluon.jit
@@ -99,6 +99,32 @@ def mma_step(
     else:
         done = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(empty.index(slot), count=1)
+    return done
+
+
+@gluon.jit
+def mma_steps(acc, i, ring, G: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
+    """mma_step over K steps i and i + 1 with one wgmma wait at the end: step i + 1's first decode overlaps
+    step i's last wgmma; both slots are released after the wait."""
+    w_ring, s_ring, a_ring, ready, empty = ring
+    acc_layout: gl.constexpr = acc.type.layout
+    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    K_PART: gl.constexpr = BLOCK_K // SPLIT
+    for step in gl.static_range(2):
+        slot = (i + step) % STAGES
+        mbarrier.wait(ready.index(slot), ((i + step) // STAGES) & 1)
+        fence_async_shared()
+        w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
+        sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
+        for part in gl.static_range(SPLIT):
+            w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
+            a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
+            acc = warpgroup_mma(w, a_part, acc, is_async=True)
+            if step + part > 0:
+                acc, w = warpgroup_mma_wait(1, deps=[acc, w])
+    done = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(empty.index(i % STAGES), count=1)
+    mbarrier.arrive(empty.index((i + 1) % STAGES), count=1)
     return done
 
 

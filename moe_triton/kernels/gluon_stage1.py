@@ -12,6 +12,7 @@ from moe_triton.kernels.gluon_mma import (
     cta_barrier,
     fill_slot,
     mma_step,
+    mma_steps,
     row_offsets,
     row_range,
     scales_layout,
@@ -87,6 +88,49 @@ def _ring_row(r, d_inter):
 
 
 @gluon.jit
+def _one_warpgroup(
+    ptrs,
+    a2_ptr,
+    tile,
+    col0,
+    BLOCK_M: gl.constexpr,
+    ROWS: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    CK: gl.constexpr,
+    SPLIT: gl.constexpr,
+    PAIRED: gl.constexpr,
+):
+    """One warpgroup both fills the ring and decodes it (no partitions): the 64 weight rows of h columns
+    [col0, col0 + 32), STAGES K steps in flight, the next copies issued once a step's (or, PAIRED, two steps')
+    slots are released."""
+    block, _w_row0, d_inter, _n_tokens, d_hidden = tile
+    ring = allocate_ring(STAGES, 2 * GROUP, ROWS, BLOCK_K, 1)
+    sources, valid = _tile_sources(ptrs, tile, BLOCK_M, ROWS, BLOCK_K, 1)
+    steps = d_hidden // BLOCK_K
+    for i in range(gl.minimum(STAGES, steps)):
+        fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
+    )
+    acc = gl.zeros([2 * GROUP, ROWS], gl.float32, acc_layout)
+    if PAIRED:
+        for i in range(0, steps - 1, 2):
+            acc = mma_steps(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT)
+            for j in range(i + STAGES, gl.minimum(i + STAGES + 2, steps)):
+                fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
+        if steps % 2:
+            acc = mma_step(acc, steps - 1, ring, 0, BLOCK_K, STAGES, SPLIT)
+    else:
+        for i in range(steps):
+            acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT)
+            if i + STAGES < steps:
+                j = i + STAGES
+                fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
+    _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
+
+
+@gluon.jit
 def _mma_and_epilogue(
     shared,
     BLOCK_M: gl.constexpr,
@@ -97,6 +141,7 @@ def _mma_and_epilogue(
     G: gl.constexpr,
     SPLIT: gl.constexpr,
     FOLD: gl.constexpr,
+    PAIRED: gl.constexpr,
 ):
     """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers (and the
     folded block's, FOLD > 0). shared: what every MMA warpgroup takes (the kernel's mma_args)."""
@@ -114,6 +159,11 @@ def _mma_and_epilogue(
         for i in range(d_hidden // BLOCK_K):
             acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
         _store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
+    elif PAIRED:
+        for i in range(0, d_hidden // BLOCK_K - 1, 2):
+            acc = mma_steps(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+        if (d_hidden // BLOCK_K) % 2:
+            acc = mma_step(acc, d_hidden // BLOCK_K - 1, ring, G, BLOCK_K, STAGES, SPLIT)
     else:
         for i in range(d_hidden // BLOCK_K):
             acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
@@ -218,6 +268,7 @@ def _stream_mma(
     G: gl.constexpr,
     SPLIT: gl.constexpr,
     NUM_WG: gl.constexpr,
+    PAIRED: gl.constexpr,
 ):
     """Stream-K MMA warpgroup G: per segment its 32 h columns' sums; a2 at once for a whole tile, else by _fix_up."""
     a2_ptr, num_valid_ids_ptr, ring, split, sizes = shared
@@ -235,9 +286,17 @@ def _stream_mma(
         k0 = cur - tile * steps
         k1 = gl.minimum(steps, k0 + end - cur)
         acc = gl.zeros([2 * GROUP, BLOCK_M], gl.float32, acc_layout)
-        for _ in range(k0, k1):
-            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
-            i += 1
+        if PAIRED:
+            for _ in range(k0, k1 - 1, 2):
+                acc = mma_steps(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+                i += 2
+            if (k1 - k0) % 2:
+                acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+                i += 1
+        else:
+            for _ in range(k0, k1):
+                acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+                i += 1
         done = (k0 == 0) & (k1 == steps)
         if not done:
             acc, done = _fix_up(acc, split, tile, cur == start, (total, programs, steps), G, NUM_WG)
@@ -302,6 +361,7 @@ def moe_gluon_stage1_kernel(
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
     STREAM: gl.constexpr = 0,
+    PAIRED: gl.constexpr = 0,
     partials_ptr=None,
     counters_ptr=None,
 ):
@@ -311,10 +371,18 @@ def moe_gluon_stage1_kernel(
     LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over the grid's programs,
     partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon stage 1")."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
-    gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 2 or 4")
+    gl.static_assert((NUM_WG == 1) or (NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 1, 2 or 4")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
-    if STREAM:
+    if NUM_WG == 1:
+        block = gl.program_id(0)
+        if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+            col0 = gl.program_id(1) * GROUP
+            w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
+            ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
+            tile = (block, w_row0, d_inter, n_tokens, d_hidden)
+            _one_warpgroup(ptrs, a2_ptr, tile, col0, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, SPLIT, PAIRED)
+    elif STREAM:
         gl.static_assert(
             (ROWS == BLOCK_M) and (FOLD == 0) and (NUM_WG == 2),
             "gluon stage 1: stream-K takes 2 MMA warpgroups, no tails",
@@ -326,8 +394,8 @@ def moe_gluon_stage1_kernel(
         loader_args += (sizes,)
         gl.warp_specialize(
             [
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG)),
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG)),
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG, PAIRED)),
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG, PAIRED)),
                 (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
             ],
             [4, LOADER_WARPS.value],
@@ -365,8 +433,14 @@ def moe_gluon_stage1_kernel(
             if NUM_WG == 2:
                 gl.warp_specialize(
                     [
-                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
-                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
+                        (
+                            _mma_and_epilogue,
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD, PAIRED),
+                        ),
+                        (
+                            _mma_and_epilogue,
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD, PAIRED),
+                        ),
                         (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                     ],
                     [4, LOADER_WARPS.value],
@@ -375,10 +449,22 @@ def moe_gluon_stage1_kernel(
             else:
                 gl.warp_specialize(
                     [
-                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD)),
-                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD)),
-                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD)),
-                        (_mma_and_epilogue, (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD)),
+                        (
+                            _mma_and_epilogue,
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD, PAIRED),
+                        ),
+                        (
+                            _mma_and_epilogue,
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD, PAIRED),
+                        ),
+                        (
+                            _mma_and_epilogue,
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD, PAIRED),
+                        ),
+                        (
+                            _mma_and_epilogue,
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD, PAIRED),
+                        ),
                         (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                     ],
                     [4, 4, 4, LOADER_WARPS.value],
