@@ -182,7 +182,12 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
     "argv, says",
     [
         (["time", "--splits", "3"], "--splits [3]: each must be one of [1, 2, 4]"),
-        (["time", "--block-ns", "96"], "--block-ns [96]: each must be one of [64, 128]"),
+        (["time", "--block-ns", "96"], "--block-ns [96]: each must be one of [32, 64, 128]"),
+        (
+            ["time", "--block-ns", "32", "--stream", "1"],
+            "--block-ns 32 (one warpgroup) takes neither --fold nor --stream",
+        ),
+        (["time", "--paired", "1", "--fold"], "--paired [1]: 0 or 1, and 0 with --fold"),
         (["check", "--stages", "1"], "--stages [1]: ring slots must be at least 2"),
         (["time", "--regs", "60"], "--regs [60]: each must be 0 or a multiple of 8 from 56 to 168"),
         (
@@ -236,6 +241,7 @@ def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_varia
         tail_m=0,
         fold=False,
         stream=[0],
+        paired=[0],
     )
     over_static = variants(Namespace(**given, stage1_variants=0, combine=False), decode, static)
     assert list(over_static) == ["g2-256-4-2-4"] and over_static["g2-256-4-2-4"] == static  # the table's own
@@ -247,6 +253,21 @@ def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_varia
     assert fields == (128, 32, 2, 64, 4, 2, 256, 4, 4)
 
 
+def test_gluon_check_names_its_one_warpgroup_and_paired_variants():
+    from argparse import Namespace
+
+    from bench.h200.gluon_check import base_tiles, variants
+    from problem.cases import BENCHMARKS
+
+    given = dict(block_ns=[32, 64], stages=[4], splits=[2], regs=[0], stage2=[], block_m=None, tail_m=0)
+    args = Namespace(**given, fold=False, stream=[0], paired=[0, 1], stage1_variants=1, combine=False)
+    decode, static = base_tiles(next(c for c in BENCHMARKS if c["bs"] == 16))
+    named = variants(args, decode, static)
+    assert list(named) == ["gluon-n32-s4-p2", "gluon-n32-s4-p2-paired", "gluon-n64-s4-p2", "gluon-n64-s4-p2-paired"]
+    fields = [(t.block_n1, t.warps1, t.paired1) for t in named.values()]
+    assert fields == [(32, 4, 0), (32, 4, 1), (64, 8, 0), (64, 8, 1)]  # one warpgroup is 4 warps
+
+
 def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
     from argparse import Namespace
 
@@ -254,7 +275,16 @@ def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
     from problem.cases import BENCHMARKS
 
     given = dict(
-        block_ns=[64], stages=[4], splits=[2], regs=[0], stage2=[], block_m=None, tail_m=0, fold=True, stream=[0]
+        block_ns=[64],
+        stages=[4],
+        splits=[2],
+        regs=[0],
+        stage2=[],
+        block_m=None,
+        tail_m=0,
+        fold=True,
+        stream=[0],
+        paired=[0],
     )
     args = Namespace(**given, stage1_variants=1, combine=False)
     i2048 = next(c for c in BENCHMARKS if c["dexpert"] == 2048)
