@@ -58,74 +58,90 @@ def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.const
 
 @gluon.jit
 def mma_step(
-    acc, i, ring, G: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr, folded=None
+    acc,
+    i,
+    ring,
+    G: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    SPLIT: gl.constexpr,
+    folded=None,
+    STEPS: gl.constexpr = 1,
 ):
-    """K step i of warpgroup G: in SPLIT parts along k, decode and issue a wgmma, each decode overlapping the wgmma
-    before it; then release the slot. folded: (acc_t, t_ring) of a folded block (stage 1), a second wgmma on the
+    """K steps i .. i + STEPS - 1 of warpgroup G: in SPLIT parts along k a step, decode and issue a wgmma, each
+    decode overlapping the wgmma before it (with STEPS 2, a step's first decode the step before's last wgmma);
+    then release the slots. folded (STEPS 1): (acc_t, t_ring) of a folded block (stage 1), a second wgmma on the
     same weights; returns (acc, acc_t) then."""
+    gl.static_assert((STEPS == 1) or (folded is None), "mma_step: a folded block takes one K step a wait")
     w_ring, s_ring, a_ring, ready, empty = ring
     acc_layout: gl.constexpr = acc.type.layout
-    slot = i % STAGES
-    mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-    fence_async_shared()  # cp.async wrote the slot through the generic proxy; wgmma reads the async one
-    w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
-    sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
     K_PART: gl.constexpr = BLOCK_K // SPLIT
     if folded is not None:
         acc_t, t_ring = folded
         t_layout: gl.constexpr = acc_t.type.layout
-    for part in gl.static_range(SPLIT):
-        w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
-        a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-        if folded is not None:
-            t_part = t_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-            acc = warpgroup_mma(w, a_part, acc, is_async=True)
-            w_t = gl.convert_layout(
-                w, gl.DotOperandLayout(operand_index=0, parent=t_layout, k_width=2), assert_trivial=True
-            )
-            acc_t = warpgroup_mma(w_t, t_part, acc_t, is_async=True)
-            if part > 0:
-                acc, acc_t, w, w_t = warpgroup_mma_wait(2, deps=[acc, acc_t, w, w_t])
-        else:
-            acc = warpgroup_mma(w, a_part, acc, is_async=True)
-            if part > 0:
-                # the part before is done with its registers: at most two parts' operands are live
-                acc, w = warpgroup_mma_wait(1, deps=[acc, w])
+    for step in gl.static_range(STEPS):
+        slot = (i + step) % STAGES
+        mbarrier.wait(ready.index(slot), ((i + step) // STAGES) & 1)
+        fence_async_shared()  # cp.async wrote the slot through the generic proxy; wgmma reads the async one
+        w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
+        sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
+        for part in gl.static_range(SPLIT):
+            w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
+            a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
+            if folded is not None:
+                t_part = t_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
+                acc = warpgroup_mma(w, a_part, acc, is_async=True)
+                w_t = gl.convert_layout(
+                    w, gl.DotOperandLayout(operand_index=0, parent=t_layout, k_width=2), assert_trivial=True
+                )
+                acc_t = warpgroup_mma(w_t, t_part, acc_t, is_async=True)
+                if part > 0:
+                    acc, acc_t, w, w_t = warpgroup_mma_wait(2, deps=[acc, acc_t, w, w_t])
+            else:
+                acc = warpgroup_mma(w, a_part, acc, is_async=True)
+                if step + part > 0:
+                    # the part before is done with its registers: at most two parts' operands are live
+                    acc, w = warpgroup_mma_wait(1, deps=[acc, w])
     # Waited for at once: a wgmma still in flight across the loop's back edge makes ptxas
     # serialize every k16 wgmma (C7515). The other warpgroups decode meanwhile.
     if folded is not None:
         done = warpgroup_mma_wait(0, deps=[acc, acc_t])
     else:
         done = warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(empty.index(slot), count=1)
+    for step in gl.static_range(STEPS):
+        mbarrier.arrive(empty.index((i + step) % STAGES), count=1)
     return done
 
 
 @gluon.jit
-def mma_steps(acc, i, ring, G: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
-    """mma_step over K steps i and i + 1 with one wgmma wait at the end: step i + 1's first decode overlaps
-    step i's last wgmma; both slots are released after the wait."""
-    w_ring, s_ring, a_ring, ready, empty = ring
-    acc_layout: gl.constexpr = acc.type.layout
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
-    K_PART: gl.constexpr = BLOCK_K // SPLIT
-    for step in gl.static_range(2):
-        slot = (i + step) % STAGES
-        mbarrier.wait(ready.index(slot), ((i + step) // STAGES) & 1)
-        fence_async_shared()
-        w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
-        sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
-        for part in gl.static_range(SPLIT):
-            w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
-            a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
-            acc = warpgroup_mma(w, a_part, acc, is_async=True)
-            if step + part > 0:
-                acc, w = warpgroup_mma_wait(1, deps=[acc, w])
-    done = warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(empty.index(i % STAGES), count=1)
-    mbarrier.arrive(empty.index((i + 1) % STAGES), count=1)
-    return done
+def mma_steps(
+    acc,
+    i,
+    k0,
+    k1,
+    ring,
+    G: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    STAGES: gl.constexpr,
+    SPLIT: gl.constexpr,
+    PAIRED: gl.constexpr,
+):
+    """(acc, the next ring index) after K steps k0 .. k1 - 1 of warpgroup G from ring index i (mma_step), with PAIRED
+    two steps a wgmma wait (an odd last alone)."""
+    i = gl.to_tensor(i)  # carried through the loop, whether it came in as a value or a constant
+    if PAIRED:
+        for _ in range(k0, k1 - 1, 2):
+            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, STEPS=2)
+            i += 2
+        if (k1 - k0) % 2:
+            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+            i += 1
+    else:
+        for _ in range(k0, k1):
+            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+            i += 1
+    return acc, i
 
 
 @gluon.jit

@@ -116,7 +116,7 @@ def _one_warpgroup(
     acc = gl.zeros([2 * GROUP, ROWS], gl.float32, acc_layout)
     if PAIRED:
         for i in range(0, steps - 1, 2):
-            acc = mma_steps(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT)
+            acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT, STEPS=2)
             for j in range(i + STAGES, gl.minimum(i + STAGES + 2, steps)):
                 fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
         if steps % 2:
@@ -159,14 +159,8 @@ def _mma_and_epilogue(
         for i in range(d_hidden // BLOCK_K):
             acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
         _store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
-    elif PAIRED:
-        for i in range(0, d_hidden // BLOCK_K - 1, 2):
-            acc = mma_steps(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
-        if (d_hidden // BLOCK_K) % 2:
-            acc = mma_step(acc, d_hidden // BLOCK_K - 1, ring, G, BLOCK_K, STAGES, SPLIT)
     else:
-        for i in range(d_hidden // BLOCK_K):
-            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+        acc, _ = mma_steps(acc, 0, 0, d_hidden // BLOCK_K, ring, G, BLOCK_K, STAGES, SPLIT, PAIRED)
     _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
 
 
@@ -286,17 +280,7 @@ def _stream_mma(
         k0 = cur - tile * steps
         k1 = gl.minimum(steps, k0 + end - cur)
         acc = gl.zeros([2 * GROUP, BLOCK_M], gl.float32, acc_layout)
-        if PAIRED:
-            for _ in range(k0, k1 - 1, 2):
-                acc = mma_steps(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
-                i += 2
-            if (k1 - k0) % 2:
-                acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
-                i += 1
-        else:
-            for _ in range(k0, k1):
-                acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
-                i += 1
+        acc, i = mma_steps(acc, i, k0, k1, ring, G, BLOCK_K, STAGES, SPLIT, PAIRED)
         done = (k0 == 0) & (k1 == steps)
         if not done:
             acc, done = _fix_up(acc, split, tile, cur == start, (total, programs, steps), G, NUM_WG)
