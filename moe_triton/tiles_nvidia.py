@@ -63,9 +63,11 @@ def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_t
 
 
 # Where the Gluon stages beat the decode table's tile on the H200 (bench/h200/gluon_check.py,
-# 2026-12-04, torch 2.11, triton 3.6). E-257 bs-512 left it when the decode stage 1 kept its dot
-# whole (stage 1 309.5 against the Gluon one's 338.8 us, H100, 2026-12-06).
+# 2026-12-04, torch 2.11, triton 3.6) and, where dated so, on an H100.
 GLUON_TUNED: dict[Shape, TileConfig] = {
+    # one warpgroup a program, one wgmma wait every two K steps: stage 1 283.2 against the decode
+    # stage 1's 309.7 us (H100, 2026-12-06)
+    Shape(512, 7168, 256, 257, 9): gluon_variant(TUNED[Shape(512, 7168, 256, 257, 9)], 32, stages=4, parts=2, paired=1),
     Shape(16, 7168, 512, 33, 9): gluon2_variant(TUNED[Shape(16, 7168, 512, 33, 9)], 256, stages=4, parts=2, n_tiles=7),
     # stream-K over 64-row blocks, one program an SM: 170.4 against 189.1 us (H100, 2026-12-06)
     Shape(128, 7168, 512, 33, 9): gluon2_variant(
