@@ -45,7 +45,7 @@ def k_slot(cols: torch.Tensor) -> torch.Tensor:
 
 
 def ring_row(r: torch.Tensor, d_inter: int) -> torch.Tensor:
-    """The kernel's _ring_row: warpgroup r // 64's group; per 16 rows 8 gate rows, then their up rows."""
+    """The kernel's ring_row: warpgroup r // 64's group; per 16 rows 8 gate rows, then their up rows."""
     return (r // 64) * 32 + ((r % 64) // 16) * 8 + r % 8 + ((r // 8) % 2) * d_inter
 
 

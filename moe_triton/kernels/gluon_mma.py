@@ -172,10 +172,15 @@ def weight_sources(w_ptr, w_scale_ptr, w_rows, s_rows, k_dim, BLOCK_K: gl.conste
 
 @gluon.jit
 def allocate_ring(
-    STAGES: gl.constexpr, W_ROWS: gl.constexpr, ROWS: gl.constexpr, BLOCK_K: gl.constexpr, NUM_WG: gl.constexpr
+    STAGES: gl.constexpr,
+    W_ROWS: gl.constexpr,
+    ROWS: gl.constexpr,
+    BLOCK_K: gl.constexpr,
+    NUM_WG: gl.constexpr,
+    A_DTYPE: gl.constexpr = gl.bfloat16,
 ):
     """The ring and its barriers: ready completes when every loader thread's copies of a slot
-    landed, empty when every MMA warpgroup is done with it."""
+    landed, empty when every MMA warpgroup is done with it. A_DTYPE: the activation rows' type."""
     w_ring = gl.allocate_shared_memory(
         gl.int32,
         [STAGES, W_ROWS, BLOCK_K // 8],
@@ -183,7 +188,7 @@ def allocate_ring(
     )
     s_ring = gl.allocate_shared_memory(gl.int32, [STAGES, W_ROWS], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     a_ring = gl.allocate_shared_memory(
-        gl.bfloat16, [STAGES, ROWS, BLOCK_K], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_K], gl.bfloat16)
+        A_DTYPE, [STAGES, ROWS, BLOCK_K], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_K], A_DTYPE)
     )
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())

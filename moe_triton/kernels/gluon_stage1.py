@@ -68,20 +68,20 @@ def _loader(
 @gluon.jit
 def _tile_sources(ptrs, tile, BLOCK_M: gl.constexpr, ROWS: gl.constexpr, BLOCK_K: gl.constexpr, NUM_WG: gl.constexpr):
     """fill_slot's sources of one tile at K step 0 and the mask of its real activation rows: routing block `block`'s
-    first ROWS rows, the weight rows from w_row0 (ring row r holds w_row0 + _ring_row(r))."""
+    first ROWS rows, the weight rows from w_row0 (ring row r holds w_row0 + ring_row(r))."""
     w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr = ptrs
     block, w_row0, d_inter, n_tokens, d_hidden = tile
     W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
     tokens = gl.load(sorted_ids_ptr + row_range(block * BLOCK_M, ROWS)) & 0xFFFFFF
     a_offs = row_offsets(tokens, d_hidden, BLOCK_K)
-    w_rows = _ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)), d_inter)
-    s_rows = _ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
+    w_rows = ring_row(gl.arange(0, W_ROWS, layout=gl.SliceLayout(1, WORDS_LAYOUT)), d_inter)
+    s_rows = ring_row(gl.arange(0, W_ROWS, layout=scales_layout(W_ROWS)), d_inter)
     words, scales = weight_sources(w_ptr, w_scale_ptr, w_row0 + w_rows, w_row0 + s_rows, d_hidden, BLOCK_K)
     return (words, scales, (a1_ptr, a_offs)), gl.expand_dims(tokens < n_tokens, 1)
 
 
 @gluon.jit
-def _ring_row(r, d_inter):
+def ring_row(r, d_inter):
     """Weight row (from w_row0) in ring row r: warpgroup r // 64 takes group r // 64, each warp's 16 rows 8 gate rows
     then the same 8 columns' up rows, so that a thread's two accumulator rows are one column's gate and up sums."""
     return (r // 64) * GROUP + ((r % 64) // 16) * 8 + r % 8 + ((r // 8) % 2) * d_inter
@@ -127,7 +127,7 @@ def _one_warpgroup(
             if i + STAGES < steps:
                 j = i + STAGES
                 fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
-    _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
+    store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
 
 
 @gluon.jit
@@ -158,20 +158,20 @@ def _mma_and_epilogue(
         acc_t = gl.zeros([2 * GROUP, FOLD], gl.float32, t_layout)
         for i in range(d_hidden // BLOCK_K):
             acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
-        _store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
+        store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
     else:
         acc, _ = mma_steps(acc, 0, 0, d_hidden // BLOCK_K, ring, G, BLOCK_K, STAGES, SPLIT, PAIRED)
-    _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
+    store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
 
 
 @gluon.jit
-def _store_a2(
+def store_a2(
     acc, a2_ptr, row0, col0, d_inter, G: gl.constexpr, ROWS: gl.constexpr, CK: gl.constexpr, store, MASKED: gl.constexpr
 ):
     """The epilogue of one accumulator of ROWS sorted rows from row0: a2 of group G's columns;
     with MASKED, written only where store holds (a folded block's, when this program folds it)."""
     # [warp, gate or up, row in 8, token] -> gate and up [warp, row, token] of columns 8 warp + row
-    # (_ring_row), in the registers that hold them
+    # (ring_row), in the registers that hold them
     gate, up = gl.split(gl.permute(gl.reshape(acc, [4, 2, 8, ROWS]), [0, 2, 3, 1]))
     if CK:
         h = gated_h(gate, up, "ck", False)
@@ -287,7 +287,7 @@ def _stream_mma(
         if done:
             block = tile // n_ctiles
             col0 = (tile - block * n_ctiles) * NUM_WG * GROUP
-            _store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, BLOCK_M, CK, done, False)
+            store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, BLOCK_M, CK, done, False)
         cur += k1 - k0
 
 
