@@ -209,7 +209,8 @@ def model(inputs: dict, chunk: int) -> torch.Tensor:
 
 
 @gluon.jit
-def _four(x):
+def four(x):
+    """x four times along two new trailing axes: the inputs of DECODE_ASM with pack 4."""
     return gl.join(gl.join(x, x), gl.join(x, x))
 
 
@@ -225,7 +226,7 @@ def shifted_int8_weights(w_slot, d_word, acc_layout: gl.constexpr):
     lo, hi = gl.inline_asm_elementwise(
         DECODE_ASM,
         "=r,=r,r,r,r,r,r,r,r,r,r,r,r,r",
-        [_four(words), _four(0x03020100 << d), _four(0x0C080604 << d)],
+        [four(words), four(0x03020100 << d), four(0x0C080604 << d)],
         dtype=(gl.int8, gl.int8),
         is_pure=True,
         pack=4,
@@ -263,7 +264,7 @@ def _chunk_scales(w_scale_ptr, a_scale_ptr, c, m_dim, n_dim, G: gl.constexpr, ac
 
 
 @gluon.jit
-def _promote(acc, acc_i, sw, sa):
+def promote(acc, acc_i, sw, sa):
     """acc += (int32 sum x sw) x sa with one rounding: the sum read as fp32 through the bias, then
     two fused multiply-adds, the first exact."""
     biased = (acc_i + 0x4B400000).to(gl.float32, bitcast=True)
@@ -341,11 +342,11 @@ def _int8_loop(
             acc_i = warpgroup_mma(w_part, a_part, acc_i, use_acc=(i % STEPS) > 0, is_async=True)
             acc_i = warpgroup_mma_wait(0, deps=[acc_i])
             if CHUNK < 4:
-                acc = _promote(acc, acc_i, scales[2 * p], scales[2 * p + 1])
+                acc = promote(acc, acc_i, scales[2 * p], scales[2 * p + 1])
         mbarrier.arrive(empty.index(slot), count=1)
         if CHUNK >= 4:
             if i % STEPS == STEPS - 1:
-                acc = _promote(acc, acc_i, sw, sa)
+                acc = promote(acc, acc_i, sw, sa)
                 # the next chunk's scales, loaded a chunk ahead (the last chunk reloads its own)
                 nxt = gl.minimum(i // STEPS + 1, n_chunks - 1)
                 sw, sa = _chunk_scales(w_scale_ptr, a_scale_ptr, nxt, m_dim, n_dim, G, acc_layout)

@@ -58,7 +58,14 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench.h200.int8_probe import DECODE_ASM, HI_TABLE, LO_TABLE, kernel_order  # noqa: E402 (the root first)
+from bench.h200.int8_probe import (  # noqa: E402 (the repository root first)
+    DECODE_ASM,
+    HI_TABLE,
+    LO_TABLE,
+    four,
+    kernel_order,
+    promote,
+)
 from moe_triton.kernels.gluon_mma import (  # noqa: E402
     WORDS_LAYOUT,
     allocate_ring,
@@ -82,11 +89,6 @@ SHAPES = ("E256+1-k8+1-bs16", "E256+1-k8+1-bs128", "E256+1-k8+1-bs512", "I512-E3
 
 
 @gluon.jit
-def _four(x):
-    return gl.join(gl.join(x, x), gl.join(x, x))
-
-
-@gluon.jit
 def _int8_weights(w_slot, d_word, acc_layout: gl.constexpr):
     """A K step of the warpgroup's 64 weight rows as wgmma's int8 register operand [64, 128] in int8_probe's K
     order: thread q of a row's four decodes words 4 q .. 4 q + 3 (block q of the step) with that block's shift,
@@ -99,7 +101,7 @@ def _int8_weights(w_slot, d_word, acc_layout: gl.constexpr):
     lo, hi = gl.inline_asm_elementwise(
         DECODE_ASM,
         "=r,=r,r,r,r,r,r,r,r,r,r,r,r,r",
-        [_four(words), _four(LOW_CODES << d), _four(HIGH_CODES << d)],
+        [four(words), four(LOW_CODES << d), four(HIGH_CODES << d)],
         dtype=(gl.int8, gl.int8),
         is_pure=True,
         pack=4,
@@ -118,15 +120,6 @@ def _chunk_base(s0, s1):
     for k in gl.static_range(4):
         base = gl.minimum(base, (s1 >> (8 * k)) & 0xFF)
     return base
-
-
-@gluon.jit
-def _promote(acc, acc_i, sw, sa):
-    """acc += (int32 sums x sw) x sa with one rounding: the sums read as fp32 through the 1.5 x 2^23 bias, then
-    two fused multiply-adds, the first exact."""
-    biased = (acc_i + 0x4B400000).to(gl.float32, bitcast=True)
-    exact = gl.fma(biased, sw, sw * -12582912.0)
-    return gl.fma(exact, sa, acc)
 
 
 @gluon.jit
@@ -200,7 +193,7 @@ def moe_int8_stage1_kernel(
                 fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
             sw = ((base - 1) << 23).to(gl.float32, bitcast=True)  # 2^(base - 128)
             sw = gl.expand_dims(gl.convert_layout(sw, gl.SliceLayout(1, acc_layout)), 1)
-            acc = _promote(acc, acc_i, sw, gl.expand_dims(sa, 0))
+            acc = promote(acc, acc_i, sw, gl.expand_dims(sa, 0))
             sa = gl.load(sa_ptrs + gl.minimum(c + 1, chunks - 1), mask=a_valid, other=0.0)
         store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
 

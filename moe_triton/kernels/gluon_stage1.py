@@ -114,19 +114,13 @@ def _one_warpgroup(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
     )
     acc = gl.zeros([2 * GROUP, ROWS], gl.float32, acc_layout)
-    if PAIRED:
-        for i in range(0, steps - 1, 2):
-            acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT, STEPS=2)
-            for j in range(i + STAGES, gl.minimum(i + STAGES + 2, steps)):
-                fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
-        if steps % 2:
-            acc = mma_step(acc, steps - 1, ring, 0, BLOCK_K, STAGES, SPLIT)
-    else:
-        for i in range(steps):
-            acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT)
-            if i + STAGES < steps:
-                j = i + STAGES
-                fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
+    STEPS: gl.constexpr = 2 if PAIRED else 1  # K steps a wgmma wait
+    for i in range(0, steps - STEPS + 1, STEPS):
+        acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT, STEPS=STEPS)
+        for j in range(i + STAGES, gl.minimum(i + STAGES + STEPS, steps)):
+            fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
+    if steps % STEPS:
+        acc = mma_step(acc, steps - 1, ring, 0, BLOCK_K, STAGES, SPLIT)
     store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
 
 
