@@ -53,6 +53,11 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
     if cfg.block_n1 == 32 and cfg.gluon1 and (cfg.fold1 or cfg.stream1):
         raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1 or stream1")
+    if cfg.overlap and not (cfg.overlap == 1 and not (cfg.gluon1 or cfg.gluon2 or cfg.tail_m)):
+        raise ValueError(
+            f"tiles: overlap must be 0 or 1, with neither gluon1, gluon2 nor tail_m, not {cfg.overlap} "
+            f"with {cfg.gluon1}, {cfg.gluon2}, {cfg.tail_m}"
+        )
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
     if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
@@ -87,10 +92,24 @@ def scratch(shape: Shape, cfg, n_blocks: int, device) -> tuple[torch.Tensor]:
     return (get_buffer("a2", (n_blocks * cfg.block_m, shape.d_inter), torch.bfloat16, device),)
 
 
+def a2_ready(layer: plan.Layer, device) -> torch.Tensor:
+    """The overlap's counts of a2 columns that stage 1 has stored, one a routing block; zeroed by launch 1."""
+    return get_buffer("a2_ready", (layer.n_blocks,), torch.int32, device)
+
+
 def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tensor]]:
     """Launches 1 and 2: the routing and a1."""
-    routing, a1 = route_decode(call.hidden_states, call.topk_ids, layer.shape.n_experts, layer.cfg.block_m, call.out)
+    ready = a2_ready(layer, call.out.device)
+    routing, a1 = route_decode(
+        call.hidden_states, call.topk_ids, layer.shape.n_experts, layer.cfg.block_m, call.out, ready
+    )
     return routing, (a1,)
+
+
+def block_grid(n_blocks: int, tiles: int, overlap: int) -> tuple[int, int]:
+    """A decode stage's grid: routing blocks along x, or with the overlap along y, so that a block's
+    column tiles are launched together (kernels/routing.py, block_and_tile)."""
+    return (tiles, n_blocks) if overlap else (n_blocks, tiles)
 
 
 def stream_scratch(layer: plan.Layer, programs: int, device) -> dict:
@@ -127,8 +146,9 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
             options.update(stream_scratch(layer, grid[0], call.out.device))
     else:
         kernel = moe_stage1_kernel
-        grid = (layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1))
+        grid = block_grid(layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1), cfg.overlap)
         options = triton_options(cfg.block_n1, cfg.block_k1, cfg.warps1, cfg.stages1, cfg.max_regs1, fast)
+        options.update(a2_ready_ptr=a2_ready(layer, call.out.device), OVERLAP=cfg.overlap)
     args = layer.stage1_args(call, routing, a1) + (shape.n_tokens, shape.d_hidden, shape.d_inter)
     # silu's launch option before the others: the JIT keys its kernels on the options in their order
     for rows in row_tiles(cfg):
@@ -148,9 +168,14 @@ def stage2(call: plan.Call, layer: plan.Layer, routing: Routing) -> None:
         options = gluon_options(cfg.stages2, cfg.gluon2, cfg.block_n2 // 64, cfg.max_regs2, fast)
     else:
         kernel = moe_stage2_kernel
-        grid = (layer.n_blocks, triton.cdiv(triton.cdiv(shape.d_hidden, cfg.block_n2), cfg.n_tiles2))
+        groups = triton.cdiv(triton.cdiv(shape.d_hidden, cfg.block_n2), cfg.n_tiles2)
+        grid = block_grid(layer.n_blocks, groups, cfg.overlap)
         options = triton_options(cfg.block_n2, cfg.block_k2, cfg.warps2, cfg.stages2, cfg.max_regs2, fast)
-        options["K_STEPS"] = triton.cdiv(shape.d_inter, cfg.block_k2)
+        options.update(
+            K_STEPS=triton.cdiv(shape.d_inter, cfg.block_k2),
+            a2_ready_ptr=a2_ready(layer, call.out.device),
+            OVERLAP=cfg.overlap,
+        )
     for rows in row_tiles(cfg):
         plan.launch(
             kernel,

@@ -53,10 +53,16 @@ def mxfp4_buffers(name: str, rows: int, cols: int, device: torch.device) -> tupl
 
 
 def route_decode(
-    hidden_states: torch.Tensor, topk_ids: torch.Tensor, n_experts: int, block_m: int, out: torch.Tensor
+    hidden_states: torch.Tensor,
+    topk_ids: torch.Tensor,
+    n_experts: int,
+    block_m: int,
+    out: torch.Tensor,
+    a2_ready: torch.Tensor,
 ) -> tuple[Routing, torch.Tensor]:
-    """The decode path's routing for blocks of block_m rows, `out` zeroed, and a1: the hidden states in
-    a bf16 buffer in k_slot column order."""
+    """The decode path's routing for blocks of block_m rows, `out` and `a2_ready` (int32, the overlap's
+    counts of a2 columns per routing block) zeroed, and a1: the hidden states in a bf16 buffer in
+    k_slot column order."""
     n_tokens, d_hidden = hidden_states.shape
     device = hidden_states.device
     routing = routing_buffers(topk_ids.numel(), n_experts, block_m, device)
@@ -64,7 +70,16 @@ def route_decode(
     fast = target.fast_decode(device)
     pdl = target.pdl_options(fast)
     chunk_counts = _histograms(
-        moe_prep_kernel, topk_ids, n_experts, (hidden_states, a1), out, QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl
+        moe_prep_kernel,
+        topk_ids,
+        n_experts,
+        (hidden_states, a1),
+        out,
+        a2_ready_ptr=a2_ready,
+        n_ready=a2_ready.numel(),
+        QUANT_BLOCKS=QUANT_BLOCKS,
+        FAST=fast,
+        **pdl,
     )
     _launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, pdl)
     return routing, a1

@@ -98,6 +98,7 @@ class TileConfig(Tiles):
     fold1: int = 0
     stream1: int = 0
     paired1: int = 0
+    overlap: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

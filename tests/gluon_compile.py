@@ -47,6 +47,11 @@ for case, fields in pairs:
             "paired_atomics": bool(re.search(r"add\\.noftz\\.v2\\.bf16", kernel.asm["ptx"])),
             "shared": kernel.metadata.shared,
             "registers": resources(kernel.asm["cubin"]).registers,
+            "grid_wait": "ACQBULK" in text,
+            "polls": text.count("LDG.E.STRONG.GPU"),
+            "polls_before_copies": 0 <= text.find("LDG.E.STRONG.GPU") < text.find("LDGSTS"),
+            "releases": text.count("REDG.E.ADD.STRONG.GPU"),  # red.release.gpu: a fence, then the add
+            "gpu_fences": text.count("MEMBAR.ALL.GPU"),
         })
 print(json.dumps(out))
 """

@@ -1,6 +1,7 @@
 """The Triton backend's routing (moe_prep_kernel's chunk histograms, then moe_route_kernel) against
 aiter's moe_sorting layout built in plain torch (aiter_double.sort_routing), plus the other
-duties of route_decode: zero the output, leave topk_ids alone.
+duties of route_decode: zero the output and the overlap's counts (1500 of them: two steps of the
+zeroing loop), leave topk_ids alone.
 
 The shapes reach the launcher's corners: one histogram chunk; several chunks and a placement loop
 of two chunks; chunks larger than 1024 slots (at most 8 histogram programs: 9000 slots in 5 chunks
@@ -35,9 +36,10 @@ def test_routing_matches_aiter_layout(triton_device, n_tokens, topk, n_experts, 
     ids_before = topk_ids.clone()
     hidden = torch.randn(n_tokens, 64, generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
     out = torch.full((n_tokens, 64), float("nan"), device=triton_device)
+    a2_ready = torch.full((1500,), -7, dtype=torch.int32, device=triton_device)
 
     (sorted_ids, sorted_expert_ids, num_valid_ids), _a1 = route_decode(
-        hidden.to(triton_device), topk_ids, n_experts, block_m, out
+        hidden.to(triton_device), topk_ids, n_experts, block_m, out, a2_ready
     )
 
     weights = torch.ones(topk_ids.shape, dtype=torch.float32)
@@ -47,4 +49,5 @@ def test_routing_matches_aiter_layout(triton_device, n_tokens, topk, n_experts, 
     assert torch.equal(sorted_ids[:total].cpu(), want_ids[:total])
     assert torch.equal(sorted_expert_ids[: total // block_m].cpu(), want_experts[: total // block_m])
     assert torch.equal(out.cpu(), torch.zeros(n_tokens, 64))
+    assert torch.equal(a2_ready.cpu(), torch.zeros(1500, dtype=torch.int32))
     assert torch.equal(topk_ids, ids_before)

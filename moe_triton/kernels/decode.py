@@ -6,11 +6,15 @@ import triton
 import triton.language as tl
 
 from moe_triton.kernels.routing import (
+    a2_columns_done,
     after_previous_launch,
+    block_and_tile,
     chunk_histogram,
+    let_next_launch,
     routing_block,
     routing_weights,
     skip_block,
+    wait_for_a2,
 )
 from moe_triton.kernels.silu import gated_h
 
@@ -75,6 +79,8 @@ def moe_prep_kernel(
     n_slots,
     n_chunks,
     d_hidden,
+    a2_ready_ptr,
+    n_ready,
     EXPERT_BINS: tl.constexpr,
     HIST_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
@@ -85,6 +91,11 @@ def moe_prep_kernel(
     pid = tl.program_id(0)
     if pid < n_chunks:
         chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
+        if pid == 0:
+            # The overlap's counts of a2 columns per routing block (n_ready 0 without it), zeroed before stage 1
+            for start in range(0, n_ready, 1024):
+                blocks = start + tl.arange(0, 1024)
+                tl.store(a2_ready_ptr + blocks, tl.zeros((1024,), dtype=tl.int32), mask=blocks < n_ready)
     else:
         # QUANT_BLOCKS 32-blocks of the hidden states as one flat array (no block straddles rows: d_hidden % 32 == 0)
         blocks = (pid - n_chunks) * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
@@ -234,6 +245,7 @@ def moe_stage1_kernel(
     n_tokens,
     d_hidden,
     d_inter,
+    a2_ready_ptr,
     BLOCK_M: tl.constexpr,
     ROWS: tl.constexpr,
     TAIL_M: tl.constexpr,
@@ -242,15 +254,19 @@ def moe_stage1_kernel(
     FAST: tl.constexpr,
     INTERPRET: tl.constexpr,
     JUDGE: tl.constexpr,
+    OVERLAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
     after_previous_launch(PDL)
-    if skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+    block, tile = block_and_tile(OVERLAP)
+    if skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+        if OVERLAP:
+            a2_columns_done(a2_ready_ptr, block, tl.minimum(BLOCK_N, d_inter - tile * BLOCK_N))
         return
     rows, _packed, tokens, valid, expert = routing_block(
-        tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
+        block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
-    cols = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    cols = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     # Gate and up rows interleaved (gate col 0, up col 0, ...): one K loop, and wgmma's 64 rows already at BLOCK_N 32
     gate_rows = expert * 2 * d_inter + tl.minimum(cols, d_inter - 1)
     w_rows = tl.reshape(tl.join(gate_rows, gate_rows + d_inter), (2 * BLOCK_N,))
@@ -264,6 +280,8 @@ def moe_stage1_kernel(
     a2 = _mx_round_trip(h, ROWS, BLOCK_N, FAST_EXP if FAST else 0)
     out_offs = rows[:, None].to(tl.int64) * d_inter + k_slot(cols)[None, :]
     tl.store(a2_ptr + out_offs, a2.to(tl.bfloat16), mask=(cols < d_inter)[None, :])
+    if OVERLAP:
+        a2_columns_done(a2_ready_ptr, block, tl.minimum(BLOCK_N, d_inter - tile * BLOCK_N))
 
 
 @triton.jit
@@ -279,6 +297,7 @@ def moe_stage2_kernel(
     n_tokens,
     d_hidden,
     d_inter,
+    a2_ready_ptr,
     TOPK: tl.constexpr,
     BLOCK_M: tl.constexpr,
     ROWS: tl.constexpr,
@@ -289,13 +308,20 @@ def moe_stage2_kernel(
     N_TILES: tl.constexpr,
     FAST: tl.constexpr,
     INTERPRET: tl.constexpr,
+    OVERLAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    after_previous_launch(PDL)
-    if skip_block(tl.program_id(0), sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+    block, group = block_and_tile(OVERLAP)
+    if OVERLAP:
+        # This block's a2 rows, not all of stage 1: what this program reads comes after the wait's acquire
+        let_next_launch(PDL)
+        wait_for_a2(a2_ready_ptr, block, d_inter)
+    else:
+        after_previous_launch(PDL)
+    if skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
     rows, packed, tokens, valid, expert = routing_block(
-        tl.program_id(0), sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
+        block, sorted_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, ROWS
     )
     weight = routing_weights(topk_weights_ptr, packed, tokens, valid, TOPK)
     # N_TILES output tiles in one loop over (tile, K step); columns past d_hidden read the last weight row, add nothing
@@ -304,7 +330,7 @@ def moe_stage2_kernel(
         # d_inter in one step: every tile multiplies this activation tile, read once per program
         a = _act_tile(a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, 0, BLOCK_K)
     for step in range(0, N_TILES * K_STEPS):
-        cols = (tl.program_id(1) * N_TILES + step // K_STEPS) * BLOCK_N + tl.arange(0, BLOCK_N)
+        cols = (group * N_TILES + step // K_STEPS) * BLOCK_N + tl.arange(0, BLOCK_N)
         w_rows = expert * d_hidden + tl.minimum(cols, d_hidden - 1)
         k0 = (step % K_STEPS) * BLOCK_K
         if K_STEPS > 1:

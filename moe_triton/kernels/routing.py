@@ -12,9 +12,43 @@ def after_previous_launch(PDL: tl.constexpr):
     # triton.language.extra.cuda's gdc_wait and gdc_launch_dependents, inline: that module fails to import on ROCm
     if PDL:
         tl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1)
+    let_next_launch(PDL)
+
+
+@triton.jit
+def let_next_launch(PDL: tl.constexpr):
+    """Let the next kernel be scheduled (it waits for this one's writes in its own after_previous_launch)."""
+    if PDL:
         tl.inline_asm_elementwise(
             "griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=tl.int32, is_pure=False, pack=1
         )
+
+
+@triton.jit
+def block_and_tile(BLOCK_MAJOR: tl.constexpr):
+    """A stage's routing block and column tile: blocks along program_id(0), so that one column tile of every block
+    is launched together; or, BLOCK_MAJOR, along program_id(1), so that a block's tiles are launched together and
+    stage 1 finishes the blocks in order (the overlap of the stages, docs/triton.md)."""
+    if BLOCK_MAJOR:
+        return tl.program_id(1), tl.program_id(0)
+    return tl.program_id(0), tl.program_id(1)
+
+
+@triton.jit
+def a2_columns_done(a2_ready_ptr, block, columns):
+    """Stage 1's program has stored `columns` columns of routing block `block`'s a2 rows: counted after a CTA
+    barrier, with release semantics, so that a stage-2 program that reads the count (wait_for_a2) sees the stores
+    and everything this program saw (the routing, the zeroed output)."""
+    tl.debug_barrier()
+    tl.atomic_add(a2_ready_ptr + block, columns, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_for_a2(a2_ready_ptr, block, d_inter):
+    """Stage 2's wait, instead of the wait for all of stage 1 (after_previous_launch), until stage 1 has stored all
+    d_inter columns of routing block `block`'s a2 rows; acquire, so that the stores are visible after it."""
+    while tl.atomic_add(a2_ready_ptr + block, 0, sem="acquire", scope="gpu") < d_inter:
+        pass
 
 
 @triton.jit
