@@ -53,10 +53,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
     if cfg.block_n1 == 32 and cfg.gluon1 and (cfg.fold1 or cfg.stream1):
         raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1 or stream1")
-    if cfg.overlap and not (cfg.overlap == 1 and not (cfg.gluon1 or cfg.gluon2 or cfg.tail_m)):
+    if cfg.overlap and not (cfg.overlap == 1 and not (cfg.gluon1 or cfg.tail_m)):
         raise ValueError(
-            f"tiles: overlap must be 0 or 1, with neither gluon1, gluon2 nor tail_m, not {cfg.overlap} "
-            f"with {cfg.gluon1}, {cfg.gluon2}, {cfg.tail_m}"
+            f"tiles: overlap must be 0 or 1, with neither gluon1 nor tail_m, not {cfg.overlap} "
+            f"with {cfg.gluon1}, {cfg.tail_m}"
         )
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
@@ -164,8 +164,9 @@ def stage2(call: plan.Call, layer: plan.Layer, routing: Routing) -> None:
     if cfg.gluon2:
         from moe_triton.kernels.gluon_stage2 import moe_gluon_stage2_kernel as kernel
 
-        grid = (layer.n_blocks, shape.d_hidden // (cfg.block_n2 * cfg.n_tiles2))
+        grid = block_grid(layer.n_blocks, shape.d_hidden // (cfg.block_n2 * cfg.n_tiles2), cfg.overlap)
         options = gluon_options(cfg.stages2, cfg.gluon2, cfg.block_n2 // 64, cfg.max_regs2, fast)
+        options.update(a2_ready_ptr=a2_ready(layer, call.out.device), OVERLAP=cfg.overlap)
     else:
         kernel = moe_stage2_kernel
         groups = triton.cdiv(triton.cdiv(shape.d_hidden, cfg.block_n2), cfg.n_tiles2)

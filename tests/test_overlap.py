@@ -12,12 +12,14 @@ import pytest
 import torch
 from gluon_compile import compiled_launches
 from layer_checks import GPU_CASES, ON_GPU, assert_matches_reference, assert_same_sums, small_case
+from test_gluon_stage1 import ON_SM90
+from test_gluon_stage2 import stage2_variant
 
 import buffers
 from bench.runner.case_args import case_shape
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
-from moe_triton.tiles_nvidia import tile_config
+from moe_triton.tiles_nvidia import GLUON_TUNED, tile_config
 from problem.cases import BENCHMARKS
 from problem.shapes import Shape
 from reference import generate_input
@@ -31,13 +33,18 @@ def layer(data, tiles):
     return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles)
 
 
+@pytest.mark.parametrize(
+    "gluon2", [False, pytest.param(True, marks=pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 2: sm_90"))]
+)
 @pytest.mark.parametrize("case", CASES)
-def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case):
+def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case, gluon2):
     data = generate_input(**case)
     before = [t.clone() for t in data[:-1]]
     hidden, w1, *_, topk_ids, _config = data
     shape = Shape.of(hidden, w1, topk_ids)
     tiles = tile_config(shape).replace(overlap=1)
+    if gluon2:
+        tiles = stage2_variant(tiles, shape.d_hidden, 128, stages=3, parts=2, n_tiles=2)
     apart = layer(data, tiles.replace(overlap=0)).clone()
     layer(data, tiles)  # the first call records the plan; the second replays it
     n_blocks = routing_capacity(topk_ids.numel(), shape.n_experts, tiles.block_m)
@@ -57,8 +64,8 @@ def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case):
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
-        (dict(overlap=2), "with neither gluon1, gluon2 nor tail_m, not 2"),
-        (dict(block_m=32, tail_m=16, overlap=1), "with neither gluon1, gluon2 nor tail_m, not 1 with 0, 0, 16"),
+        (dict(overlap=2), "with neither gluon1 nor tail_m, not 2"),
+        (dict(block_m=32, tail_m=16, overlap=1), "with neither gluon1 nor tail_m, not 1 with 0, 16"),
     ],
 )
 def test_the_overlap_takes_the_decode_stages_without_tail_launches(changes, says):
@@ -85,3 +92,10 @@ def test_stage_2_polls_its_block_instead_of_waiting_for_the_grid():
     assert apart["releases"] == 0, apart
     assert overlap["releases"] == 2 and overlap["gpu_fences"] >= 2, overlap
     assert overlap["loop_spills"] == 0 and overlap["registers"] <= 128, overlap
+    # the Gluon stage 2 the same, in E-33 bs-16's static tiles (the decode stage 1 before it)
+    case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 32 and c["bs"] == 16)
+    tiles = GLUON_TUNED[case_shape(case)]
+    pairs = [(case, tiles), (case, tiles.replace(overlap=1, max_regs1=128))]
+    apart, overlap = compiled_launches(pairs, "moe_gluon_stage2_kernel")
+    assert apart["grid_wait"] and apart["polls"] == 0, apart
+    assert not overlap["grid_wait"] and overlap["polls_before_copies"] and overlap["spills"] == 0, overlap

@@ -18,7 +18,15 @@ from moe_triton.kernels.gluon_mma import (
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.routing import add_rows, after_previous_launch, routing_weights, skip_block
+from moe_triton.kernels.routing import (
+    add_rows,
+    after_previous_launch,
+    block_and_tile,
+    let_next_launch,
+    routing_weights,
+    skip_block,
+    wait_for_a2,
+)
 
 
 @gluon.jit
@@ -132,12 +140,14 @@ def moe_gluon_stage2_kernel(
     n_tokens,
     d_hidden,
     d_inter,
+    a2_ready_ptr,
     TOPK: gl.constexpr,
     BLOCK_M: gl.constexpr,
     ROWS: gl.constexpr,
     TAIL_M: gl.constexpr,
     BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr,
+    OVERLAP: gl.constexpr,
     PDL: gl.constexpr,
     SPLIT: gl.constexpr,
     NUM_WG: gl.constexpr,
@@ -148,14 +158,19 @@ def moe_gluon_stage2_kernel(
     """a2 (bf16, k_slot order, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (as int32: [E * d_hidden,
     d_inter / 8] and [E * d_hidden, d_inter / 128]) -> out += routing weight x down GEMM, N_TILES tiles of 64 NUM_WG
     columns per program. d_inter is a multiple of BLOCK_K (128), d_hidden of 64 NUM_WG N_TILES; num_warps 4.
-    MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg)."""
+    MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). OVERLAP: wait for this block's
+    a2 only, as the decode stage 2 does (docs/triton.md, "Stage 2 block by block")."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 2: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 2: NUM_WG is 2 or 4")
-    after_previous_launch(PDL)
-    block = gl.program_id(0)
+    block, group = block_and_tile(OVERLAP)
+    if OVERLAP:
+        let_next_launch(PDL)
+        wait_for_a2(a2_ready_ptr, block, d_inter)
+    else:
+        after_previous_launch(PDL)
     if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         W_ROWS: gl.constexpr = NUM_WG * WG_ROWS
-        col0 = gl.program_id(1) * N_TILES * W_ROWS
+        col0 = group * N_TILES * W_ROWS
         w_row0 = gl.load(sorted_expert_ids_ptr + block) * d_hidden + col0
         ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
         # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
