@@ -53,10 +53,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
     if cfg.block_n1 == 32 and cfg.gluon1 and (cfg.fold1 or cfg.stream1):
         raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1 or stream1")
-    if cfg.overlap and not (cfg.overlap == 1 and not (cfg.gluon1 or cfg.tail_m)):
+    if cfg.overlap and not (cfg.overlap == 1 and not cfg.tail_m and (not cfg.gluon1 or cfg.block_n1 == 32)):
         raise ValueError(
-            f"tiles: overlap must be 0 or 1, with neither gluon1 nor tail_m, not {cfg.overlap} "
-            f"with {cfg.gluon1}, {cfg.tail_m}"
+            f"tiles: overlap must be 0 or 1, with no tail_m and gluon1 only at block_n1 32 (one warpgroup), "
+            f"not {cfg.overlap} with tail_m {cfg.tail_m}, gluon1 {cfg.gluon1}, block_n1 {cfg.block_n1}"
         )
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
@@ -137,10 +137,12 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
     if cfg.gluon1:
         from moe_triton.kernels.gluon_stage1 import moe_gluon_stage1_kernel as kernel
 
-        grid = (layer.n_blocks, shape.d_inter // cfg.block_n1)
+        grid = block_grid(layer.n_blocks, shape.d_inter // cfg.block_n1, cfg.overlap)
         options = gluon_options(cfg.stages1, cfg.gluon1, cfg.block_n1 // 32, cfg.max_regs1, fast)
         options["FOLD"] = cfg.tail_m if cfg.fold1 else 0
         options["PAIRED"] = cfg.paired1
+        if cfg.overlap:
+            options.update(OVERLAP=1, a2_ready_ptr=a2_ready(layer, call.out.device))
         if cfg.stream1:
             grid = (cfg.stream1 * target.sm_count(call.out.device),)
             options.update(stream_scratch(layer, grid[0], call.out.device))

@@ -19,7 +19,7 @@ import buffers
 from bench.runner.case_args import case_shape
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
-from moe_triton.tiles_nvidia import GLUON_TUNED, tile_config
+from moe_triton.tiles_nvidia import GLUON_TUNED, gluon_variant, tile_config
 from problem.cases import BENCHMARKS
 from problem.shapes import Shape
 from reference import generate_input
@@ -33,16 +33,21 @@ def layer(data, tiles):
     return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles)
 
 
+SM90 = pytest.mark.skipif(not ON_SM90, reason="the Gluon stages run on sm_90 GPUs")
+
+
 @pytest.mark.parametrize(
-    "gluon2", [False, pytest.param(True, marks=pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 2: sm_90"))]
+    ("gluon1", "gluon2"), [(False, False), pytest.param(True, False, marks=SM90), pytest.param(False, True, marks=SM90)]
 )
 @pytest.mark.parametrize("case", CASES)
-def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case, gluon2):
+def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case, gluon1, gluon2):
     data = generate_input(**case)
     before = [t.clone() for t in data[:-1]]
     hidden, w1, *_, topk_ids, _config = data
     shape = Shape.of(hidden, w1, topk_ids)
     tiles = tile_config(shape).replace(overlap=1)
+    if gluon1:  # one warpgroup, the only Gluon stage 1 that counts its columns
+        tiles = gluon_variant(tiles, 32, stages=4, parts=2, paired=1)
     if gluon2:
         tiles = stage2_variant(tiles, shape.d_hidden, 128, stages=3, parts=2, n_tiles=2)
     apart = layer(data, tiles.replace(overlap=0)).clone()
@@ -64,8 +69,8 @@ def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case, gluon2):
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
-        (dict(overlap=2), "with neither gluon1 nor tail_m, not 2"),
-        (dict(block_m=32, tail_m=16, overlap=1), "with neither gluon1 nor tail_m, not 1 with 0, 16"),
+        (dict(overlap=2), "with no tail_m and gluon1 only at block_n1 32 \\(one warpgroup\\), not 2"),
+        (dict(block_m=32, tail_m=16, overlap=1), "with no tail_m .* not 1 with tail_m 16"),
     ],
 )
 def test_the_overlap_takes_the_decode_stages_without_tail_launches(changes, says):
@@ -99,3 +104,8 @@ def test_stage_2_polls_its_block_instead_of_waiting_for_the_grid():
     apart, overlap = compiled_launches(pairs, "moe_gluon_stage2_kernel")
     assert apart["grid_wait"] and apart["polls"] == 0, apart
     assert not overlap["grid_wait"] and overlap["polls_before_copies"] and overlap["spills"] == 0, overlap
+    # and the one-warpgroup Gluon stage 1 of E-257 bs-512's static tiles: one exit, one release
+    case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 512)
+    tiles = GLUON_TUNED[case_shape(case)]
+    apart, overlap = compiled_launches([(case, tiles), (case, tiles.replace(overlap=1))], "moe_gluon_stage1_kernel")
+    assert apart["releases"] == 0 and overlap["releases"] == 1 and overlap["spills"] == 0, (apart, overlap)

@@ -18,7 +18,7 @@ from moe_triton.kernels.gluon_mma import (
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.routing import after_previous_launch, skip_block
+from moe_triton.kernels.routing import a2_columns_done, after_previous_launch, block_and_tile, skip_block
 from moe_triton.kernels.silu import gated_h
 
 GROUP = gl.constexpr(32)  # h columns per MMA warpgroup: one MXFP4 block of a2 (WG_ROWS gate and up rows)
@@ -342,24 +342,32 @@ def moe_gluon_stage1_kernel(
     PAIRED: gl.constexpr = 0,
     partials_ptr=None,
     counters_ptr=None,
+    OVERLAP: gl.constexpr = 0,
+    a2_ready_ptr=None,
 ):
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
     d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
     multiple of BLOCK_K (128), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see _folding. MMA_REGS,
     LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over the grid's programs,
-    partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon stage 1")."""
+    partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon stage 1"). OVERLAP
+    (one warpgroup only): count the stored columns in a2_ready_ptr, as the decode stage 1 does (docs/triton.md,
+    "Stage 2 block by block")."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 1) or (NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 1, 2 or 4")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
     if NUM_WG == 1:
-        block = gl.program_id(0)
+        block, group = block_and_tile(OVERLAP)
         if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
-            col0 = gl.program_id(1) * GROUP
+            col0 = group * GROUP
             w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
             ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
             tile = (block, w_row0, d_inter, n_tokens, d_hidden)
             _one_warpgroup(ptrs, a2_ptr, tile, col0, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, SPLIT, PAIRED)
+        if OVERLAP:
+            a2_columns_done(a2_ready_ptr, block, GROUP)
+    elif OVERLAP:
+        gl.static_assert(NUM_WG == 1, "gluon stage 1: the overlap takes one warpgroup")
     elif STREAM:
         gl.static_assert(
             (ROWS == BLOCK_M) and (FOLD == 0) and (NUM_WG == 2),
