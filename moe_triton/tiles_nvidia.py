@@ -14,14 +14,22 @@ COLS128 = Stage(block_n=128, block_k=256, warps=4, stages=2)
 COLS128_K128 = Stage(block_n=128, block_k=128, warps=4, stages=2)
 
 # bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6); E-257 bs-16 and bs-128's
-# stage 2 three deep, so that a tile's copy overlaps the tile before it (H100, 2026-12-06).
+# stage 2 three deep, so that a tile's copy overlaps the tile before it (H100, 2026-12-06); the overlap
+# (stage 2 block by block) with max_regs1 128 at E-257 bs-16, bs-128 and E-33 bs-16: 141.0 against
+# 154.6, 315.9 against 329.9 and 100.0 against 106.7 us a call (H100, 2026-12-06).
 TUNED: dict[Shape, TileConfig] = {
-    Shape(16, 7168, 256, 257, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=8, max_regs1=128),
-    Shape(128, 7168, 256, 257, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=8),
+    Shape(16, 7168, 256, 257, 9): TileConfig(
+        block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=8, max_regs1=128, overlap=1
+    ),
+    Shape(128, 7168, 256, 257, 9): TileConfig(
+        block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=8, max_regs1=128, overlap=1
+    ),
     Shape(512, 7168, 256, 257, 9): TileConfig(
         block_m=32, stage1=ROWS64_2DEEP, stage2=COLS64, n_tiles2=8, max_regs1=128, max_regs2=72
     ),
-    Shape(16, 7168, 512, 33, 9): TileConfig(block_m=16, stage1=ROWS64, stage2=COLS128, n_tiles2=1, max_regs2=88),
+    Shape(16, 7168, 512, 33, 9): TileConfig(
+        block_m=16, stage1=ROWS64, stage2=COLS128, n_tiles2=1, max_regs1=128, max_regs2=88, overlap=1
+    ),
     Shape(128, 7168, 512, 33, 9): TileConfig(
         block_m=32, stage1=ROWS64_2DEEP, stage2=COLS128, n_tiles2=4, max_regs1=128
     ),
@@ -67,8 +75,9 @@ def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_t
 GLUON_TUNED: dict[Shape, TileConfig] = {
     # one warpgroup a program, one wgmma wait every two K steps: stage 1 283.2 against the decode
     # stage 1's 309.7 us (H100, 2026-12-06)
-    Shape(512, 7168, 256, 257, 9): gluon_variant(TUNED[Shape(512, 7168, 256, 257, 9)], 32, stages=4, parts=2, paired=1),
-    Shape(16, 7168, 512, 33, 9): gluon2_variant(TUNED[Shape(16, 7168, 512, 33, 9)], 256, stages=4, parts=2, n_tiles=7),
+    Shape(512, 7168, 256, 257, 9): gluon_variant(
+        TUNED[Shape(512, 7168, 256, 257, 9)], 32, stages=4, parts=2, paired=1
+    ).replace(overlap=1),
     # stream-K over 64-row blocks, one program an SM: 170.4 against 189.1 us (H100, 2026-12-06)
     Shape(128, 7168, 512, 33, 9): gluon2_variant(
         gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=4, parts=2).replace(block_m=64, stream1=1),
@@ -95,12 +104,12 @@ GLUON_TUNED: dict[Shape, TileConfig] = {
 # the changes its name says (docs/tiles.md). Marked untimed: neighbours that no sweep measured.
 _RUNNERS_UP: dict[Shape, dict[str, dict]] = {
     Shape(16, 7168, 256, 257, 9): {
-        "regs1-off": dict(max_regs1=0),  # untimed
+        "regs1-off": dict(max_regs1=0, overlap=0),  # the stages apart, as the H200 selection chose it
         "stages1-2": dict(stages1=2),  # untimed
     },
     Shape(128, 7168, 256, 257, 9): {
         "retune": dict(block_n2=128, block_k2=128, stages2=2, n_tiles2=4),
-        "regs1-128": dict(max_regs1=128),  # untimed
+        "apart": dict(overlap=0),  # 328.9 against 315.9 us (H100, 2026-12-06)
     },
     Shape(512, 7168, 256, 257, 9): {
         "regs2-80": dict(max_regs2=80),
