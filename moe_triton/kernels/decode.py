@@ -10,11 +10,10 @@ from moe_triton.kernels.routing import (
     after_previous_launch,
     block_and_tile,
     chunk_histogram,
-    let_next_launch,
     routing_block,
     routing_weights,
     skip_block,
-    wait_for_a2,
+    stage2_start,
 )
 from moe_triton.kernels.silu import gated_h
 
@@ -311,13 +310,7 @@ def moe_stage2_kernel(
     OVERLAP: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    block, group = block_and_tile(OVERLAP)
-    if OVERLAP:
-        # This block's a2 rows, not all of stage 1: what this program reads comes after the wait's acquire
-        let_next_launch(PDL)
-        wait_for_a2(a2_ready_ptr, block, d_inter)
-    else:
-        after_previous_launch(PDL)
+    block, group = stage2_start(a2_ready_ptr, d_inter, OVERLAP, PDL)
     if skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         return
     rows, packed, tokens, valid, expert = routing_block(

@@ -18,15 +18,7 @@ from moe_triton.kernels.gluon_mma import (
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.routing import (
-    add_rows,
-    after_previous_launch,
-    block_and_tile,
-    let_next_launch,
-    routing_weights,
-    skip_block,
-    wait_for_a2,
-)
+from moe_triton.kernels.routing import add_rows, routing_weights, skip_block, stage2_start
 
 
 @gluon.jit
@@ -162,12 +154,7 @@ def moe_gluon_stage2_kernel(
     a2 only, as the decode stage 2 does (docs/triton.md, "Stage 2 block by block")."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 2: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 2) or (NUM_WG == 4), "gluon stage 2: NUM_WG is 2 or 4")
-    block, group = block_and_tile(OVERLAP)
-    if OVERLAP:
-        let_next_launch(PDL)
-        wait_for_a2(a2_ready_ptr, block, d_inter)
-    else:
-        after_previous_launch(PDL)
+    block, group = stage2_start(a2_ready_ptr, d_inter, OVERLAP, PDL)
     if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
         W_ROWS: gl.constexpr = NUM_WG * WG_ROWS
         col0 = group * N_TILES * W_ROWS

@@ -52,6 +52,19 @@ def wait_for_a2(a2_ready_ptr, block, d_inter):
 
 
 @triton.jit
+def stage2_start(a2_ready_ptr, d_inter, OVERLAP: tl.constexpr, PDL: tl.constexpr):
+    """A stage-2 program's routing block and column group, once what it reads is there: with OVERLAP its block's a2
+    rows (wait_for_a2; what the program reads comes after the wait's acquire), else all of stage 1."""
+    block, group = block_and_tile(OVERLAP)
+    if OVERLAP:
+        let_next_launch(PDL)
+        wait_for_a2(a2_ready_ptr, block, d_inter)
+    else:
+        after_previous_launch(PDL)
+    return block, group
+
+
+@triton.jit
 def slot_experts(topk_ids_ptr, first, n_slots, EXPERT_BINS: tl.constexpr, CHUNK: tl.constexpr):
     """The experts of slots [first, first + CHUNK) of topk_ids, for tl.histogram: slots past
     n_slots land in the last bin, which is no expert's (EXPERT_BINS > n_experts)."""
