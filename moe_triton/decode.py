@@ -53,10 +53,11 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
     if cfg.block_n1 == 32 and cfg.gluon1 and (cfg.fold1 or cfg.stream1):
         raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1 or stream1")
-    if cfg.overlap and not (cfg.overlap == 1 and not cfg.tail_m and (not cfg.gluon1 or cfg.block_n1 == 32)):
+    if cfg.overlap and not (cfg.overlap == 1 and not cfg.stream1 and (cfg.fold1 or not cfg.tail_m)):
         raise ValueError(
-            f"tiles: overlap must be 0 or 1, with no tail_m and gluon1 only at block_n1 32 (one warpgroup), "
-            f"not {cfg.overlap} with tail_m {cfg.tail_m}, gluon1 {cfg.gluon1}, block_n1 {cfg.block_n1}"
+            f"tiles: overlap must be 0 or 1, without stream1, and with tail_m only where fold1 folds the tails "
+            f"(one stage-1 launch), not {cfg.overlap} with stream1 {cfg.stream1}, tail_m {cfg.tail_m}, "
+            f"fold1 {cfg.fold1}"
         )
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
@@ -152,8 +153,9 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
         options = triton_options(cfg.block_n1, cfg.block_k1, cfg.warps1, cfg.stages1, cfg.max_regs1, fast)
         options.update(a2_ready_ptr=a2_ready(layer, call.out.device), OVERLAP=cfg.overlap)
     args = layer.stage1_args(call, routing, a1) + (shape.n_tokens, shape.d_hidden, shape.d_inter)
-    # silu's launch option before the others: the JIT keys its kernels on the options in their order
-    for rows in row_tiles(cfg):
+    # silu's launch option before the others: the JIT keys its kernels on the options in their order; with the
+    # overlap one launch (the fold's main launch also takes the tails no block folds)
+    for rows in (cfg.block_m,) if cfg.overlap else row_tiles(cfg):
         plan.launch(
             kernel, grid, *args, BLOCK_M=cfg.block_m, ROWS=rows, TAIL_M=cfg.tail_m, **target.silu_options(), **options
         )

@@ -17,6 +17,7 @@ from test_gluon_stage2 import stage2_variant
 
 import buffers
 from bench.runner.case_args import case_shape
+from moe_triton import target
 from moe_triton.fused_moe import fused_moe_triton
 from moe_triton.routing import routing_capacity
 from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant, gluon_variant, tile_config
@@ -36,20 +37,35 @@ def layer(data, tiles):
 SM90 = pytest.mark.skipif(not ON_SM90, reason="the Gluon stages run on sm_90 GPUs")
 
 
-@pytest.mark.parametrize(
-    ("gluon1", "gluon2"), [(False, False), pytest.param(True, False, marks=SM90), pytest.param(False, True, marks=SM90)]
-)
+def overlap_tiles(shape: Shape, form: str):
+    """The tiles of one form of the overlap: the decode stages, a Gluon stage 1 (one warpgroup; two MMA warpgroups;
+    four with the fold of 16-row tails into 32-row blocks, in one launch) or the Gluon stage 2."""
+    tiles = tile_config(shape).replace(overlap=1)
+    if form == "gluon1-one-warpgroup":
+        return gluon_variant(tiles, 32, stages=4, parts=2, paired=1)
+    if form == "gluon1-two-warpgroups":
+        return gluon_variant(tiles, 64, stages=3, parts=2)
+    if form == "gluon1-fold":
+        return gluon_variant(tiles.replace(block_m=32, tail_m=16), 128, stages=3, parts=2).replace(fold1=1)
+    if form == "gluon2":
+        return stage2_variant(tiles, shape.d_hidden, 128, stages=3, parts=2, n_tiles=2)
+    return tiles
+
+
+FORMS = ["decode"] + [
+    pytest.param(form, marks=SM90)
+    for form in ("gluon1-one-warpgroup", "gluon1-two-warpgroups", "gluon1-fold", "gluon2")
+]
+
+
+@pytest.mark.parametrize("form", FORMS)
 @pytest.mark.parametrize("case", CASES)
-def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case, gluon1, gluon2):
+def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case, form):
     data = generate_input(**case)
     before = [t.clone() for t in data[:-1]]
     hidden, w1, *_, topk_ids, _config = data
     shape = Shape.of(hidden, w1, topk_ids)
-    tiles = tile_config(shape).replace(overlap=1)
-    if gluon1:  # one warpgroup, the only Gluon stage 1 that counts its columns
-        tiles = gluon_variant(tiles, 32, stages=4, parts=2, paired=1)
-    if gluon2:
-        tiles = stage2_variant(tiles, shape.d_hidden, 128, stages=3, parts=2, n_tiles=2)
+    tiles = overlap_tiles(shape, form)
     apart = layer(data, tiles.replace(overlap=0)).clone()
     layer(data, tiles)  # the first call records the plan; the second replays it
     n_blocks = routing_capacity(topk_ids.numel(), shape.n_experts, tiles.block_m)
@@ -60,7 +76,8 @@ def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case, gluon1, glu
     out = layer(data, tiles)
     assert_matches_reference(data, out)
     assert_same_sums(out, apart, topk_ids.shape[1])
-    # every program of stage 1 counted its columns, the skipped blocks' programs too
+    # every block's columns counted once: by its programs (skipped past the valid blocks too), or for a folded
+    # tail by the programs of the block before it
     assert torch.equal(a2_ready.cpu(), torch.full((n_blocks,), shape.d_inter, dtype=torch.int32))
     for t, b in zip(data[:-1], before, strict=True):
         assert torch.equal(t.view(torch.uint8), b.view(torch.uint8))
@@ -69,15 +86,18 @@ def test_stage_2_takes_each_block_once_stage_1_has_finished_it(case, gluon1, glu
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
-        (dict(overlap=2), "with no tail_m and gluon1 only at block_n1 32 \\(one warpgroup\\), not 2"),
-        (dict(block_m=32, tail_m=16, overlap=1), "with no tail_m .* not 1 with tail_m 16"),
+        (dict(overlap=2), "not 2 with stream1 0, tail_m 0, fold1 0"),
+        (dict(block_m=32, tail_m=16, overlap=1), "not 1 with stream1 0, tail_m 16, fold1 0"),
+        (dict(block_m=64, gluon1=2, block_n1=64, block_k1=128, warps1=8, stream1=1, overlap=1), "not 1 with stream1 1"),
     ],
 )
-def test_the_overlap_takes_the_decode_stages_without_tail_launches(changes, says):
+def test_the_overlap_takes_one_stage_1_launch_whose_blocks_end_in_order(changes, says, monkeypatch):
     data = generate_input(**small_case())
     hidden, w1, *_, topk_ids, _config = data
+    monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     tiles = tile_config(Shape.of(hidden, w1, topk_ids)).replace(**changes)
-    with pytest.raises(ValueError, match=f"tiles: overlap must be 0 or 1, {says}"):
+    message = "tiles: overlap must be 0 or 1, without stream1, and with tail_m only where fold1 folds the tails"
+    with pytest.raises(ValueError, match=f"^{message} \\(one stage-1 launch\\), {says}"):
         layer(data, tiles)
 
 
@@ -110,3 +130,15 @@ def test_stage_2_polls_its_block_instead_of_waiting_for_the_grid():
     pairs = [(case, tiles.replace(overlap=0)), (case, tiles.replace(overlap=1))]
     apart, overlap = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert apart["releases"] == 0 and overlap["releases"] == 1 and overlap["spills"] == 0, (apart, overlap)
+    # the Gluon stage 1 with a loader partition after its partitions' join: E-33 bs-512's four MMA warpgroups (one
+    # release), I-2048's fold in one launch (two: its block and the tail it folds), the K loops as without it
+    for bs, d_inter, releases in ((512, 512, 1), (512, 2048, 2)):
+        case = next(c for c in BENCHMARKS if (c["nroutedexperts"], c["bs"], c["dexpert"]) == (32, bs, d_inter))
+        tiles = GLUON_TUNED[case_shape(case)]
+        apart, *tail, overlap = compiled_launches(
+            [(case, tiles), (case, tiles.replace(overlap=1))], "moe_gluon_stage1_kernel"
+        )
+        assert len(tail) == bool(tiles.tail_m), tail  # the tail launch without the overlap only
+        assert apart["releases"] == 0 and overlap["releases"] == releases, (apart, overlap)
+        assert overlap["mma"] == apart["mma"] and overlap["k_loop_spills"] == 0, (apart, overlap)
+        assert abs(overlap["loop"] - apart["loop"]) <= 8, (apart, overlap)

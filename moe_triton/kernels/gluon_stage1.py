@@ -203,6 +203,17 @@ def _folding(
 
 
 @gluon.jit
+def _folded(
+    block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: gl.constexpr, FOLD: gl.constexpr
+):
+    """Whether block is a tail that the program of block - 1 folds (_folding), so that it has no program of its own."""
+    previous = gl.maximum(block - 1, 0)
+    return (block > 0) & _folding(
+        previous, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD
+    )
+
+
+@gluon.jit
 def _stream_range(
     num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, NUM_WG: gl.constexpr
 ):
@@ -350,8 +361,8 @@ def moe_gluon_stage1_kernel(
     multiple of BLOCK_K (128), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see _folding. MMA_REGS,
     LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over the grid's programs,
     partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon stage 1"). OVERLAP
-    (one warpgroup only): count the stored columns in a2_ready_ptr, as the decode stage 1 does (docs/triton.md,
-    "Stage 2 block by block")."""
+    (not with STREAM): count the stored columns in a2_ready_ptr, as the decode stage 1 does, in one launch with FOLD
+    (docs/triton.md, "Stage 2 block by block")."""
     gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
     gl.static_assert((NUM_WG == 1) or (NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 1, 2 or 4")
     after_previous_launch(PDL)
@@ -366,9 +377,8 @@ def moe_gluon_stage1_kernel(
             _one_warpgroup(ptrs, a2_ptr, tile, col0, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, SPLIT, PAIRED)
         if OVERLAP:
             a2_columns_done(a2_ready_ptr, block, GROUP)
-    elif OVERLAP:
-        gl.static_assert(NUM_WG == 1, "gluon stage 1: the overlap takes one warpgroup")
     elif STREAM:
+        gl.static_assert(OVERLAP == 0, "gluon stage 1: stream-K ends its tiles out of block order, without the overlap")
         gl.static_assert(
             (ROWS == BLOCK_M) and (FOLD == 0) and (NUM_WG == 2),
             "gluon stage 1: stream-K takes 2 MMA warpgroups, no tails",
@@ -388,19 +398,28 @@ def moe_gluon_stage1_kernel(
             [MMA_REGS, LOADER_REGS],
         )
     else:
-        block = gl.program_id(0)
-        skip = skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M)
+        gl.static_assert((OVERLAP == 0) or (ROWS == BLOCK_M), "gluon stage 1: the overlap takes no tail launch")
+        block, ctile = block_and_tile(OVERLAP)
+        # the overlap launches stage 1 once (no tail launch): a tail that no block of its expert folds runs as a
+        # whole block there
+        skip = skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, 0 if OVERLAP else TAIL_M)
         expert = gl.load(sorted_expert_ids_ptr + block)
         # the main launch folds the next block (MAIN_FOLD); the tail launch skips the folded ones
         MAIN_FOLD: gl.constexpr = FOLD if ROWS == BLOCK_M else 0
         fold = block < 0  # a runtime false: the partitions take it as a value either way
+        folded_before = block < 0
         if MAIN_FOLD:
             fold = _folding(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
+            if OVERLAP:
+                folded_before = _folded(
+                    block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD
+                )
+                skip = skip | folded_before
         elif FOLD:
             skip = skip | (gl.load(sorted_expert_ids_ptr + block - 1, mask=block > 0, other=-1) == expert)
         if not skip:
             W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
-            col0 = gl.program_id(1) * NUM_WG * GROUP
+            col0 = ctile * NUM_WG * GROUP
             w_row0 = expert * 2 * d_inter + col0
             ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
             if MAIN_FOLD:
@@ -456,3 +475,10 @@ def moe_gluon_stage1_kernel(
                     [4, 4, 4, LOADER_WARPS.value],
                     [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
                 )
+        if OVERLAP:
+            # after the partitions' join (a barrier of all warps, behind every warpgroup's a2 stores); a folded
+            # block's columns are counted by the program that folds it
+            if not folded_before:
+                a2_columns_done(a2_ready_ptr, block, NUM_WG * GROUP)
+                if fold:
+                    gl.atomic_add(a2_ready_ptr + block + 1, NUM_WG * GROUP, sem="release", scope="gpu")
