@@ -1,0 +1,124 @@
+"""`python -m bench.h200.ab`: a shape's static tiles against the same tiles with some fields changed, on an
+NVIDIA GPU, in the leaderboard's timing: per official shape and candidate the median us a call over --reps
+leaderboard-style inputs (the same inputs for every candidate, each call after the flush that fits the card,
+every output checked against reference.ref_kernel), in two passes, the second in the reverse order so that
+an order effect shows as a difference between them. A table row changes only after such a run.
+
+  python -m bench.h200.ab --shapes I512-E32+1-k8+1-bs512 I2048-E32+1-k8+1-bs512 --variant overlap=1 --reps 8
+
+Each --variant NAME=FIELD=V[,FIELD=V...] (or FIELD=V[,...], named after itself) is the static tiles
+(tiles_nvidia.static_tiles: GLUON_TUNED where it names the shape) with those flat fields (docs/tiles.md);
+a variant the path refuses for a shape is left out of that shape with its one-line reason. Writes ab.json
+and ab.md under --out ($OUT by default).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, int]]:
+    """(name, field changes) of one --variant; a ValueError naming what is wrong."""
+    from moe_triton.tiles import TileConfig
+
+    head, _, rest = text.partition("=")
+    named = head not in TileConfig.field_names() and "=" in rest
+    name, spec = (head, rest) if named else ("", text)
+    changes = {}
+    for item in spec.split(","):
+        field, sep, value = item.partition("=")
+        if not sep or field not in TileConfig.field_names():
+            raise ValueError(f"--variant {text}: {item!r} is not FIELD=VALUE of a tiles field (docs/tiles.md)")
+        try:
+            changes[field] = int(value)
+        except ValueError:
+            raise ValueError(f"--variant {text}: {field} takes an integer, not {value!r}") from None
+    return name or spec, changes
+
+
+def candidates(shape, variants: list[tuple[str, dict]]) -> tuple[dict, list[str]]:
+    """The static tiles and each variant that differs from it and the path accepts for shape (name -> tiles),
+    and a line for each variant left out."""
+    import torch
+
+    from moe_triton import decode
+    from moe_triton.routing import routing_capacity
+    from moe_triton.tiles_nvidia import static_tiles
+
+    static = static_tiles(shape, gluon=True)
+    out, skipped = {"static": static}, []
+    for name, changes in variants:
+        tiles = static.replace(**changes)
+        blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, tiles.block_m)
+        try:
+            decode.check(shape, tiles, blocks, torch.device("cuda"))
+        except ValueError as error:
+            skipped.append(f"{name}: {error}")
+            continue
+        if tiles != static:
+            out[name] = tiles
+    return out, skipped
+
+
+def table(results: dict) -> list[str]:
+    lines = ["| shape | candidate | pass 1 us | pass 2 us | worst |", "|---|---|---:|---:|---:|"]
+    for shape, by_name in results.items():
+        for name, (first, second) in by_name["passes"].items():
+            worst = max(first["worst"], second["worst"])
+            lines.append(f"| {shape} | {name} | {first['median_us']:.1f} | {second['median_us']:.1f} | {worst:.3f} |")
+        lines += [f"| {shape} | {line} | | | |" for line in by_name["left_out"]]
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from bench.runner.case_args import UsageError
+    from bench.runner.preflight import check_out_dir, doc_parser, positive_int
+
+    parser = doc_parser("python -m bench.h200.ab", __doc__)
+    parser.add_argument("--shapes", nargs="+", required=True, help="name substrings or indices of official shapes")
+    parser.add_argument("--variant", action="append", required=True, help="[NAME=]FIELD=V[,FIELD=V...]")
+    parser.add_argument("--reps", type=positive_int, default=8, help="timed inputs per candidate and pass")
+    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out" / "ab")))
+    args = parser.parse_args(argv)
+
+    from bench.h200.harness import official_cases
+
+    try:
+        variants = [parse_variant(v) for v in args.variant]
+    except ValueError as error:
+        return parser.fail(str(error))
+    cases = official_cases(args.shapes)
+    if not cases:
+        return parser.fail(f"--shapes {' '.join(args.shapes)}: no official shape matches")
+    import torch
+
+    if not torch.cuda.is_available() or torch.version.hip is not None:
+        return parser.fail("no CUDA GPU here; it times the decode path's tiles on an NVIDIA GPU")
+    try:
+        check_out_dir(args.out)
+    except UsageError as error:
+        return parser.fail(str(error))
+
+    from bench.h200.harness import fitting_device, time_candidates, write_results
+    from bench.runner.case_args import case_shape
+
+    started, device, results = time.perf_counter(), fitting_device(), {}
+    for name, case in cases:
+        tiles, left_out = candidates(case_shape(case), variants)
+        first = time_candidates(case, tiles, args.reps, device)
+        second = time_candidates(case, dict(reversed(tiles.items())), args.reps, device)
+        passes = {label: (first[label], second[label]) for label in tiles}
+        results[name] = {"tiles": {k: repr(t) for k, t in tiles.items()}, "passes": passes, "left_out": left_out}
+    write_results(Path(args.out), "ab", results, table(results), started, argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

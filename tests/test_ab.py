@@ -1,0 +1,60 @@
+"""bench/h200/ab.py, the static tiles against field changes: its variants as typed, the candidates a shape
+takes (a refused variant left out with its reason, one equal to the static tiles dropped) and its refusals."""
+
+import pytest
+import torch
+
+from bench.h200 import ab
+from bench.runner.case_args import case_shape
+from moe_triton import target
+from moe_triton.tiles_nvidia import GLUON_TUNED
+from problem.cases import BENCHMARKS
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        ("overlap=1", ("overlap=1", {"overlap": 1})),
+        ("apart=overlap=0,max_regs1=128", ("apart", {"overlap": 0, "max_regs1": 128})),
+        ("stages1=3,n_tiles2=2", ("stages1=3,n_tiles2=2", {"stages1": 3, "n_tiles2": 2})),
+    ],
+)
+def test_a_variant_is_named_field_changes(text, want):
+    assert ab.parse_variant(text) == want
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("overlap", "'overlap' is not FIELD=VALUE of a tiles field"),
+        ("x=overlap=1,colour=2", "'colour=2' is not FIELD=VALUE"),
+        ("overlap=yes", "overlap takes an integer, not 'yes'"),
+    ],
+)
+def test_a_variant_that_is_not_field_changes_is_refused_in_one_line(text, says):
+    with pytest.raises(ValueError, match=f"^--variant {text}: {says}"):
+        ab.parse_variant(text)
+
+
+def test_a_shape_takes_the_variants_its_path_accepts(monkeypatch):
+    monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
+    case = next(c for c in BENCHMARKS if (c["nroutedexperts"], c["dexpert"]) == (32, 2048))
+    variants = [("overlap", {"overlap": 1}), ("same", {"overlap": 0}), ("stream", {"stream1": 1})]
+    tiles, left_out = ab.candidates(case_shape(case), variants)
+    static = GLUON_TUNED[case_shape(case)]
+    assert tiles == {"static": static, "overlap": static.replace(overlap=1)}
+    assert len(left_out) == 1 and left_out[0].startswith("stream: tiles: stream1"), left_out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
+def test_without_a_gpu_it_says_why(tmp_path, capsys):
+    assert ab.main(["--shapes", "bs16", "--variant", "overlap=1", "--out", str(tmp_path / "out")]) == 2
+    assert "no CUDA GPU here" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_bad_variant_or_shape_is_one_line(capsys):
+    assert ab.main(["--shapes", "bs16", "--variant", "colour=2"]) == 2
+    assert capsys.readouterr().err.strip().endswith("'colour=2' is not FIELD=VALUE of a tiles field (docs/tiles.md)")
+    assert ab.main(["--shapes", "E999", "--variant", "overlap=1"]) == 2
+    assert "--shapes E999: no official shape matches" in capsys.readouterr().err
