@@ -49,7 +49,9 @@ for case, fields in pairs:
             "registers": resources(kernel.asm["cubin"]).registers,
             "grid_wait": "ACQBULK" in text,
             "polls": text.count("LDG.E.STRONG.GPU"),
-            "polls_before_copies": 0 <= text.find("LDG.E.STRONG.GPU") < text.find("LDGSTS"),
+            # in the PTX, whose order is the program's (ptxas lays a warp-specialized kernel's SASS out otherwise in
+            # triton 3.6): the acquire load of the poll before the first cp.async
+            "polls_before_copies": 0 <= kernel.asm["ptx"].find("acquire") < kernel.asm["ptx"].find("cp.async"),
             "releases": text.count("REDG.E.ADD.STRONG.GPU"),  # red.release.gpu: a fence, then the add
             "gpu_fences": text.count("MEMBAR.ALL.GPU"),
         })
