@@ -59,6 +59,8 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             f"(one stage-1 launch), not {cfg.overlap} with stream1 {cfg.stream1}, tail_m {cfg.tail_m}, "
             f"fold1 {cfg.fold1}"
         )
+    if cfg.route_launches not in (1, 2):
+        raise ValueError(f"tiles: route_launches must be 1 or 2 (launches before stage 1), not {cfg.route_launches}")
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
     if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
@@ -99,10 +101,11 @@ def a2_ready(layer: plan.Layer, device) -> torch.Tensor:
 
 
 def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tensor]]:
-    """Launches 1 and 2: the routing and a1."""
+    """The launches before stage 1 (route_launches of them): the routing and a1."""
     ready = a2_ready(layer, call.out.device)
+    cfg = layer.cfg
     routing, a1 = route_decode(
-        call.hidden_states, call.topk_ids, layer.shape.n_experts, layer.cfg.block_m, call.out, ready
+        call.hidden_states, call.topk_ids, layer.shape.n_experts, cfg.block_m, call.out, ready, cfg.route_launches
     )
     return routing, (a1,)
 

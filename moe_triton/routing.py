@@ -8,7 +8,7 @@ import triton
 
 from buffers import get_buffer
 from moe_triton import plan, target
-from moe_triton.kernels.decode import moe_prep_kernel
+from moe_triton.kernels.decode import moe_prep_kernel, moe_route_prep_kernel
 from moe_triton.kernels.native import moe_native_prep_kernel, moe_native_route_kernel
 from moe_triton.kernels.routing import moe_route_kernel
 
@@ -17,7 +17,9 @@ from moe_triton.kernels.routing import moe_route_kernel
 QUANT_BLOCKS = 16
 ROUTE_CHUNK = 4096
 # Slots per step where one routing program counts all of topk_ids (route_launches 1): 4096
-# (ROUTE_CHUNK) spilled 33 SGPRs into a 512-bin histogram on gfx950 (E-257 bs-512, triton 3.9).
+# (ROUTE_CHUNK) spilled 33 SGPRs into a 512-bin histogram on gfx950 (E-257 bs-512, triton 3.9). The decode
+# path's one launch also places its expert's slots in steps of this size: at 4096 its sm_90 kernel took
+# 124-173 registers a thread at the bs-512 shapes, which its a1 programs share; at 1024 32-64 (triton 3.6, 3.9).
 COUNT_CHUNK = 1024
 
 
@@ -59,16 +61,39 @@ def route_decode(
     block_m: int,
     out: torch.Tensor,
     a2_ready: torch.Tensor,
+    launches: int = 2,
 ) -> tuple[Routing, torch.Tensor]:
-    """The decode path's routing for blocks of block_m rows, `out` and `a2_ready` (int32, the overlap's
-    counts of a2 columns per routing block) zeroed, and a1: the hidden states in a bf16 buffer in
-    k_slot column order."""
+    """The decode path's routing for blocks of block_m rows in `launches` (1 or 2) launches, `out` and `a2_ready`
+    (int32, the overlap's counts of a2 columns per routing block) zeroed, and a1: the hidden states in a bf16 buffer
+    in k_slot column order."""
     n_tokens, d_hidden = hidden_states.shape
     device = hidden_states.device
-    routing = routing_buffers(topk_ids.numel(), n_experts, block_m, device)
+    n_slots = topk_ids.numel()
+    routing = routing_buffers(n_slots, n_experts, block_m, device)
     a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
     fast = target.fast_decode(device)
     pdl = target.pdl_options(fast)
+    options = dict(QUANT_BLOCKS=QUANT_BLOCKS, FAST=fast, **pdl)
+    if launches == 1:
+        plan.launch(
+            moe_route_prep_kernel,
+            (n_experts + _quant_programs(out, QUANT_BLOCKS),),
+            topk_ids,
+            hidden_states,
+            a1,
+            out,
+            *routing,
+            n_tokens,
+            n_experts,
+            n_slots,
+            d_hidden,
+            a2_ready,
+            a2_ready.numel(),
+            COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
+            **_placement(topk_ids, n_experts, block_m, COUNT_CHUNK),
+            **options,
+        )
+        return routing, a1
     chunk_counts = _histograms(
         moe_prep_kernel,
         topk_ids,
@@ -77,9 +102,7 @@ def route_decode(
         out,
         a2_ready_ptr=a2_ready,
         n_ready=a2_ready.numel(),
-        QUANT_BLOCKS=QUANT_BLOCKS,
-        FAST=fast,
-        **pdl,
+        **options,
     )
     _launch_route(topk_ids, chunk_counts, routing, n_experts, block_m, pdl)
     return routing, a1
@@ -159,15 +182,15 @@ def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, **opt
     return chunk_counts
 
 
-def _placement(topk_ids: torch.Tensor, n_experts: int, block_m: int) -> dict:
-    """The constexprs of a launch that places each expert's slots into the routing arrays."""
+def _placement(topk_ids: torch.Tensor, n_experts: int, block_m: int, slot_chunk: int = ROUTE_CHUNK) -> dict:
+    """The constexprs of a launch that places each expert's slots into the routing arrays, slot_chunk slots a step."""
     n_tokens, topk = topk_ids.shape
     n_slots = n_tokens * topk
     return dict(
         TOPK=topk,
         BLOCK_M=block_m,
         EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
-        SLOT_CHUNK=min(ROUTE_CHUNK, triton.next_power_of_2(n_slots)),
+        SLOT_CHUNK=min(slot_chunk, triton.next_power_of_2(n_slots)),
         MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
     )
 

@@ -99,6 +99,7 @@ class TileConfig(Tiles):
     stream1: int = 0
     paired1: int = 0
     overlap: int = 0
+    route_launches: int = 2
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

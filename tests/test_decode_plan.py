@@ -12,6 +12,8 @@ from layer_checks import assert_matches_reference, go_direct, small_case
 
 from moe_triton import plan as plans
 from moe_triton.fused_moe import fused_moe_triton
+from moe_triton.tiles_nvidia import tile_config
+from problem.shapes import Shape
 from reference import generate_input
 
 
@@ -43,6 +45,35 @@ def test_later_calls_replay_the_plan_with_their_own_tensors(plan):
     assert_matches_reference(other, run(other))
     assert_matches_reference(first, run(first))
     assert list(plans._plans.values()) == [plan]
+
+
+@pytest.mark.parametrize("overlap", [0, 1])
+def test_one_routing_launch_makes_a_plan_of_three(monkeypatch, overlap):
+    monkeypatch.setattr(plans, "_plans", type(plans._plans)())
+    data = generate_input(**{**PLAN_CASE, "seed": 7})
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    tiles = tile_config(Shape.of(hidden, w1, topk_ids)).replace(route_launches=1, overlap=overlap)
+    layer = (hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
+    assert_matches_reference(data, fused_moe_triton(*layer, tiles=tiles, native=False))
+    (plan,) = plans._plans.values()
+    names = [launch.fn.fn.__name__ for launch in plan.launches]
+    assert names == ["moe_route_prep_kernel", "moe_stage1_kernel", "moe_stage2_kernel"]
+    other = generate_input(**{**PLAN_CASE, "seed": 8})
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = other
+    out = fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
+    assert_matches_reference(other, out)
+    assert list(plans._plans.values()) == [plan]
+
+
+@pytest.mark.parametrize("launches", [0, 3])
+def test_routing_takes_one_or_two_launches(launches):
+    data = generate_input(**PLAN_CASE)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    tiles = tile_config(Shape.of(hidden, w1, topk_ids)).replace(route_launches=launches)
+    with pytest.raises(
+        ValueError, match=f"^tiles: route_launches must be 1 or 2 \\(launches before stage 1\\), not {launches}$"
+    ):
+        fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
 
 
 @pytest.mark.parametrize("amd", [False, True])

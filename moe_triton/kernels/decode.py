@@ -10,6 +10,8 @@ from moe_triton.kernels.routing import (
     after_previous_launch,
     block_and_tile,
     chunk_histogram,
+    expert_counts,
+    place_expert,
     routing_block,
     routing_weights,
     skip_block,
@@ -86,26 +88,79 @@ def moe_prep_kernel(
     FAST: tl.constexpr,
     PDL: tl.constexpr,
 ):
+    """Launch 1 of two: programs below n_chunks each count a chunk of topk_ids (the first also zeroes the overlap's
+    counts); the others write a1 and zero the output."""
     after_previous_launch(PDL)
     pid = tl.program_id(0)
     if pid < n_chunks:
         chunk_histogram(topk_ids_ptr, chunk_counts_ptr, n_slots, EXPERT_BINS, HIST_CHUNK)
         if pid == 0:
-            # The overlap's counts of a2 columns per routing block (n_ready 0 without it), zeroed before stage 1
-            for start in range(0, n_ready, 1024):
-                blocks = start + tl.arange(0, 1024)
-                tl.store(a2_ready_ptr + blocks, tl.zeros((1024,), dtype=tl.int32), mask=blocks < n_ready)
+            _zero_counts(a2_ready_ptr, n_ready)
     else:
-        # QUANT_BLOCKS 32-blocks of the hidden states as one flat array (no block straddles rows: d_hidden % 32 == 0)
-        blocks = (pid - n_chunks) * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
-        lanes = tl.arange(0, 32)
-        mask = (blocks < n_tokens * (d_hidden // 32))[:, None]
-        offs = blocks[:, None].to(tl.int64) * 32 + lanes[None, :]
-        x = tl.load(hidden_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        a1 = _mx_round_trip(x, QUANT_BLOCKS, 32, FAST_EXP if FAST else 0)
-        a1_offs = blocks[:, None].to(tl.int64) * 32 + k_slot(lanes)[None, :]
-        tl.store(a1_ptr + a1_offs, a1.to(tl.bfloat16), mask=mask)
-        tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=mask)
+        _a1_share(pid - n_chunks, hidden_ptr, a1_ptr, out_ptr, n_tokens, d_hidden, QUANT_BLOCKS, FAST)
+
+
+@triton.jit
+def moe_route_prep_kernel(
+    topk_ids_ptr,
+    hidden_ptr,
+    a1_ptr,
+    out_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    n_experts,
+    n_slots,
+    d_hidden,
+    a2_ready_ptr,
+    n_ready,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+    MAX_EXPERT_BLOCKS: tl.constexpr,
+    COUNT_CHUNK: tl.constexpr,
+    QUANT_BLOCKS: tl.constexpr,
+    FAST: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """The prep and route launches in one (route_launches 1): programs below n_experts each count the whole
+    histogram and place their expert's slots (the first also zeroes the overlap's counts); the others write a1
+    and zero the output, as moe_prep_kernel's do."""
+    after_previous_launch(PDL)
+    pid = tl.program_id(0)
+    if pid < n_experts:
+        counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
+        routing = (sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr)
+        place_expert(counts, topk_ids_ptr, routing, n_tokens, n_slots, TOPK, BLOCK_M, SLOT_CHUNK, MAX_EXPERT_BLOCKS)
+        if pid == 0:
+            _zero_counts(a2_ready_ptr, n_ready)
+    else:
+        _a1_share(pid - n_experts, hidden_ptr, a1_ptr, out_ptr, n_tokens, d_hidden, QUANT_BLOCKS, FAST)
+
+
+@triton.jit
+def _zero_counts(a2_ready_ptr, n_ready):
+    """The overlap's counts of a2 columns per routing block (n_ready 0 without it), zeroed before stage 1."""
+    for start in range(0, n_ready, 1024):
+        blocks = start + tl.arange(0, 1024)
+        tl.store(a2_ready_ptr + blocks, tl.zeros((1024,), dtype=tl.int32), mask=blocks < n_ready)
+
+
+@triton.jit
+def _a1_share(q, hidden_ptr, a1_ptr, out_ptr, n_tokens, d_hidden, QUANT_BLOCKS: tl.constexpr, FAST: tl.constexpr):
+    """Quantization program q's QUANT_BLOCKS 32-blocks of the hidden states, taken as one flat array (no block
+    straddles rows: d_hidden % 32 == 0): a1 written in k_slot order, the output's same elements zeroed."""
+    blocks = q * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
+    lanes = tl.arange(0, 32)
+    mask = (blocks < n_tokens * (d_hidden // 32))[:, None]
+    offs = blocks[:, None].to(tl.int64) * 32 + lanes[None, :]
+    x = tl.load(hidden_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+    a1 = _mx_round_trip(x, QUANT_BLOCKS, 32, FAST_EXP if FAST else 0)
+    a1_offs = blocks[:, None].to(tl.int64) * 32 + k_slot(lanes)[None, :]
+    tl.store(a1_ptr + a1_offs, a1.to(tl.bfloat16), mask=mask)
+    tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
