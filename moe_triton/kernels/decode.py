@@ -10,8 +10,7 @@ from moe_triton.kernels.routing import (
     after_previous_launch,
     block_and_tile,
     chunk_histogram,
-    expert_counts,
-    place_expert,
+    route_whole_histogram,
     routing_block,
     routing_weights,
     skip_block,
@@ -131,9 +130,20 @@ def moe_route_prep_kernel(
     after_previous_launch(PDL)
     pid = tl.program_id(0)
     if pid < n_experts:
-        counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
         routing = (sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr)
-        place_expert(counts, topk_ids_ptr, routing, n_tokens, n_slots, TOPK, BLOCK_M, SLOT_CHUNK, MAX_EXPERT_BLOCKS)
+        route_whole_histogram(
+            topk_ids_ptr,
+            routing,
+            n_tokens,
+            n_experts,
+            n_slots,
+            TOPK,
+            BLOCK_M,
+            EXPERT_BINS,
+            SLOT_CHUNK,
+            MAX_EXPERT_BLOCKS,
+            COUNT_CHUNK,
+        )
         if pid == 0:
             _zero_counts(a2_ready_ptr, n_ready)
     else:

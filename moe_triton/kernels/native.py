@@ -10,7 +10,7 @@ from moe_triton.kernels.routing import (
     chunk_histogram,
     expert_counts,
     expert_slots,
-    place_expert,
+    route_whole_histogram,
     routing_block,
     routing_weights,
     skip_block,
@@ -155,9 +155,20 @@ def moe_native_route_kernel(
     expert's slots (place_expert); the others zero the output and, with QUANT, write a1."""
     pid = tl.program_id(0)
     if pid < n_experts:
-        counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
         routing = (sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr)
-        place_expert(counts, topk_ids_ptr, routing, n_tokens, n_slots, TOPK, BLOCK_M, SLOT_CHUNK, MAX_EXPERT_BLOCKS)
+        route_whole_histogram(
+            topk_ids_ptr,
+            routing,
+            n_tokens,
+            n_experts,
+            n_slots,
+            TOPK,
+            BLOCK_M,
+            EXPERT_BINS,
+            SLOT_CHUNK,
+            MAX_EXPERT_BLOCKS,
+            COUNT_CHUNK,
+        )
     else:
         _a1_share(hidden_ptr, a1_ptr, a1_scale_ptr, out_ptr, n_experts, n_tokens, d_hidden, QUANT_BLOCKS, QUANT, GFX950)
 

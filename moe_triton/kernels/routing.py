@@ -130,6 +130,26 @@ def moe_route_kernel(
 
 
 @triton.jit
+def route_whole_histogram(
+    topk_ids_ptr,
+    routing,
+    n_tokens,
+    n_experts,
+    n_slots,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    SLOT_CHUNK: tl.constexpr,
+    MAX_EXPERT_BLOCKS: tl.constexpr,
+    COUNT_CHUNK: tl.constexpr,
+):
+    """Expert program_id(0)'s routing in a single routing launch: the whole histogram counted by this program
+    (COUNT_CHUNK slots a step), then place_expert."""
+    counts = expert_counts(topk_ids_ptr, n_slots, n_experts, EXPERT_BINS, COUNT_CHUNK)
+    place_expert(counts, topk_ids_ptr, routing, n_tokens, n_slots, TOPK, BLOCK_M, SLOT_CHUNK, MAX_EXPERT_BLOCKS)
+
+
+@triton.jit
 def place_expert(
     counts,
     topk_ids_ptr,
