@@ -8,8 +8,8 @@ an order effect shows as a difference between them. A table row changes only aft
 
 Each --variant NAME=FIELD=V[,FIELD=V...] (or FIELD=V[,...], named after itself) is the static tiles
 (tiles_nvidia.static_tiles: GLUON_TUNED where it names the shape) with those flat fields (docs/tiles.md);
-a variant the path refuses for a shape is left out of that shape with its one-line reason. Writes ab.json
-and ab.md under --out ($OUT by default).
+a variant the path refuses for a shape, or equal to its static tiles, is left out of that shape with a
+line saying so. Writes ab.json and ab.md under --out ($OUT by default).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ def parse_variant(text: str) -> tuple[str, dict[str, int]]:
 
 
 def candidates(shape, variants: list[tuple[str, dict]]) -> tuple[dict, list[str]]:
-    """The static tiles and each variant that differs from it and the path accepts for shape (name -> tiles),
-    and a line for each variant left out."""
+    """The static tiles and each variant that differs from them and the path accepts for shape (name -> tiles),
+    and a line for each variant left out (refused, or the static tiles themselves)."""
     import torch
 
     from moe_triton import decode
@@ -60,7 +60,9 @@ def candidates(shape, variants: list[tuple[str, dict]]) -> tuple[dict, list[str]
         except ValueError as error:
             skipped.append(f"{name}: {error}")
             continue
-        if tiles != static:
+        if tiles == static:
+            skipped.append(f"{name}: the static tiles themselves")
+        else:
             out[name] = tiles
     return out, skipped
 
