@@ -494,4 +494,4 @@ def moe_gluon_stage1_kernel(
             if not folded_before:
                 a2_columns_done(a2_ready_ptr, block, NUM_WG * GROUP)
                 if fold:
-                    gl.atomic_add(a2_ready_ptr + block + 1, NUM_WG * GROUP, sem="release", scope="gpu")
+                    a2_columns_done(a2_ready_ptr, block + 1, NUM_WG * GROUP)
