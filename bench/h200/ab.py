@@ -9,7 +9,7 @@ an order effect shows as a difference between them. A table row changes only aft
 Each --variant NAME=FIELD=V[,FIELD=V...] (or FIELD=V[,...], named after itself) is the static tiles
 (tiles_nvidia.static_tiles: GLUON_TUNED where it names the shape) with those flat fields (docs/tiles.md);
 a variant the path refuses for a shape, or equal to its static tiles, is left out of that shape with a
-line saying so. Writes ab.json and ab.md under --out ($OUT by default).
+line saying so. Writes ab.json and ab.md under --out ($OUT by default) after every shape.
 """
 
 from __future__ import annotations
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         second = time_candidates(case, dict(reversed(tiles.items())), args.reps, device)
         passes = {label: (first[label], second[label]) for label in tiles}
         results[name] = {"tiles": {k: repr(t) for k, t in tiles.items()}, "passes": passes, "left_out": left_out}
-    write_results(Path(args.out), "ab", results, table(results), started, argv)
+        write_results(Path(args.out), "ab", results, table(results), started, argv)
     return 0
 
 
