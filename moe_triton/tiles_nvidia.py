@@ -78,20 +78,29 @@ GLUON_TUNED: dict[Shape, TileConfig] = {
     Shape(512, 7168, 256, 257, 9): gluon_variant(
         TUNED[Shape(512, 7168, 256, 257, 9)], 32, stages=4, parts=2, paired=1
     ).replace(overlap=1),
-    # stream-K over 64-row blocks, one program an SM: 170.4 against 189.1 us (H100, 2026-12-06)
+    # stream-K over 64-row blocks, one program an SM: 170.4 against 189.1 us (H100, 2026-12-06); the routing
+    # and a1 in one launch: 171.1 against 174.6 us a call (H100, 2026-12-06)
     Shape(128, 7168, 512, 33, 9): gluon2_variant(
-        gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=4, parts=2).replace(block_m=64, stream1=1),
+        gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=4, parts=2).replace(
+            block_m=64, stream1=1, route_launches=1
+        ),
         256,
         stages=4,
         parts=2,
         n_tiles=4,
     ),
+    # stage 2 block by block: 356.1 against 368.9 us a call (H100, 2026-12-06)
     Shape(512, 7168, 512, 33, 9): gluon2_variant(
-        gluon_variant(TUNED[Shape(512, 7168, 512, 33, 9)], 128, stages=4, parts=2), 256, stages=4, parts=2, n_tiles=4
+        gluon_variant(TUNED[Shape(512, 7168, 512, 33, 9)], 128, stages=4, parts=2).replace(overlap=1),
+        256,
+        stages=4,
+        parts=2,
+        n_tiles=4,
     ),
-    # the fold: the last full block's program also computes the expert's tail block
+    # the fold: the last full block's program also computes the expert's tail block; stage 2 block by
+    # block: 971.8 against 979.7 us a call (H100, 2026-12-06)
     Shape(512, 7168, 2048, 33, 9): gluon2_variant(
-        gluon_variant(TUNED[Shape(512, 7168, 2048, 33, 9)], 64, stages=4, parts=2).replace(fold1=1),
+        gluon_variant(TUNED[Shape(512, 7168, 2048, 33, 9)], 64, stages=4, parts=2).replace(fold1=1, overlap=1),
         128,
         stages=4,
         parts=2,

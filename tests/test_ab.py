@@ -39,12 +39,12 @@ def test_a_variant_that_is_not_field_changes_is_refused_in_one_line(text, says):
 def test_a_shape_takes_the_variants_its_path_accepts(monkeypatch):
     monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     case = next(c for c in BENCHMARKS if (c["nroutedexperts"], c["dexpert"]) == (32, 2048))
-    variants = [("overlap", {"overlap": 1}), ("same", {"overlap": 0}), ("stream", {"stream1": 1})]
+    variants = [("apart", {"overlap": 0}), ("same", {"overlap": 1}), ("stream", {"stream1": 1})]
     tiles, left_out = ab.candidates(case_shape(case), variants)
     static = GLUON_TUNED[case_shape(case)]
-    assert tiles == {"static": static, "overlap": static.replace(overlap=1)}
+    assert tiles == {"static": static, "apart": static.replace(overlap=0)}
     assert left_out[0] == "same: the static tiles themselves", left_out
-    assert len(left_out) == 2 and left_out[1].startswith("stream: tiles: stream1"), left_out
+    assert len(left_out) == 2 and left_out[1].startswith("stream: tiles: overlap must be"), left_out
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
