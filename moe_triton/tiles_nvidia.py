@@ -16,13 +16,14 @@ COLS128_K128 = Stage(block_n=128, block_k=128, warps=4, stages=2)
 # bench/tune/tiles.py --sweep on the H200, 2026-11-30 (torch 2.11, triton 3.6); E-257 bs-16 and bs-128's
 # stage 2 three deep, so that a tile's copy overlaps the tile before it (H100, 2026-12-06); the overlap
 # (stage 2 block by block) with max_regs1 128 at E-257 bs-16, bs-128 and E-33 bs-16: 141.0 against
-# 154.6, 315.9 against 329.9 and 100.0 against 106.7 us a call (H100, 2026-12-06).
+# 154.6, 315.9 against 329.9 and 100.0 against 106.7 us a call; E-257 bs-128's stage 2 16 tiles a
+# program: 316.6 against 320.3 (H100, 2026-12-06).
 TUNED: dict[Shape, TileConfig] = {
     Shape(16, 7168, 256, 257, 9): TileConfig(
         block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=8, max_regs1=128, overlap=1
     ),
     Shape(128, 7168, 256, 257, 9): TileConfig(
-        block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=8, max_regs1=128, overlap=1
+        block_m=16, stage1=ROWS64, stage2=COLS64_3DEEP, n_tiles2=16, max_regs1=128, overlap=1
     ),
     Shape(512, 7168, 256, 257, 9): TileConfig(
         block_m=32, stage1=ROWS64_2DEEP, stage2=COLS64, n_tiles2=8, max_regs1=128, max_regs2=72
@@ -78,10 +79,10 @@ GLUON_TUNED: dict[Shape, TileConfig] = {
     Shape(512, 7168, 256, 257, 9): gluon_variant(
         TUNED[Shape(512, 7168, 256, 257, 9)], 32, stages=4, parts=2, paired=1
     ).replace(overlap=1),
-    # stream-K over 64-row blocks, one program an SM: 170.4 against 189.1 us (H100, 2026-12-06); the routing
-    # and a1 in one launch: 171.1 against 174.6 us a call (H100, 2026-12-06)
+    # stream-K over 64-row blocks, one program an SM: 170.4 against 189.1 us; the routing and a1 in one
+    # launch: 171.1 against 174.6 us a call; six ring slots: 168.1 against 171.0 (H100, 2026-12-06)
     Shape(128, 7168, 512, 33, 9): gluon2_variant(
-        gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=4, parts=2).replace(
+        gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=6, parts=2).replace(
             block_m=64, stream1=1, route_launches=1
         ),
         256,
@@ -98,13 +99,14 @@ GLUON_TUNED: dict[Shape, TileConfig] = {
         n_tiles=4,
     ),
     # the fold: the last full block's program also computes the expert's tail block; stage 2 block by
-    # block: 971.8 against 979.7 us a call (H100, 2026-12-06)
+    # block: 971.8 against 979.7 us a call; four stage-2 tiles a program: 959.3 against 965.7 (H100,
+    # 2026-12-06)
     Shape(512, 7168, 2048, 33, 9): gluon2_variant(
         gluon_variant(TUNED[Shape(512, 7168, 2048, 33, 9)], 64, stages=4, parts=2).replace(fold1=1, overlap=1),
         128,
         stages=4,
         parts=2,
-        n_tiles=8,
+        n_tiles=4,
     ),
 }
 
