@@ -63,9 +63,9 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: route_launches must be 1 or 2 (launches before stage 1), not {cfg.route_launches}")
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
-    if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 in (64, 128) and not cfg.tail_m):
+    if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
         raise ValueError(
-            f"tiles: stream1 (programs an SM) must be 0, 1 or 2, with gluon1, block_n1 64 or 128 and no tail_m, "
+            f"tiles: stream1 (programs an SM) must be 0, 1 or 2, with gluon1, block_n1 64 and no tail_m, "
             f"not {cfg.stream1}"
         )
     if not (cfg.gluon1 or cfg.gluon2):

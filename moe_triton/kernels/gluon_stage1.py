@@ -380,36 +380,23 @@ def moe_gluon_stage1_kernel(
     elif STREAM:
         gl.static_assert(OVERLAP == 0, "gluon stage 1: stream-K ends its tiles out of block order, without the overlap")
         gl.static_assert(
-            (ROWS == BLOCK_M) and (FOLD == 0) and (NUM_WG > 1),
-            "gluon stage 1: stream-K takes 2 or 4 MMA warpgroups, no tails",
+            (ROWS == BLOCK_M) and (FOLD == 0) and (NUM_WG == 2),
+            "gluon stage 1: stream-K takes 2 MMA warpgroups, no tails",
         )
         ring = allocate_ring(STAGES, NUM_WG * 2 * GROUP, BLOCK_M, BLOCK_K, NUM_WG)
         sizes = (d_inter, n_tokens, d_hidden)
         mma_args = (a2_ptr, num_valid_ids_ptr, ring, (partials_ptr, counters_ptr), sizes)
         loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr, ring)
         loader_args += (sizes,)
-        if NUM_WG == 2:
-            gl.warp_specialize(
-                [
-                    (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG, PAIRED)),
-                    (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG, PAIRED)),
-                    (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
-                ],
-                [4, LOADER_WARPS.value],
-                [MMA_REGS, LOADER_REGS],
-            )
-        else:
-            gl.warp_specialize(
-                [
-                    (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG, PAIRED)),
-                    (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG, PAIRED)),
-                    (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 2, SPLIT, NUM_WG, PAIRED)),
-                    (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 3, SPLIT, NUM_WG, PAIRED)),
-                    (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
-                ],
-                [4, 4, 4, LOADER_WARPS.value],
-                [MMA_REGS, MMA_REGS, MMA_REGS, LOADER_REGS],
-            )
+        gl.warp_specialize(
+            [
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG, PAIRED)),
+                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG, PAIRED)),
+                (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
+            ],
+            [4, LOADER_WARPS.value],
+            [MMA_REGS, LOADER_REGS],
+        )
     else:
         gl.static_assert((OVERLAP == 0) or (ROWS == BLOCK_M), "gluon stage 1: the overlap takes no tail launch")
         block, ctile = block_and_tile(OVERLAP)
