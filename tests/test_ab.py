@@ -7,8 +7,9 @@ import torch
 from bench.h200 import ab
 from bench.runner.case_args import case_shape
 from moe_triton import target
-from moe_triton.tiles_nvidia import GLUON_TUNED
+from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED
 from problem.cases import BENCHMARKS
+from problem.shapes import Shape
 
 
 @pytest.mark.parametrize(
@@ -45,6 +46,59 @@ def test_a_shape_takes_the_variants_its_path_accepts(monkeypatch):
     assert tiles == {"static": static, "apart": static.replace(overlap=0)}
     assert left_out[0] == "same: the static tiles themselves", left_out
     assert len(left_out) == 2 and left_out[1].startswith("stream: tiles: overlap must be"), left_out
+
+
+def test_the_neighbours_are_one_field_changes_of_the_tiles():
+    tiles = TUNED[Shape(16, 7168, 256, 257, 9)]
+    flat = tiles.as_dict()
+    assert (flat["stages1"], flat["stages2"], flat["n_tiles2"], flat["max_regs1"], flat["max_regs2"]) == (
+        3,
+        3,
+        8,
+        128,
+        0,
+    )
+    names = [name for name, _ in ab.neighbours(tiles)]
+    assert names == [
+        "stages1=2",
+        "stages1=4",
+        "stages2=2",
+        "stages2=4",
+        "n_tiles2=4",
+        "n_tiles2=16",
+        "overlap=0",
+        "route_launches=1",
+        "max_regs1=0",
+    ]
+    for name, changes in ab.neighbours(tiles):
+        assert len(changes) == 1 and tiles.replace(**changes) != tiles, name
+    # a ring two deep has no shallower neighbour, one tile a program no halved one
+    shallow = tiles.replace(stages1=2, stages2=2, n_tiles2=1, max_regs1=0, overlap=0, route_launches=1)
+    assert [name for name, _ in ab.neighbours(shallow)] == [
+        "stages1=3",
+        "stages2=3",
+        "n_tiles2=2",
+        "overlap=1",
+        "route_launches=2",
+    ]
+
+
+def test_a_shape_takes_the_neighbours_its_path_accepts_once_each(monkeypatch):
+    monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
+    case = next(c for c in BENCHMARKS if (c["nroutedexperts"], c["dexpert"]) == (32, 2048))
+    static = GLUON_TUNED[case_shape(case)]
+    tiles, left_out = ab.candidates(case_shape(case), [("n_tiles2=8", {"n_tiles2": 8})], with_neighbours=True)
+    assert list(tiles)[:2] == ["static", "n_tiles2=8"] and "n_tiles2=8" not in list(tiles)[2:]
+    assert tiles["overlap=0"] == static.replace(overlap=0) and tiles["stages1=5"] == static.replace(stages1=5)
+    # every neighbour is timed or said why not, once
+    said = [line.split(":")[0] for line in left_out]
+    assert sorted(list(tiles)[2:] + said) == sorted(n for n, _ in ab.neighbours(static) if n != "n_tiles2=8")
+    assert ab.candidates(case_shape(case), [])[0] == {"static": static}
+
+
+def test_without_variants_or_neighbours_there_is_nothing_to_time(capsys):
+    assert ab.main(["--shapes", "bs16"]) == 2
+    assert "--variant or --neighbours: nothing to set against the static tiles" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")

@@ -9,7 +9,13 @@ an order effect shows as a difference between them. A table row changes only aft
 Each --variant NAME=FIELD=V[,FIELD=V...] (or FIELD=V[,...], named after itself) is the static tiles
 (tiles_nvidia.static_tiles: GLUON_TUNED where it names the shape) with those flat fields (docs/tiles.md);
 a variant the path refuses for a shape, or equal to its static tiles, is left out of that shape with a
-line saying so. Writes ab.json and ab.md under --out ($OUT by default) after every shape.
+line saying so. --neighbours adds, per shape, the static tiles' one-field neighbours (neighbours():
+each ring one slot shallower and deeper, stage 2's tiles a program halved and doubled, the overlap and
+the routing launches toggled, a register cap lifted), a sweep for one warm machine:
+
+  python -m bench.h200.ab --shapes bs16 bs128 --neighbours --reps 8
+
+Writes ab.json and ab.md under --out ($OUT by default) after every shape.
 """
 
 from __future__ import annotations
@@ -41,9 +47,26 @@ def parse_variant(text: str) -> tuple[str, dict[str, int]]:
     return name or spec, changes
 
 
-def candidates(shape, variants: list[tuple[str, dict]]) -> tuple[dict, list[str]]:
-    """The static tiles and each variant that differs from them and the path accepts for shape (name -> tiles),
-    and a line for each variant left out (refused, or the static tiles themselves)."""
+def neighbours(tiles) -> list[tuple[str, dict[str, int]]]:
+    """tiles' one-field neighbours as (name, changes): the ring depths one less (down to 2) and one more,
+    n_tiles2 halved and doubled, overlap and route_launches toggled, a register cap lifted. Whether the
+    path takes each is candidates()'s to say."""
+    flat = tiles.as_dict()
+    changes = []
+    for field in ("stages1", "stages2"):
+        changes += [{field: flat[field] - 1}] if flat[field] > 2 else []
+        changes += [{field: flat[field] + 1}]
+    changes += [{"n_tiles2": flat["n_tiles2"] // 2}] if flat["n_tiles2"] > 1 else []
+    changes += [{"n_tiles2": flat["n_tiles2"] * 2}, {"overlap": 1 - flat["overlap"]}]
+    changes += [{"route_launches": 3 - flat["route_launches"]}]
+    changes += [{field: 0} for field in ("max_regs1", "max_regs2") if flat[field]]
+    return [(",".join(f"{k}={v}" for k, v in change.items()), change) for change in changes]
+
+
+def candidates(shape, variants: list[tuple[str, dict]], with_neighbours: bool = False) -> tuple[dict, list[str]]:
+    """The static tiles and each variant (and, with_neighbours, each of the static tiles' neighbours) that
+    differs from them and the path accepts for shape (name -> tiles), and a line for each one left out
+    (refused, the static tiles themselves, or a neighbour that a variant already names)."""
     import torch
 
     from moe_triton import decode
@@ -52,6 +75,8 @@ def candidates(shape, variants: list[tuple[str, dict]]) -> tuple[dict, list[str]
 
     static = static_tiles(shape, gluon=True)
     out, skipped = {"static": static}, []
+    named = [name for name, _ in variants]
+    variants = variants + [n for n in neighbours(static) if with_neighbours and n[0] not in named]
     for name, changes in variants:
         tiles = static.replace(**changes)
         blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, tiles.block_m)
@@ -85,13 +110,16 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = doc_parser("python -m bench.h200.ab", __doc__)
     parser.add_argument("--shapes", nargs="+", required=True, help="name substrings or indices of official shapes")
-    parser.add_argument("--variant", action="append", required=True, help="[NAME=]FIELD=V[,FIELD=V...]")
+    parser.add_argument("--variant", action="append", default=[], help="[NAME=]FIELD=V[,FIELD=V...]")
+    parser.add_argument("--neighbours", action="store_true", help="also the static tiles' one-field neighbours")
     parser.add_argument("--reps", type=positive_int, default=8, help="timed inputs per candidate and pass")
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out" / "ab")))
     args = parser.parse_args(argv)
 
     from bench.h200.harness import official_cases
 
+    if not (args.variant or args.neighbours):
+        return parser.fail("--variant or --neighbours: nothing to set against the static tiles")
     try:
         variants = [parse_variant(v) for v in args.variant]
     except ValueError as error:
@@ -113,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started, device, results = time.perf_counter(), fitting_device(), {}
     for name, case in cases:
-        tiles, left_out = candidates(case_shape(case), variants)
+        tiles, left_out = candidates(case_shape(case), variants, args.neighbours)
         first = time_candidates(case, tiles, args.reps, device)
         second = time_candidates(case, dict(reversed(tiles.items())), args.reps, device)
         passes = {label: (first[label], second[label]) for label in tiles}
