@@ -66,7 +66,7 @@ def neighbours(tiles) -> list[tuple[str, dict[str, int]]]:
 def candidates(shape, variants: list[tuple[str, dict]], with_neighbours: bool = False) -> tuple[dict, list[str]]:
     """The static tiles and each variant (and, with_neighbours, each of the static tiles' neighbours) that
     differs from them and the path accepts for shape (name -> tiles), and a line for each one left out
-    (refused, the static tiles themselves, or a neighbour that a variant already names)."""
+    (refused, or the static tiles themselves); a neighbour that a variant already names is timed once."""
     import torch
 
     from moe_triton import decode
