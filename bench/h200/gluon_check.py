@@ -2,7 +2,7 @@
 gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H100 / H200.
 The stage-1 variants are every combination of --block-ns (h columns per program; 32 is one warpgroup
 that loads its own ring), --stages (ring slots), --splits (parts per K step) and --regs (registers a
-thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off),
+thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off; --block-ns 64 only),
 --paired (1: one wgmma wait every two K steps), stage 2 the decode one; each
 --stage2 N-S-P-T[-R] adds a variant with stage 2 on
 the Gluon kernel (N output columns a tile, S ring slots, P parts per K step, T tiles a program, R
@@ -281,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
         return parser.fail(f"--stream {args.stream}: each 0, 1 or 2, and 0 with --fold or --tail-m")
     if 32 in args.block_ns and (args.fold or max(args.stream)):
         return parser.fail("--block-ns 32 (one warpgroup) takes neither --fold nor --stream")
+    if 128 in args.block_ns and max(args.stream):
+        return parser.fail("--block-ns 128 (four MMA warpgroups) takes no --stream: stream-K runs two")
     if not args.paired or (max(args.paired) and args.fold):
         return parser.fail(f"--paired {args.paired}: 0 or 1, and 0 with --fold")
     if not args.stages or min(args.stages) < 2:
