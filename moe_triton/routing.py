@@ -89,8 +89,7 @@ def route_decode(
             d_hidden,
             a2_ready,
             a2_ready.numel(),
-            COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
-            **_placement(topk_ids, n_experts, block_m, COUNT_CHUNK),
+            **_whole_histogram(topk_ids, n_experts, block_m, COUNT_CHUNK),
             **options,
         )
         return routing, a1
@@ -140,8 +139,7 @@ def route_native(
             n_experts,
             n_slots,
             d_hidden,
-            COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(n_slots)),
-            **_placement(topk_ids, n_experts, block_m),
+            **_whole_histogram(topk_ids, n_experts, block_m),
             **quant,
         )
         return routing
@@ -192,6 +190,15 @@ def _placement(topk_ids: torch.Tensor, n_experts: int, block_m: int, slot_chunk:
         EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
         SLOT_CHUNK=min(slot_chunk, triton.next_power_of_2(n_slots)),
         MAX_EXPERT_BLOCKS=triton.next_power_of_2(triton.cdiv(n_slots, block_m)),
+    )
+
+
+def _whole_histogram(topk_ids: torch.Tensor, n_experts: int, block_m: int, slot_chunk: int = ROUTE_CHUNK) -> dict:
+    """The constexprs of a one-launch routing (route_whole_histogram): each expert's program counts all of topk_ids,
+    COUNT_CHUNK slots a step, then places its slots, slot_chunk a step."""
+    return dict(
+        COUNT_CHUNK=min(COUNT_CHUNK, triton.next_power_of_2(topk_ids.numel())),
+        **_placement(topk_ids, n_experts, block_m, slot_chunk),
     )
 
 
