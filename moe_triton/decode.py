@@ -63,6 +63,11 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: route_launches must be 1 or 2 (launches before stage 1), not {cfg.route_launches}")
     if cfg.fold1 and not (cfg.gluon1 and cfg.tail_m):
         raise ValueError(f"tiles: fold1 needs gluon1 and tail_m, not {cfg.gluon1} and {cfg.tail_m}")
+    if cfg.fold2 and not (cfg.fold2 == 1 and cfg.gluon2 and cfg.tail_m):
+        raise ValueError(
+            f"tiles: fold2 must be 0 or 1, and 1 only with gluon2 and tail_m, not {cfg.fold2} with "
+            f"{cfg.gluon2} and {cfg.tail_m}"
+        )
     if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
         raise ValueError(
             f"tiles: stream1 (programs an SM) must be 0, 1 or 2, with gluon1, block_n1 64 and no tail_m, "
@@ -174,6 +179,7 @@ def stage2(call: plan.Call, layer: plan.Layer, routing: Routing) -> None:
         grid = block_grid(layer.n_blocks, shape.d_hidden // (cfg.block_n2 * cfg.n_tiles2), cfg.overlap)
         options = gluon_options(cfg.stages2, cfg.gluon2, cfg.block_n2 // 64, cfg.max_regs2, fast)
         options.update(a2_ready_ptr=a2_ready(layer, call.out.device), OVERLAP=cfg.overlap)
+        options["FOLD"] = cfg.tail_m if cfg.fold2 else 0
     else:
         kernel = moe_stage2_kernel
         groups = triton.cdiv(triton.cdiv(shape.d_hidden, cfg.block_n2), cfg.n_tiles2)

@@ -96,6 +96,7 @@ class TileConfig(Tiles):
     gluon1: int = 0
     gluon2: int = 0
     fold1: int = 0
+    fold2: int = 0
     stream1: int = 0
     paired1: int = 0
     overlap: int = 0

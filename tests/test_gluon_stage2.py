@@ -21,7 +21,7 @@ from bench.tune.tiles import case_tiles
 from moe_triton import target
 from moe_triton.routing import routing_buffers
 from moe_triton.tiles import TileConfig
-from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant
+from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant, gluon_variant
 from mxfp4.codec import dequantize
 from reference import generate_input
 
@@ -127,6 +127,23 @@ def test_the_table_tiles_compile_for_sm90_unserialized_without_spills_and_with_p
         assert got["spills"] <= (2 * (block_n // 64 - 1) if block_n == 256 else 0), got
 
 
+@pytest.mark.cpu_only
+def test_the_fold_compiles_for_sm90_with_a_second_wgmma_a_step_and_no_spills():
+    # I-2048's table tile with the fold: the full blocks' launch issues each step's wgmmas twice (the block's
+    # rows, then the folded tail's on the same decoded weights), still one program an SM; the tail launch as before
+    from problem.cases import BENCHMARKS
+
+    case = next(c for c in BENCHMARKS if c["dexpert"] == 2048)
+    tiles = GLUON_TUNED[case_shape(case)]
+    assert tiles.gluon2 and tiles.tail_m, "the I-2048 row no longer runs the Gluon stage 2 with tails"
+    plain, tail = compiled_launches([(case, tiles)], "moe_gluon_stage2_kernel")
+    main, folded_tail = compiled_launches([(case, tiles.replace(fold2=1))], "moe_gluon_stage2_kernel")
+    assert main["mma"] == 2 * plain["mma"] and main["waits"] * 4 <= main["mma"], main
+    assert main["k_loop_spills"] == 0 and main["spills"] == 0 and main["shared"] <= 232448, main
+    assert main["cp_async_16"] and main["register_split"] and main["paired_atomics"], main
+    assert folded_tail["mma"] == tail["mma"] and folded_tail["spills"] == 0, folded_tail
+
+
 # ------------------------------------------------------------------------------------- refusals
 
 
@@ -144,6 +161,20 @@ def test_bad_gluon_stage_2_tiles_are_refused_in_one_line(monkeypatch):
     )
     for bad, says in bad_tiles:
         with pytest.raises(ValueError, match=r"^tiles: gluon2") as err:
+            run(data, bad)
+        assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_fold2_needs_the_gluon_stage_2_and_tail_tiles(monkeypatch):
+    data = generate_input(**small_case())
+    monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
+    tiles = stage2_variant(case_tiles(data), data[0].shape[1], 128, 3, 2, 2).replace(block_m=32)
+    for bad, says in (
+        (tiles.replace(fold2=1), "not 1 with 2 and 0"),
+        (tiles.replace(fold2=2, tail_m=16), "not 2 with 2 and 16"),
+        (tiles.replace(fold2=1, gluon2=0, tail_m=16), "not 1 with 0 and 16"),
+    ):
+        with pytest.raises(ValueError, match=r"^tiles: fold2 must be 0 or 1, and 1 only with gluon2 and tail_m") as err:
             run(data, bad)
         assert says in str(err.value) and "\n" not in str(err.value)
 
@@ -299,3 +330,26 @@ def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
     untailed = decode.replace(block_m=16, tail_m=0)
     folded = variants(args, untailed, untailed)["gluon-n64-s4-p2-fold"]
     assert (folded.fold1, folded.block_m, folded.tail_m) == (1, 32, 16)
+
+
+@pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 2 runs on sm_90 GPUs")
+@pytest.mark.parametrize("block_n", [128, 256])
+@pytest.mark.parametrize("case", [SMOKE[2], small_case(bs=40, nroutedexperts=4)], ids=["smoke2", "bs40"])
+def test_on_the_gpu_the_stage_2_fold_gives_the_tail_launchs_output_and_the_references(case, block_n):
+    # 32-row blocks with 16-row tails: the full blocks' programs also take their expert's tail; apart and with the
+    # stages block by block (the Gluon stage 1 folding its tails too, in one launch)
+    from bench.h200.harness import poison
+
+    data = generate_input(**case)
+    before = [t.clone() for t in data[:-1]]
+    tiles = stage2_variant(case_tiles(data).replace(block_m=32, tail_m=16), data[0].shape[1], block_n, 3, 2, 2)
+    want = run(data, tiles)
+    block_by_block = gluon_variant(tiles, 64, 3, 2).replace(fold1=1, overlap=1)
+    for folded in (tiles.replace(fold2=1), block_by_block.replace(fold2=1)):
+        poison(data[0].shape)
+        out = run(data, folded)
+        assert_matches_reference(data, out)
+        # the same products; the tails' bf16 adds come in another order
+        assert torch.allclose(out.float(), want.float(), rtol=2**-5, atol=2**-5 * float(want.abs().max()))
+    for t, b in zip(data[:-1], before, strict=True):
+        assert torch.equal(t.view(torch.uint8), b.view(torch.uint8))
