@@ -150,8 +150,8 @@ def test_stage_2_polls_its_block_instead_of_waiting_for_the_grid():
 
 
 def gluon_overlap_programs(routing, n_tokens: int, block_m: int, fold: int) -> list[tuple[list[int], list[int]]]:
-    """moe_gluon_stage1_kernel's rule under the overlap with a loader partition, in Python (its skip, _folding and
-    _folded): per routing block, the blocks its programs compute and the blocks whose columns they count."""
+    """moe_gluon_stage1_kernel's rule under the overlap with a loader partition, in Python (its skip, folds_tail and
+    tail_folded): per routing block, the blocks its programs compute and the blocks whose columns they count."""
     sorted_ids, sorted_expert_ids, num_valid_ids = (t.tolist() for t in routing)
     valid = num_valid_ids[0]
 

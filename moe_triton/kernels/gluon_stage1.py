@@ -18,7 +18,14 @@ from moe_triton.kernels.gluon_mma import (
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.routing import a2_columns_done, after_previous_launch, block_and_tile, skip_block
+from moe_triton.kernels.routing import (
+    a2_columns_done,
+    after_previous_launch,
+    block_and_tile,
+    folds_tail,
+    skip_block,
+    tail_folded,
+)
 from moe_triton.kernels.silu import gated_h
 
 GROUP = gl.constexpr(32)  # h columns per MMA warpgroup: one MXFP4 block of a2 (WG_ROWS gate and up rows)
@@ -190,30 +197,6 @@ def store_a2(
 
 
 @gluon.jit
-def _folding(
-    block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: gl.constexpr, FOLD: gl.constexpr
-):
-    """Whether block + 1 is a tail (at most FOLD real rows) of block's expert, which this program then folds; only
-    an expert's last block is partly filled, so a tail after a block of its expert is always folded."""
-    start = (block + 1) * BLOCK_M
-    inside = start < gl.load(num_valid_ids_ptr)
-    same = gl.load(sorted_expert_ids_ptr + block + 1, mask=inside, other=-2) == gl.load(sorted_expert_ids_ptr + block)
-    tail = (gl.load(sorted_ids_ptr + start + FOLD, mask=inside, other=0) & 0xFFFFFF) >= n_tokens
-    return inside & same & tail
-
-
-@gluon.jit
-def _folded(
-    block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: gl.constexpr, FOLD: gl.constexpr
-):
-    """Whether block is a tail that the program of block - 1 folds (_folding), so that it has no program of its own."""
-    previous = gl.maximum(block - 1, 0)
-    return (block > 0) & _folding(
-        previous, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD
-    )
-
-
-@gluon.jit
 def _stream_range(
     num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, NUM_WG: gl.constexpr
 ):
@@ -358,7 +341,7 @@ def moe_gluon_stage1_kernel(
 ):
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
     d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
-    multiple of BLOCK_K (128), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see _folding. MMA_REGS,
+    multiple of BLOCK_K (128), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see folds_tail. MMA_REGS,
     LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over the grid's programs,
     partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon stage 1"). OVERLAP
     (not with STREAM): count the stored columns in a2_ready_ptr, as the decode stage 1 does, in one launch with FOLD
@@ -409,9 +392,9 @@ def moe_gluon_stage1_kernel(
         fold = block < 0  # a runtime false: the partitions take it as a value either way
         folded_before = block < 0
         if MAIN_FOLD:
-            fold = _folding(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
+            fold = folds_tail(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
             if OVERLAP:
-                folded_before = _folded(
+                folded_before = tail_folded(
                     block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD
                 )
                 skip = skip | folded_before

@@ -18,8 +18,15 @@ from moe_triton.kernels.gluon_mma import (
     scales_layout,
     weight_sources,
 )
-from moe_triton.kernels.gluon_stage1 import _folded, _folding
-from moe_triton.kernels.routing import add_rows, routing_weights, skip_block, stage2_start, wait_for_a2
+from moe_triton.kernels.routing import (
+    add_rows,
+    folds_tail,
+    routing_weights,
+    skip_block,
+    stage2_start,
+    tail_folded,
+    wait_for_a2,
+)
 
 
 @gluon.jit
@@ -201,9 +208,11 @@ def moe_gluon_stage2_kernel(
     MAIN_FOLD: gl.constexpr = FOLD if ROWS == BLOCK_M else 0
     fold = block < 0  # a runtime false: the partitions take it as a value either way
     if MAIN_FOLD:
-        fold = _folding(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
+        fold = folds_tail(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
     elif FOLD:
-        skip = skip | _folded(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
+        skip = skip | tail_folded(
+            block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD
+        )
     if not skip:
         if MAIN_FOLD and OVERLAP:
             if fold:

@@ -186,6 +186,32 @@ def place_expert(
 
 
 @triton.jit
+def folds_tail(
+    block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, FOLD: tl.constexpr
+):
+    """Whether block + 1 is a tail (at most FOLD real rows) of block's expert, which the program of block then folds
+    (the Gluon stages' fold); only an expert's last block is partly filled, so a tail after a block of its expert is
+    always folded."""
+    start = (block + 1) * BLOCK_M
+    inside = start < tl.load(num_valid_ids_ptr)
+    same = tl.load(sorted_expert_ids_ptr + block + 1, mask=inside, other=-2) == tl.load(sorted_expert_ids_ptr + block)
+    tail = (tl.load(sorted_ids_ptr + start + FOLD, mask=inside, other=0) & 0xFFFFFF) >= n_tokens
+    return inside & same & tail
+
+
+@triton.jit
+def tail_folded(
+    block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, FOLD: tl.constexpr
+):
+    """Whether block is a tail that the program of block - 1 folds (folds_tail), so that it has no program of its
+    own."""
+    previous = tl.maximum(block - 1, 0)
+    return (block > 0) & folds_tail(
+        previous, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD
+    )
+
+
+@triton.jit
 def skip_block(
     block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M: tl.constexpr, ROWS: tl.constexpr, TAIL_M: tl.constexpr
 ):
