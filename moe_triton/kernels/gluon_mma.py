@@ -200,6 +200,20 @@ def allocate_ring(
 
 
 @gluon.jit
+def folded_ring(ring, fold, STAGES: gl.constexpr, FOLD: gl.constexpr, BLOCK_K: gl.constexpr):
+    """(fold, the folded block's activation ring [STAGES, FOLD, BLOCK_K] bf16 beside allocate_ring's ring): the
+    next block's rows that a program folds (the Gluon stages' fold); without FOLD the ring's own activation ring
+    stands in, as the partitions take the pair either way."""
+    if FOLD:
+        t_ring = gl.allocate_shared_memory(
+            gl.bfloat16, [STAGES, FOLD, BLOCK_K], gl.NVMMASharedLayout.get_default_for([FOLD, BLOCK_K], gl.bfloat16)
+        )
+    else:
+        t_ring = ring[2]
+    return fold, t_ring
+
+
+@gluon.jit
 def fill_slot(i, ring, sources, steps, a_mask, STAGES: gl.constexpr, extra=None, EXTRA: gl.constexpr = False):
     """The loader's K step i into allocate_ring's ring: sources, (base pointer, 32-bit offsets) of the words, scales
     and activation rows; steps, their scalar offsets, added after the wait (a step's tensor held across it spills).

@@ -11,6 +11,7 @@ from moe_triton.kernels.gluon_mma import (
     allocate_ring,
     cta_barrier,
     fill_slot,
+    folded_ring,
     mma_step,
     mma_steps,
     row_offsets,
@@ -405,15 +406,7 @@ def moe_gluon_stage1_kernel(
             col0 = ctile * NUM_WG * GROUP
             w_row0 = expert * 2 * d_inter + col0
             ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
-            if MAIN_FOLD:
-                t_ring = gl.allocate_shared_memory(
-                    gl.bfloat16,
-                    [STAGES, MAIN_FOLD, BLOCK_K],
-                    gl.NVMMASharedLayout.get_default_for([MAIN_FOLD, BLOCK_K], gl.bfloat16),
-                )
-            else:
-                t_ring = ring[2]
-            folded = (fold, t_ring)
+            folded = folded_ring(ring, fold, STAGES, MAIN_FOLD, BLOCK_K)
             # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
             mma_args = (a2_ptr, ring, block, col0, d_inter, d_hidden, folded)
             loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, ring, block, w_row0, d_inter, n_tokens, d_hidden)

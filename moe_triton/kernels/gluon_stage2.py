@@ -12,6 +12,7 @@ from moe_triton.kernels.gluon_mma import (
     WORDS_LAYOUT,
     allocate_ring,
     fill_slot,
+    folded_ring,
     mma_step,
     row_offsets,
     row_range,
@@ -221,15 +222,7 @@ def moe_gluon_stage2_kernel(
         col0 = group * N_TILES * W_ROWS
         w_row0 = gl.load(sorted_expert_ids_ptr + block) * d_hidden + col0
         ring = allocate_ring(STAGES, W_ROWS, ROWS, BLOCK_K, NUM_WG)
-        if MAIN_FOLD:
-            t_ring = gl.allocate_shared_memory(
-                gl.bfloat16,
-                [STAGES, MAIN_FOLD, BLOCK_K],
-                gl.NVMMASharedLayout.get_default_for([MAIN_FOLD, BLOCK_K], gl.bfloat16),
-            )
-        else:
-            t_ring = ring[2]
-        folded = (fold, t_ring)
+        folded = folded_ring(ring, fold, STAGES, MAIN_FOLD, BLOCK_K)
         # MMA warpgroup 0 is the default partition; the other warpgroups and the loader are workers
         mma_args = (out_ptr, topk_weights_ptr, sorted_ids_ptr, ring, block, col0, n_tokens, d_hidden, d_inter, folded)
         loader_args = (w_ptr, w_scale_ptr, a2_ptr, ring, block, w_row0, d_inter, folded)
