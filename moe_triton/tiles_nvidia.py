@@ -99,15 +99,15 @@ GLUON_TUNED: dict[Shape, TileConfig] = {
         n_tiles=4,
     ),
     # the fold: the last full block's program also computes the expert's tail block; stage 2 block by
-    # block: 971.8 against 979.7 us a call; four stage-2 tiles a program: 959.3 against 965.7 (H100,
-    # 2026-12-06)
+    # block: 971.8 against 979.7 us a call; four stage-2 tiles a program: 959.3 against 965.7; stage 2's
+    # fold too: 925.6 and 922.4 against 964.2 and 960.8 (H100, 2026-12-06)
     Shape(512, 7168, 2048, 33, 9): gluon2_variant(
         gluon_variant(TUNED[Shape(512, 7168, 2048, 33, 9)], 64, stages=4, parts=2).replace(fold1=1, overlap=1),
         128,
         stages=4,
         parts=2,
         n_tiles=4,
-    ),
+    ).replace(fold2=1),
 }
 
 
