@@ -93,6 +93,9 @@ def test_a_shape_takes_the_neighbours_its_path_accepts_once_each(monkeypatch):
     # every neighbour is timed or said why not, once
     said = [line.split(":")[0] for line in left_out]
     assert sorted(list(tiles)[2:] + said) == sorted(n for n, _ in ab.neighbours(static) if n != "n_tiles2=8")
+    # both Gluon stages fold the tails there: each fold is toggled, and the overlap refuses stage 1 without its own
+    assert tiles["fold2=0"] == static.replace(fold2=0)
+    assert any(line.startswith("fold1=0: tiles: overlap must be") for line in left_out), left_out
     assert ab.candidates(case_shape(case), [])[0] == {"static": static}
 
 
