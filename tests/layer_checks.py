@@ -93,3 +93,41 @@ def go_direct(monkeypatch, plan, fail=False):
     active = types.SimpleNamespace(get_current_device=lambda: 0, get_current_stream=lambda device: 1234)
     monkeypatch.setattr(plans, "driver", types.SimpleNamespace(active=active))
     return fakes
+
+
+def fold_rule(routing, n_tokens: int, block_m: int, fold: int):
+    """The Gluon stages' fold rule (kernels/routing.py's folds_tail) in Python over routing's lists: whether the
+    program of block b also takes block b + 1, a tail of b's expert with at most `fold` real rows (0: never)."""
+    sorted_ids, sorted_expert_ids, num_valid_ids = (t.tolist() for t in routing)
+
+    def folds_tail(b: int) -> bool:
+        return (
+            bool(fold)
+            and (b + 1) * block_m < num_valid_ids[0]
+            and sorted_expert_ids[b + 1] == sorted_expert_ids[b]
+            and (sorted_ids[(b + 1) * block_m + fold] & 0xFFFFFF) >= n_tokens
+        )
+
+    return folds_tail
+
+
+def experts_routing(rows: list[int], block_m: int, device) -> tuple[list[torch.Tensor], int]:
+    """The decode path's routing (on the CPU) of one slot a token, expert e taking rows[e] of them in a shuffled
+    order, and the tokens: for the fold's models."""
+    from moe_triton.routing import route_decode
+
+    ids = torch.cat([torch.full((n,), e, dtype=torch.int32) for e, n in enumerate(rows)])
+    topk_ids = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(3))].view(-1, 1)
+    n_tokens = topk_ids.shape[0]
+    hidden = torch.randn(n_tokens, 64, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    out = torch.empty(n_tokens, 64, dtype=torch.bfloat16, device=device)
+    a2_ready = torch.empty(len(ids) // block_m + len(rows), dtype=torch.int32, device=device)
+    routing, _ = route_decode(hidden.to(device), topk_ids.to(device), len(rows), block_m, out, a2_ready)
+    return [t.cpu() for t in routing], n_tokens
+
+
+def real_blocks(routing, n_tokens: int, block_m: int) -> list[int]:
+    """The routing blocks that hold real rows (past num_valid_ids the buffers hold what an earlier call left)."""
+    valid_blocks = int(routing[2][0]) // block_m
+    rows = routing[0]
+    return [b for b in range(valid_blocks) if (rows[b * block_m : (b + 1) * block_m] & 0xFFFFFF).lt(n_tokens).any()]

@@ -2,8 +2,8 @@
 interpreter, so on the CPU: the kernel compiles for sm_90 for every table tile that names it and its
 tail launch (wgmma not serialized, 16-byte cp.async, no spills, bf16 pairs per atomic), a torch model
 of its tiling (ring rows, each step's scale bytes, the epilogue's columns and weights) gives the
-products of the plain down GEMM bit for bit and sums to the decode path's output, and bad tiles are
-refused in one line. On an sm_90 GPU the kernel itself runs against reference.ref_kernel and the
+products of the plain down GEMM bit for bit and sums to the decode path's output, a model of the
+fold's programs multiplies every routing block once, and bad tiles are refused in one line. On an sm_90 GPU the kernel itself runs against reference.ref_kernel and the
 decode path's output, with poisoned scratch and output, on small odd shapes; bench/h200/gluon_check.py
 checks the official ones."""
 
@@ -12,7 +12,7 @@ from math import gcd
 import pytest
 import torch
 from gluon_compile import compiled_launches
-from layer_checks import GPU_CASES, assert_matches_reference, small_case
+from layer_checks import GPU_CASES, assert_matches_reference, experts_routing, fold_rule, real_blocks, small_case
 from test_gluon_stage1 import FAST, ON_SM90, decoded_slot, k_slot, run
 
 from bench.h200.gluon_check import routed_a2
@@ -143,6 +143,37 @@ def test_the_fold_compiles_for_sm90_with_a_second_wgmma_a_step_and_no_spills():
     assert main["k_loop_spills"] == 0 and main["spills"] == 0 and main["shared"] <= 232448, main
     assert main["cp_async_16"] and main["register_split"] and main["paired_atomics"], main
     assert folded_tail["mma"] == tail["mma"] and folded_tail["spills"] == 0, folded_tail
+
+
+# ------------------------------------------------------------------------------ the fold, in Python
+
+
+def stage2_programs(routing, n_tokens: int, block_m: int, tail_m: int, fold: int) -> list[list[int]]:
+    """moe_gluon_stage2_kernel's programs of a column group over both launches, in Python (skip_block, folds_tail and
+    tail_folded): per program the routing blocks it multiplies."""
+    folding = fold_rule(routing, n_tokens, block_m, fold)
+    sorted_ids, valid = routing[0].tolist(), int(routing[2][0])
+    programs = []
+    for rows in (block_m, tail_m) if tail_m else (block_m,):
+        for b in range(len(routing[1])):
+            is_tail = tail_m and (sorted_ids[b * block_m + tail_m] & 0xFFFFFF) >= n_tokens
+            mine = b * block_m < valid and (not tail_m or is_tail == (rows < block_m))
+            if rows < block_m and b > 0 and folding(b - 1):
+                mine = False  # the tail launch leaves a folded tail to the program before it
+            if mine:
+                programs.append([b] + ([b + 1] if rows == block_m and folding(b) else []))
+    return programs
+
+
+@pytest.mark.parametrize("fold", [0, 16])
+def test_a_model_of_the_stage_2_fold_multiplies_every_block_once(triton_device, fold):
+    """Experts of 0, 5 (a tail no block folds), 16, 40 (a full block and a folded tail), 50 (a last block of more
+    than 16 rows) and 64 rows, in 32-row blocks with 16-row tails: over the full blocks' launch and the tail
+    launch every block with real rows is multiplied by one program, a folded tail by its full block's."""
+    routing, n_tokens = experts_routing([0, 5, 16, 40, 50, 64], 32, triton_device)
+    programs = stage2_programs(routing, n_tokens, 32, 16, fold)
+    assert sorted(b for blocks in programs for b in blocks) == real_blocks(routing, n_tokens, 32)
+    assert sum(len(blocks) == 2 for blocks in programs) == (1 if fold else 0)  # the 40-row expert's tail
 
 
 # ------------------------------------------------------------------------------------- refusals

@@ -13,7 +13,16 @@ tails in one launch) is checked as a Python model on a routing with every kind o
 import pytest
 import torch
 from gluon_compile import compiled_launches
-from layer_checks import GPU_CASES, ON_GPU, assert_matches_reference, assert_same_sums, small_case
+from layer_checks import (
+    GPU_CASES,
+    ON_GPU,
+    assert_matches_reference,
+    assert_same_sums,
+    experts_routing,
+    fold_rule,
+    real_blocks,
+    small_case,
+)
 from test_gluon_stage1 import ON_SM90
 from test_gluon_stage2 import stage2_variant
 
@@ -21,7 +30,7 @@ import buffers
 from bench.runner.case_args import case_shape
 from moe_triton import target
 from moe_triton.fused_moe import fused_moe_triton
-from moe_triton.routing import route_decode, routing_capacity
+from moe_triton.routing import routing_capacity
 from moe_triton.tiles_nvidia import GLUON_TUNED, gluon2_variant, gluon_variant, tile_config
 from problem.cases import BENCHMARKS
 from problem.shapes import Shape
@@ -152,20 +161,10 @@ def test_stage_2_polls_its_block_instead_of_waiting_for_the_grid():
 def gluon_overlap_programs(routing, n_tokens: int, block_m: int, fold: int) -> list[tuple[list[int], list[int]]]:
     """moe_gluon_stage1_kernel's rule under the overlap with a loader partition, in Python (its skip, folds_tail and
     tail_folded): per routing block, the blocks its programs compute and the blocks whose columns they count."""
-    sorted_ids, sorted_expert_ids, num_valid_ids = (t.tolist() for t in routing)
-    valid = num_valid_ids[0]
-
-    def folding(b: int) -> bool:
-        inside = (b + 1) * block_m < valid
-        return (
-            bool(fold)
-            and inside
-            and sorted_expert_ids[b + 1] == sorted_expert_ids[b]
-            and (sorted_ids[(b + 1) * block_m + fold] & 0xFFFFFF) >= n_tokens
-        )
-
+    folding = fold_rule(routing, n_tokens, block_m, fold)
+    valid = int(routing[2][0])
     programs = []
-    for b in range(len(sorted_expert_ids)):
+    for b in range(len(routing[1])):
         folded_before = b > 0 and folding(b - 1)
         mine = [] if folded_before else [b] + ([b + 1] if folding(b) else [])
         programs.append(([] if b * block_m >= valid else mine, mine))
@@ -177,21 +176,11 @@ def test_a_model_of_the_gluon_stage_1_counts_every_block_once_after_computing_it
     """Experts of 0, 5 (a tail no block folds), 16, 40 (a full block and a folded tail), 50 (a last block of more
     than 16 rows) and 64 rows, in 32-row blocks: every block with real rows is computed by one program, every
     block counted by one, and a computed block by the program that computed it."""
-    rows = [0, 5, 16, 40, 50, 64]
-    ids = torch.cat([torch.full((n,), e, dtype=torch.int32) for e, n in enumerate(rows)])
-    topk_ids = ids[torch.randperm(len(ids), generator=torch.Generator().manual_seed(3))].view(-1, 1)
-    n_tokens = topk_ids.shape[0]
-    hidden = torch.randn(n_tokens, 64, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
-    out = torch.empty(n_tokens, 64, dtype=torch.bfloat16, device=triton_device)
-    a2_ready = torch.empty(8, dtype=torch.int32, device=triton_device)
-    routing, _ = route_decode(hidden.to(triton_device), topk_ids.to(triton_device), len(rows), 32, out, a2_ready)
-    routing = [t.cpu() for t in routing]
+    routing, n_tokens = experts_routing([0, 5, 16, 40, 50, 64], 32, triton_device)
     programs = gluon_overlap_programs(routing, n_tokens, 32, fold)
     computed = [b for computes, _ in programs for b in computes]
     counted = [b for _, counts in programs for b in counts]
-    valid_blocks = int(routing[2][0]) // 32  # past them the routing buffers hold what an earlier call left
-    real = [b for b in range(valid_blocks) if (routing[0][b * 32 : (b + 1) * 32] & 0xFFFFFF).lt(n_tokens).any()]
-    assert sorted(computed) == real  # each once, and no block of padding only
+    assert sorted(computed) == real_blocks(routing, n_tokens, 32)  # each once, and no block of padding only
     assert sorted(counted) == list(range(len(programs)))
     assert all(set(computes) <= set(counts) for computes, counts in programs)
     folded = sum(len(computes) == 2 for computes, _ in programs)
