@@ -3,9 +3,10 @@ interpreter, so on the CPU: the kernel compiles for sm_90 for every table tile t
 tail launch (wgmma not serialized, 16-byte cp.async, no spills, bf16 pairs per atomic), a torch model
 of its tiling (ring rows, each step's scale bytes, the epilogue's columns and weights) gives the
 products of the plain down GEMM bit for bit and sums to the decode path's output, a model of the
-fold's programs multiplies every routing block once, and bad tiles are refused in one line. On an sm_90 GPU the kernel itself runs against reference.ref_kernel and the
-decode path's output, with poisoned scratch and output, on small odd shapes; bench/h200/gluon_check.py
-checks the official ones."""
+fold's programs multiplies every routing block once, and bad tiles are refused in one line. On an
+sm_90 GPU the kernel itself runs against reference.ref_kernel and the decode path's output (with the
+fold too), with poisoned scratch and output, on small odd shapes; bench/h200/gluon_check.py checks
+the official ones."""
 
 from math import gcd
 
