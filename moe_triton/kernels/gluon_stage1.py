@@ -400,7 +400,9 @@ def moe_gluon_stage1_kernel(
                 )
                 skip = skip | folded_before
         elif FOLD:
-            skip = skip | (gl.load(sorted_expert_ids_ptr + block - 1, mask=block > 0, other=-1) == expert)
+            skip = skip | tail_folded(
+                block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD
+            )
         if not skip:
             W_ROWS: gl.constexpr = NUM_WG * 2 * GROUP
             col0 = ctile * NUM_WG * GROUP
