@@ -10,17 +10,25 @@ from buffers import get_buffer
 from moe_triton import plan, target
 from moe_triton.kernels.decode import moe_prep_kernel, moe_route_prep_kernel
 from moe_triton.kernels.native import moe_native_prep_kernel, moe_native_route_kernel
-from moe_triton.kernels.routing import moe_route_kernel
+from moe_triton.kernels.routing import moe_route_kernel, moe_route_slots_kernel
 
 # 32-blocks per quantization program and slots per step of the route loop, measured on the H200
 # (2026-11-30, bench/notes/decode-path-1-4.md, "a separate route launch").
 QUANT_BLOCKS = 16
 ROUTE_CHUNK = 4096
-# Slots per step where one routing program counts all of topk_ids (route_launches 1): 4096
-# (ROUTE_CHUNK) spilled 33 SGPRs into a 512-bin histogram on gfx950 (E-257 bs-512, triton 3.9). The decode
-# path's one launch also places its expert's slots in steps of this size: at 4096 its sm_90 kernel took
-# 124-173 registers a thread at the bs-512 shapes, which its a1 programs share; at 1024 32-64 (triton 3.6, 3.9).
+# Slots per step where one routing program counts all of topk_ids (route_launches 1), or a moe_route_slots_kernel
+# program the slots of its chunk before its own: 4096 (ROUTE_CHUNK) spilled 33 SGPRs into a 512-bin histogram on
+# gfx950 (E-257 bs-512, triton 3.9). The decode path's one launch also places its expert's slots in steps of this
+# size: at 4096 its sm_90 kernel took 124-173 registers a thread at the bs-512 shapes, which its a1 programs share;
+# at 1024 32-64 (triton 3.6, 3.9).
 COUNT_CHUNK = 1024
+# Launch 2 of two places the slots by "slots" (moe_route_slots_kernel) or by "experts" (moe_route_kernel).
+ROUTE_BY = "slots"
+# Slots and warps of a moe_route_slots_kernel program: 128 slots spilled SGPRs on gfx950 (4 or 8 warps, triton 3.9),
+# 64 and 4 warps came within 7 SGPRs of spilling; 64 and 8 take 38-66 SGPRs there and 32-64 registers on sm_90
+# (triton 3.6, 3.9, the official shapes).
+ROUTE_SLOTS = 64
+ROUTE_WARPS = 8
 
 
 class Routing(NamedTuple):
@@ -157,8 +165,7 @@ def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, **opt
     """Launch 1 of two: the experts' histogram per chunk of slots, a1 written, `out` zeroed."""
     n_tokens, d_hidden = out.shape
     n_slots = topk_ids.numel()
-    # At most 8 chunks, so that each route program sums their counts in one load.
-    hist_chunk = min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
+    hist_chunk = _hist_chunk(n_slots)
     n_chunks = triton.cdiv(n_slots, hist_chunk)
     expert_bins = triton.next_power_of_2(n_experts + 1)
     chunk_counts = get_buffer("chunk_counts", (n_chunks, expert_bins), torch.int32, out.device)
@@ -178,6 +185,12 @@ def _histograms(kernel, topk_ids, n_experts: int, activations: tuple, out, **opt
         **options,
     )
     return chunk_counts
+
+
+def _hist_chunk(n_slots: int) -> int:
+    """Slots per chunk of launch 1's histograms: at most 8 chunks, so that each route program sums their counts in
+    one load; a power of two, 1024 or more unless topk_ids is shorter."""
+    return min(triton.next_power_of_2(n_slots), max(1024, triton.next_power_of_2(triton.cdiv(n_slots, 8))))
 
 
 def _placement(topk_ids: torch.Tensor, n_experts: int, block_m: int, slot_chunk: int = ROUTE_CHUNK) -> dict:
@@ -203,19 +216,31 @@ def _whole_histogram(topk_ids: torch.Tensor, n_experts: int, block_m: int, slot_
 
 
 def _launch_route(topk_ids, chunk_counts, routing: Routing, n_experts: int, block_m: int, pdl: dict) -> None:
-    """Launch 2 of two: each expert's slots placed from the histograms."""
+    """Launch 2 of two: the slots placed from the histograms, by slot chunks or by experts (ROUTE_BY)."""
     n_chunks = chunk_counts.shape[0]
+    n_slots = topk_ids.numel()
+    args = (topk_ids, chunk_counts, *routing, topk_ids.shape[0], n_experts, n_slots, n_chunks)
+    if ROUTE_BY not in ("slots", "experts"):
+        raise ValueError(f"ROUTE_BY must be 'slots' or 'experts', not {ROUTE_BY!r}")
+    if ROUTE_BY == "experts":
+        placement = _placement(topk_ids, n_experts, block_m)
+        plan.launch(
+            moe_route_kernel, (n_experts,), *args, MAX_CHUNKS=triton.next_power_of_2(n_chunks), **placement, **pdl
+        )
+        return
+    hist_chunk = _hist_chunk(n_slots)
+    route_slots = min(ROUTE_SLOTS, hist_chunk)
     plan.launch(
-        moe_route_kernel,
-        (n_experts,),
-        topk_ids,
-        chunk_counts,
-        *routing,
-        topk_ids.shape[0],
-        n_experts,
-        topk_ids.numel(),
-        n_chunks,
+        moe_route_slots_kernel,
+        (triton.cdiv(n_slots, route_slots),),
+        *args,
+        TOPK=topk_ids.shape[1],
+        BLOCK_M=block_m,
+        EXPERT_BINS=triton.next_power_of_2(n_experts + 1),
         MAX_CHUNKS=triton.next_power_of_2(n_chunks),
-        **_placement(topk_ids, n_experts, block_m),
+        HIST_CHUNK=hist_chunk,
+        ROUTE_SLOTS=route_slots,
+        COUNT_CHUNK=min(COUNT_CHUNK, hist_chunk),
+        num_warps=ROUTE_WARPS,
         **pdl,
     )

@@ -1,6 +1,6 @@
-"""The Triton backend's routing (moe_prep_kernel's chunk histograms, then moe_route_kernel; or in one
-launch, moe_route_prep_kernel) against aiter's moe_sorting layout built in plain torch
-(aiter_double.sort_routing), plus the other duties of route_decode: zero the output and the
+"""The Triton backend's routing (moe_prep_kernel's chunk histograms, then moe_route_slots_kernel or
+moe_route_kernel; or in one launch, moe_route_prep_kernel) against aiter's moe_sorting layout built
+in plain torch (aiter_double.sort_routing), plus the other duties of route_decode: zero the output and the
 overlap's counts (1500 of them: two steps of the zeroing loop), leave topk_ids alone; the one
 launch writes what the two write, a1 included, bit for bit.
 
@@ -8,13 +8,19 @@ The shapes reach the launcher's corners: one histogram chunk; several chunks and
 of two chunks; chunks larger than 1024 slots (at most 8 histogram programs: 9000 slots in 5 chunks
 of 2048, a placement loop of three steps of 4096, the last one partial) over the official 257
 experts, with an expert that nobody picks.
+
+The route launch places the slots by slot chunks (moe_route_slots_kernel) or by experts (moe_route_kernel,
+ROUTE_BY = "experts"); both write the same arrays, bit for bit, over buffers poisoned before the launch, on
+fresh topk_ids: one token (fewer slots than a program's), a few programs with the last one partial, several
+histogram chunks (chunks of 1024 and 2048 slots), an expert that nobody picks, every slot on one expert.
 """
 
 import pytest
 import torch
 from aiter_double import sorted_buffers
 
-from moe_triton.routing import route_decode
+from moe_triton import routing
+from moe_triton.routing import route_decode, route_native, routing_buffers
 
 
 def skewed_topk_ids(n_tokens: int, topk: int, n_experts: int, seed: int) -> torch.Tensor:
@@ -75,3 +81,92 @@ def test_one_launch_writes_what_two_write(triton_device, n_tokens, topk, n_exper
     )
     for got, want in zip(one[2:], two[2:], strict=True):
         assert torch.equal(got.view(torch.uint8), want.view(torch.uint8))
+
+
+POISON = -0x21524111  # 0xDEADBEEF: what no launch writes
+
+
+def fresh_topk_ids(n_tokens: int, topk: int, n_experts: int, kind: str, seed: int) -> torch.Tensor:
+    """topk_ids drawn uniformly (repeats within a token allowed), skewed (skewed_topk_ids: expert 1 never), or every
+    slot on one expert."""
+    if kind == "skewed":
+        return skewed_topk_ids(n_tokens, topk, n_experts, seed)
+    if kind == "one":
+        return torch.full((n_tokens, topk), seed % n_experts, dtype=torch.int32)
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, n_experts, (n_tokens, topk), generator=g, dtype=torch.int32)
+
+
+def poisoned_routing(monkeypatch, route_by: str, topk_ids, n_experts: int, block_m: int, native: bool = False):
+    """The routing arrays that the two routing launches write, the second placing by route_by, over pooled buffers
+    filled with POISON first; copies, since the next call writes the same buffers."""
+    monkeypatch.setattr(routing, "ROUTE_BY", route_by)
+    n_tokens, device = topk_ids.shape[0], topk_ids.device
+    for buffer in routing_buffers(topk_ids.numel(), n_experts, block_m, device):
+        buffer.fill_(POISON)
+    hidden = torch.zeros(n_tokens, 32, dtype=torch.bfloat16, device=device)
+    out = torch.empty(n_tokens, 32, device=device)
+    if native:
+        arrays = route_native(hidden, topk_ids, n_experts, block_m, out)
+    else:
+        a2_ready = torch.empty(1, dtype=torch.int32, device=device)
+        arrays, _a1 = route_decode(hidden, topk_ids, n_experts, block_m, out, a2_ready)
+    return [t.cpu().clone() for t in arrays]
+
+
+def assert_aiter_layout(arrays, topk_ids, n_experts: int, block_m: int):
+    """aiter's layout (sort_routing) up to the padded total, and nothing written past it."""
+    sorted_ids, sorted_expert_ids, num_valid_ids = arrays
+    weights = torch.ones(topk_ids.shape, dtype=torch.float32)
+    want_ids, _, want_experts, want_valid = sorted_buffers(topk_ids.cpu().long(), weights, n_experts, block_m)
+    total, blocks = int(want_valid[0]), int(want_valid[0]) // block_m
+    assert num_valid_ids.tolist() == [total, topk_ids.shape[0]]
+    assert torch.equal(sorted_ids[:total], want_ids[:total])
+    assert torch.equal(sorted_expert_ids[:blocks], want_experts[:blocks])
+    assert bool((sorted_ids[total:] == POISON).all()) and bool((sorted_expert_ids[blocks:] == POISON).all())
+
+
+# (n_tokens, topk, n_experts, block_m, kind of topk_ids); 512 x 9 slots make 5 histogram chunks of 1024, 1000 x 9
+# five of 2048.
+BOTH_WAYS = [
+    (1, 9, 257, 16, "uniform"),
+    (37, 9, 33, 32, "uniform"),
+    (512, 9, 257, 32, "skewed"),
+    (512, 9, 33, 16, "uniform"),
+    (512, 9, 33, 64, "skewed"),
+    (512, 9, 33, 128, "uniform"),
+    (300, 9, 33, 128, "one"),
+]
+
+
+@pytest.mark.parametrize(("n_tokens", "topk", "n_experts", "block_m", "kind"), BOTH_WAYS)
+def test_slots_placement_writes_what_the_experts_placement_writes(
+    monkeypatch, triton_device, n_tokens, topk, n_experts, block_m, kind
+):
+    topk_ids = fresh_topk_ids(n_tokens, topk, n_experts, kind, seed=n_tokens + block_m).to(triton_device)
+    by_experts = poisoned_routing(monkeypatch, "experts", topk_ids, n_experts, block_m)
+    by_slots = poisoned_routing(monkeypatch, "slots", topk_ids, n_experts, block_m)
+    for got, want in zip(by_slots, by_experts, strict=True):
+        assert torch.equal(got, want)
+    assert_aiter_layout(by_slots, topk_ids, n_experts, block_m)
+
+
+@pytest.mark.parametrize(
+    ("n_tokens", "topk", "n_experts", "block_m", "seeds"),
+    [(1, 9, 257, 16, 12), (7, 3, 5, 16, 12), (37, 9, 33, 32, 6), (229, 9, 33, 32, 3), (512, 9, 33, 32, 1)]
+    + [(512, 9, 257, 16, 2), (512, 9, 257, 128, 1), (1000, 9, 257, 64, 1)],
+)
+def test_slots_placement_matches_aiter_layout_over_seeds(
+    triton_device, monkeypatch, n_tokens, topk, n_experts, block_m, seeds
+):
+    for seed in range(seeds):
+        for kind in ("uniform", "skewed") if n_experts > topk else ("uniform",):
+            topk_ids = fresh_topk_ids(n_tokens, topk, n_experts, kind, seed).to(triton_device)
+            by_slots = poisoned_routing(monkeypatch, "slots", topk_ids, n_experts, block_m)
+            assert_aiter_layout(by_slots, topk_ids, n_experts, block_m)
+
+
+@pytest.mark.parametrize("route_by", ["slots", "experts"])
+def test_the_native_path_routes_either_way(monkeypatch, triton_device, route_by):
+    topk_ids = fresh_topk_ids(150, 9, 33, "skewed", seed=3).to(triton_device)
+    assert_aiter_layout(poisoned_routing(monkeypatch, route_by, topk_ids, 33, 32, native=True), topk_ids, 33, 32)

@@ -149,7 +149,8 @@ def sweep_case(data, flush, reps: int, keep_block_m: bool) -> tuple[TileConfig, 
                 log.append(dict(tiles=tiles.as_dict(), error=f"{type(exc).__name__}: {exc}"[:300]))
                 continue
             log.append(dict(tiles=tiles.as_dict(), kernel_us=times))
-            prep = min(prep, times.get("moe_prep_kernel", math.inf) + times.get("moe_route_kernel", 0.0))
+            route = times.get("moe_route_slots_kernel", times.get("moe_route_kernel", 0.0))
+            prep = min(prep, times.get("moe_prep_kernel", math.inf) + route)
             s1_best = min(s1_best, (times["moe_stage1_kernel"], i % len(STAGE1_OPTIONS)), key=lambda x: x[0])
             s2_best = min(s2_best, (times["moe_stage2_kernel"], i % len(STAGE2_OPTIONS)), key=lambda x: x[0])
         total = prep + s1_best[0] + s2_best[0]

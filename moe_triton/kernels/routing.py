@@ -130,6 +130,63 @@ def moe_route_kernel(
 
 
 @triton.jit
+def moe_route_slots_kernel(
+    topk_ids_ptr,
+    chunk_counts_ptr,
+    sorted_ids_ptr,
+    sorted_expert_ids_ptr,
+    num_valid_ids_ptr,
+    n_tokens,
+    n_experts,
+    n_slots,
+    n_chunks,
+    TOPK: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    EXPERT_BINS: tl.constexpr,
+    MAX_CHUNKS: tl.constexpr,
+    HIST_CHUNK: tl.constexpr,
+    ROUTE_SLOTS: tl.constexpr,
+    COUNT_CHUNK: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Slots [program_id(0) * ROUTE_SLOTS, +ROUTE_SLOTS) placed from moe_prep_kernel's chunk counts, as place_expert
+    places them, bit for bit: a slot goes to its expert's padded offset plus the expert's slots before it (in lower
+    chunks, in its chunk before the program, in the program), so that no program reads more than one chunk of
+    topk_ids. The slot that opens a block writes the block's expert, an expert's last slot its padding, program 0
+    num_valid_ids. ROUTE_SLOTS divides HIST_CHUNK."""
+    after_previous_launch(PDL)
+    first = tl.program_id(0) * ROUTE_SLOTS
+    chunk = first // HIST_CHUNK
+    bins = tl.arange(0, EXPERT_BINS)
+    chunks = tl.arange(0, MAX_CHUNKS)
+    table = tl.load(
+        chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
+    )
+    counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
+    before = tl.sum(tl.where((chunks < chunk)[:, None], table, 0), axis=0)
+    for start in range(chunk * HIST_CHUNK, first, COUNT_CHUNK):
+        before += tl.histogram(slot_experts(topk_ids_ptr, start, first, EXPERT_BINS, COUNT_CHUNK), EXPERT_BINS)
+    padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
+    offsets = tl.cumsum(padded, axis=0) - padded
+    if first == 0:
+        tl.store(num_valid_ids_ptr, tl.sum(padded, axis=0))
+        tl.store(num_valid_ids_ptr + 1, n_tokens)
+
+    slots = first + tl.arange(0, ROUTE_SLOTS)
+    experts = slot_experts(topk_ids_ptr, first, n_slots, EXPERT_BINS, ROUTE_SLOTS)
+    valid = experts < n_experts  # slots past n_slots read as the last bin
+    earlier = (slots[:, None] < slots[None, :]) & (experts[:, None] == experts[None, :])
+    rank = tl.gather(before, experts, 0) + tl.sum(earlier.to(tl.int32), axis=0)
+    offset = tl.gather(offsets, experts, 0)
+    tl.store(sorted_ids_ptr + offset + rank, ((slots % TOPK) << 24) | (slots // TOPK), mask=valid)
+    tl.store(sorted_expert_ids_ptr + (offset + rank) // BLOCK_M, experts, mask=valid & (rank % BLOCK_M == 0))
+    count = tl.gather(counts, experts, 0)
+    pad = tl.where(valid & (rank == count - 1), (count + BLOCK_M - 1) // BLOCK_M * BLOCK_M - count, 0)
+    for row in range(0, tl.max(pad, axis=0)):
+        tl.store(sorted_ids_ptr + offset + count + row, (TOPK << 24) | n_tokens, mask=row < pad)
+
+
+@triton.jit
 def route_whole_histogram(
     topk_ids_ptr,
     routing,
