@@ -22,8 +22,12 @@ ROUTE_CHUNK = 4096
 # size: at 4096 its sm_90 kernel took 124-173 registers a thread at the bs-512 shapes, which its a1 programs share;
 # at 1024 32-64 (triton 3.6, 3.9).
 COUNT_CHUNK = 1024
-# Launch 2 of two places the slots by "slots" (moe_route_slots_kernel) or by "experts" (moe_route_kernel).
-ROUTE_BY = "slots"
+# Launch 2 of two places the slots by chunks of slots (moe_route_slots_kernel) from SLOTS_ROUTE_FROM slots on, else by
+# experts (moe_route_kernel): on an H100 a call with 4,608 slots (512 tokens) took 0-4.0 us less by slots, with 144
+# (16 tokens) 0.5-1.9 us more, with 1,152 0.2-1.5 more (2026-12-06, bench/results/h100/route-slots-2026-12-06.md).
+SLOTS_ROUTE_FROM = 2048
+# "slots" or "experts" forces that placement at every size; "" follows SLOTS_ROUTE_FROM.
+ROUTE_BY = ""
 # Slots and warps of a moe_route_slots_kernel program: 128 slots spilled SGPRs on gfx950 (4 or 8 warps, triton 3.9),
 # 64 and 4 warps came within 7 SGPRs of spilling; 64 and 8 take 38-66 SGPRs there and 32-64 registers on sm_90
 # (triton 3.6, 3.9, the official shapes).
@@ -215,14 +219,19 @@ def _whole_histogram(topk_ids: torch.Tensor, n_experts: int, block_m: int, slot_
     )
 
 
+def route_by(n_slots: int) -> str:
+    """How launch 2 places n_slots slots: "slots" or "experts" (ROUTE_BY, else by SLOTS_ROUTE_FROM)."""
+    if ROUTE_BY not in ("", "slots", "experts"):
+        raise ValueError(f"ROUTE_BY must be '', 'slots' or 'experts', not {ROUTE_BY!r}")
+    return ROUTE_BY or ("slots" if n_slots >= SLOTS_ROUTE_FROM else "experts")
+
+
 def _launch_route(topk_ids, chunk_counts, routing: Routing, n_experts: int, block_m: int, pdl: dict) -> None:
-    """Launch 2 of two: the slots placed from the histograms, by slot chunks or by experts (ROUTE_BY)."""
+    """Launch 2 of two: the slots placed from the histograms, by slot chunks or by experts (route_by)."""
     n_chunks = chunk_counts.shape[0]
     n_slots = topk_ids.numel()
     args = (topk_ids, chunk_counts, *routing, topk_ids.shape[0], n_experts, n_slots, n_chunks)
-    if ROUTE_BY not in ("slots", "experts"):
-        raise ValueError(f"ROUTE_BY must be 'slots' or 'experts', not {ROUTE_BY!r}")
-    if ROUTE_BY == "experts":
+    if route_by(n_slots) == "experts":
         placement = _placement(topk_ids, n_experts, block_m)
         plan.launch(
             moe_route_kernel, (n_experts,), *args, MAX_CHUNKS=triton.next_power_of_2(n_chunks), **placement, **pdl

@@ -40,7 +40,7 @@ def plan(monkeypatch):
 def test_later_calls_replay_the_plan_with_their_own_tensors(plan):
     plan, first = plan
     names = [launch.fn.fn.__name__ for launch in plan.launches]
-    assert names == ["moe_prep_kernel", "moe_route_slots_kernel", "moe_stage1_kernel", "moe_stage2_kernel"]
+    assert names == ["moe_prep_kernel", "moe_route_kernel", "moe_stage1_kernel", "moe_stage2_kernel"]
     other = generate_input(**{**PLAN_CASE, "seed": 6})
     assert_matches_reference(other, run(other))
     assert_matches_reference(first, run(first))

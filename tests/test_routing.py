@@ -9,8 +9,8 @@ of two chunks; chunks larger than 1024 slots (at most 8 histogram programs: 9000
 of 2048, a placement loop of three steps of 4096, the last one partial) over the official 257
 experts, with an expert that nobody picks.
 
-The route launch places the slots by slot chunks (moe_route_slots_kernel) or by experts (moe_route_kernel,
-ROUTE_BY = "experts"); both write the same arrays, bit for bit, over buffers poisoned before the launch, on
+The route launch places the slots by slot chunks (moe_route_slots_kernel, from SLOTS_ROUTE_FROM slots on) or by
+experts (moe_route_kernel, below); both write the same arrays, bit for bit, over buffers poisoned before the launch, on
 fresh topk_ids: one token (fewer slots than a program's), a few programs with the last one partial, several
 histogram chunks (chunks of 1024 and 2048 slots), an expert that nobody picks, every slot on one expert.
 """
@@ -170,3 +170,25 @@ def test_slots_placement_matches_aiter_layout_over_seeds(
 def test_the_native_path_routes_either_way(monkeypatch, triton_device, route_by):
     topk_ids = fresh_topk_ids(150, 9, 33, "skewed", seed=3).to(triton_device)
     assert_aiter_layout(poisoned_routing(monkeypatch, route_by, topk_ids, 33, 32, native=True), topk_ids, 33, 32)
+
+
+def test_the_placement_follows_the_slot_count(monkeypatch):
+    monkeypatch.setattr(routing, "ROUTE_BY", "")
+    assert routing.route_by(routing.SLOTS_ROUTE_FROM - 1) == "experts"
+    assert routing.route_by(routing.SLOTS_ROUTE_FROM) == "slots"
+    monkeypatch.setattr(routing, "ROUTE_BY", "experts")
+    assert routing.route_by(10 * routing.SLOTS_ROUTE_FROM) == "experts"
+    monkeypatch.setattr(routing, "ROUTE_BY", "fast")
+    with pytest.raises(ValueError, match="ROUTE_BY must be"):
+        routing.route_by(1)
+
+
+def test_the_route_launch_of_16_and_512_tokens(monkeypatch, triton_device):
+    """By default 16 x 9 slots are placed by experts, 512 x 9 by slot chunks, each as aiter lays them out."""
+    launched = []
+    launch = routing.plan.launch
+    monkeypatch.setattr(routing.plan, "launch", lambda fn, *a, **k: (launched.append(fn.__name__), launch(fn, *a, **k)))
+    for n_tokens in (16, 512):
+        topk_ids = fresh_topk_ids(n_tokens, 9, 257, "uniform", seed=n_tokens).to(triton_device)
+        assert_aiter_layout(poisoned_routing(monkeypatch, "", topk_ids, 257, 32), topk_ids, 257, 32)
+    assert launched[1::2] == ["moe_route_kernel", "moe_route_slots_kernel"]

@@ -376,7 +376,7 @@ def test_the_plan_names_each_launch_with_the_constexprs_tile_stream_reads():
 
     run_triton(generate_input(**TINY[0]))
     plan = stream.plan_launches()
-    assert [stream.short(r["kernel"]) for r in plan] == ["prep", "route_slots", "stage1", "stage2"]
+    assert [stream.short(r["kernel"]) for r in plan] == ["prep", "route", "stage1", "stage2"]
     for launch in plan[2:]:
         got = stream.tile_stream(launch["kernel"], launch["constexprs"])
         assert got["step_bytes"] > 0 and got["slots"] >= 1 and len(launch["grid"]) == 3
