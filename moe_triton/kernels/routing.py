@@ -99,6 +99,18 @@ def expert_slots(topk_ids_ptr, first, n_slots, expert, placed, SLOT_CHUNK: tl.co
 
 
 @triton.jit
+def chunk_table(chunk_counts_ptr, n_chunks, n_experts, EXPERT_BINS: tl.constexpr, MAX_CHUNKS: tl.constexpr):
+    """moe_prep_kernel's chunk counts [MAX_CHUNKS, EXPERT_BINS] (rows past n_chunks zero) and their sum over the
+    chunks, the whole histogram (zero past the experts)."""
+    bins = tl.arange(0, EXPERT_BINS)
+    chunks = tl.arange(0, MAX_CHUNKS)
+    table = tl.load(
+        chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
+    )
+    return table, tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
+
+
+@triton.jit
 def moe_route_kernel(
     topk_ids_ptr,
     chunk_counts_ptr,
@@ -119,12 +131,7 @@ def moe_route_kernel(
 ):
     """Expert program_id(0)'s share of the routing (place_expert), from moe_prep_kernel's chunk counts."""
     after_previous_launch(PDL)
-    bins = tl.arange(0, EXPERT_BINS)
-    chunks = tl.arange(0, MAX_CHUNKS)
-    table = tl.load(
-        chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
-    )
-    counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
+    _table, counts = chunk_table(chunk_counts_ptr, n_chunks, n_experts, EXPERT_BINS, MAX_CHUNKS)
     routing = (sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr)
     place_expert(counts, topk_ids_ptr, routing, n_tokens, n_slots, TOPK, BLOCK_M, SLOT_CHUNK, MAX_EXPERT_BLOCKS)
 
@@ -157,13 +164,8 @@ def moe_route_slots_kernel(
     after_previous_launch(PDL)
     first = tl.program_id(0) * ROUTE_SLOTS
     chunk = first // HIST_CHUNK
-    bins = tl.arange(0, EXPERT_BINS)
-    chunks = tl.arange(0, MAX_CHUNKS)
-    table = tl.load(
-        chunk_counts_ptr + chunks[:, None] * EXPERT_BINS + bins[None, :], mask=(chunks < n_chunks)[:, None], other=0
-    )
-    counts = tl.where(bins < n_experts, tl.sum(table, axis=0), 0)
-    before = tl.sum(tl.where((chunks < chunk)[:, None], table, 0), axis=0)
+    table, counts = chunk_table(chunk_counts_ptr, n_chunks, n_experts, EXPERT_BINS, MAX_CHUNKS)
+    before = tl.sum(tl.where((tl.arange(0, MAX_CHUNKS) < chunk)[:, None], table, 0), axis=0)
     for start in range(chunk * HIST_CHUNK, first, COUNT_CHUNK):
         before += tl.histogram(slot_experts(topk_ids_ptr, start, first, EXPERT_BINS, COUNT_CHUNK), EXPERT_BINS)
     padded = (counts + BLOCK_M - 1) // BLOCK_M * BLOCK_M
