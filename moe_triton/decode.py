@@ -49,8 +49,8 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
                 f"tiles: {name} needs its K ({k_dim}) a multiple of 128 and its N ({n_dim}) of {span} "
                 f"(block_n{stage}" + (" times n_tiles2)" if stage == 2 else ")")
             )
-    if cfg.paired1 and not (cfg.paired1 in (1, 2) and cfg.gluon1 and not cfg.fold1):
-        raise ValueError(f"tiles: paired1 must be 0, 1 or 2, with gluon1 and no fold1, not {cfg.paired1}")
+    if cfg.paired1 and not (cfg.paired1 == 1 and cfg.gluon1 and not cfg.fold1):
+        raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
     if cfg.block_n1 == 32 and cfg.gluon1 and (cfg.fold1 or cfg.stream1):
         raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1 or stream1")
     if cfg.overlap and not (cfg.overlap == 1 and not cfg.stream1 and (cfg.fold1 or not cfg.tail_m)):

@@ -205,8 +205,8 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
             run(data, bad)
         assert field in str(err.value) and "\n" not in str(err.value)
     for bad, says in (
-        (tiles.replace(paired1=3), "^tiles: paired1 must be 0, 1 or 2, with gluon1 and no fold1, not 3$"),
-        (tiles.replace(gluon1=0, paired1=1), "^tiles: paired1 must be 0, 1 or 2"),
+        (tiles.replace(paired1=2), "^tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not 2$"),
+        (tiles.replace(gluon1=0, paired1=1), "^tiles: paired1 must be 0 or 1"),
         (gluon_variant(tiles, 32, 4, 2).replace(stream1=1), r"^tiles: gluon1 with block_n1 32 \(one warpgroup\)"),
     ):
         with pytest.raises(ValueError, match=says):

@@ -255,7 +255,7 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
             ["time", "--block-ns", "64", "128", "--stream", "0", "1"],
             "--block-ns 128 (four MMA warpgroups) takes no --stream: stream-K runs two",
         ),
-        (["time", "--paired", "1", "--fold"], "--paired [1]: 0, 1 or 2, and 0 with --fold"),
+        (["time", "--paired", "1", "--fold"], "--paired [1]: 0 or 1, and 0 with --fold"),
         (["check", "--stages", "1"], "--stages [1]: ring slots must be at least 2"),
         (["time", "--regs", "60"], "--regs [60]: each must be 0 or a multiple of 8 from 56 to 168"),
         (

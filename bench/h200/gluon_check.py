@@ -3,7 +3,7 @@ gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H10
 The stage-1 variants are every combination of --block-ns (h columns per program; 32 is one warpgroup
 that loads its own ring), --stages (ring slots), --splits (parts per K step) and --regs (registers a
 thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off; --block-ns 64 only),
---paired (1: one wgmma wait every two K steps; 2: warp-level mma.sync, one warpgroup), stage 2 the decode one; each
+--paired (1: one wgmma wait every two K steps), stage 2 the decode one; each
 --stage2 N-S-P-T[-R] adds a variant with stage 2 on
 the Gluon kernel (N output columns a tile, S ring slots, P parts per K step, T tiles a program, R
 registers a thread at launch) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one
@@ -87,7 +87,7 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
         for s in args.stages:
             for p, r, k, w in itertools.product(args.splits, args.regs, args.stream, args.paired):
                 name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
-                name += ("-fold" if args.fold else "") + {0: "", 1: "-paired", 2: "-sync"}[w]
+                name += ("-fold" if args.fold else "") + ("-paired" if w else "")
                 stage1[name] = gluon_variant(decode, n, s, p, r, w).replace(**{**routing, **fold}, stream1=k)
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static.replace(**routing)}
@@ -262,12 +262,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--combine", action="store_true", help="stage-2 variants after each stage-1 variant")
     parser.add_argument("--fold", action="store_true", help="stage-1 variants fold tails (fold1; needs tail tiles)")
     parser.add_argument(
-        "--paired",
-        type=int,
-        nargs="*",
-        choices=[0, 1, 2],
-        default=[0],
-        help="gluon1 variants' paired1 (1: a wait two steps, 2: mma.sync)",
+        "--paired", type=int, nargs="*", choices=[0, 1], default=[0], help="gluon1 variants' paired1 (a wait two steps)"
     )
     parser.add_argument("--block-m", type=int, choices=[16, 32, 64, 128], help="every variant's routing blocks")
     parser.add_argument("--tail-m", type=int, default=0, help="with --block-m: tail tiles of this many rows (0: none)")
@@ -289,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     if 128 in args.block_ns and max(args.stream):
         return parser.fail("--block-ns 128 (four MMA warpgroups) takes no --stream: stream-K runs two")
     if not args.paired or (max(args.paired) and args.fold):
-        return parser.fail(f"--paired {args.paired}: 0, 1 or 2, and 0 with --fold")
+        return parser.fail(f"--paired {args.paired}: 0 or 1, and 0 with --fold")
     if not args.stages or min(args.stages) < 2:
         return parser.fail(f"--stages {args.stages}: ring slots must be at least 2")
     for spec in args.stage2:

@@ -5,7 +5,7 @@ behind mbarriers; MMA warpgroup G decodes ring rows [64 G, 64 G + 64) into wgmma
 import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+from triton.experimental.gluon.language.nvidia.ampere import async_copy
 from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared,
     mbarrier,
@@ -112,29 +112,6 @@ def mma_step(
     for step in gl.static_range(STEPS):
         mbarrier.arrive(empty.index((i + step) % STAGES), count=1)
     return done
-
-
-@gluon.jit
-def sync_step(acc, i, ring, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, SPLIT: gl.constexpr):
-    """K step i of the one-warpgroup stage 1 on warp-level mma.sync: each warp multiplies its 16 weight rows, decoded
-    in SPLIT parts, by the slot's activation rows read into registers (ldmatrix); no fences and no waits beyond the
-    registers' own. The slot is released once all four warps have read it."""
-    w_ring, s_ring, a_ring, ready, empty = ring
-    acc_layout: gl.constexpr = acc.type.layout
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
-    a_layout: gl.constexpr = gl.DotOperandLayout(operand_index=1, parent=acc_layout, k_width=2)
-    K_PART: gl.constexpr = BLOCK_K // SPLIT
-    slot = i % STAGES
-    mbarrier.wait(ready.index(slot), (i // STAGES) & 1)
-    w_slot = w_ring.index(slot)
-    sw = s_ring.index(slot).load(gl.SliceLayout(1, w_layout))
-    for part in gl.static_range(SPLIT):
-        w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
-        a = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0]).load(a_layout)
-        acc = mma_v2(w, a, acc)
-    cta_barrier()  # every warp has read the slot: mma.sync binds no warp to the others
-    mbarrier.arrive(empty.index(slot), count=1)
-    return acc
 
 
 @gluon.jit

@@ -17,7 +17,6 @@ from moe_triton.kernels.gluon_mma import (
     row_offsets,
     row_range,
     scales_layout,
-    sync_step,
     weight_sources,
 )
 from moe_triton.kernels.routing import (
@@ -119,25 +118,6 @@ def _one_warpgroup(
     steps = d_hidden // BLOCK_K
     for i in range(gl.minimum(STAGES, steps)):
         fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
-    if PAIRED == 2:
-        acc = gl.zeros(
-            [2 * GROUP, ROWS],
-            gl.float32,
-            gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[4, 1], instr_shape=[16, 8]),
-        )
-        for i in range(steps):
-            acc = sync_step(acc, i, ring, BLOCK_K, STAGES, SPLIT)
-            if i + STAGES < steps:
-                fill_slot(
-                    i + STAGES,
-                    ring,
-                    sources,
-                    ((i + STAGES) * (BLOCK_K // 8), i + STAGES, (i + STAGES) * BLOCK_K),
-                    valid,
-                    STAGES,
-                )
-        store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
-        return
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
     )
