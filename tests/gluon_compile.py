@@ -1,7 +1,8 @@
 """The Gluon kernels compiled for sm_90 on the CPU (tests/test_gluon_stage1.py, test_gluon_stage2.py):
 what the SASS and PTX of each launch of one kernel hold, for (case, tiles) pairs, compiled the
 H200's way by bench.h200.twin.decode_launches in a fresh process with TRITON_INTERPRET unset (the
-kernels of the test process were made for the interpreter when moe_triton was imported)."""
+kernels of the test process were made for the interpreter when moe_triton was imported); compiled_by runs a bench
+probe's own summary of what it compiles in such a process."""
 
 import json
 import os
@@ -61,9 +62,20 @@ print(json.dumps(out))
 
 def compiled_launches(pairs: list[tuple[dict, TileConfig]], function: str) -> list[dict]:
     """What the SASS of each launch of `function` holds, for (case, tiles) pairs compiled for sm_90."""
+    return _fresh_process(COMPILE_DRIVER, json.dumps([function, [(c, t.as_dict()) for c, t in pairs]]))
+
+
+def compiled_by(module: str, function: str, *args) -> dict:
+    """What `module.function(*args)` returns (a JSON-able summary of kernels it compiles for sm_90), run in a fresh
+    process without the interpreter."""
+    return _fresh_process(f"import json; from {module} import {function} as f; print(json.dumps(f(*{args!r})))")
+
+
+def _fresh_process(code: str, *argv: str):
+    """The JSON that code prints last, run with this Python without the interpreter's settings."""
     env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "TRITON_DEFAULT_FP_FUSION")}
     done = subprocess.run(
-        [sys.executable, "-c", COMPILE_DRIVER, json.dumps([function, [(c, t.as_dict()) for c, t in pairs]])],
+        [sys.executable, "-c", code, *argv],
         cwd=ROOT,
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,

@@ -2,18 +2,11 @@
 and both K steps compiled for sm_90 here: the same copies and wgmmas, the stand-in decode's loop under half the
 instructions of the decode's."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from gluon_compile import compiled_by
 
 from bench.h200 import decode_rate
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.cpu_only
@@ -29,17 +22,10 @@ def test_the_check_fails_on_a_wrong_product(monkeypatch):
     assert not decode_rate.check(torch.device("cpu"), fast=False)
 
 
-COMPILE = "import json; from bench.h200.decode_rate import compiled_for_sm90 as c; print(json.dumps(c()))"
-
-
 @pytest.mark.cpu_only
 def test_both_k_steps_compile_for_sm90_with_the_same_copies_and_wgmmas():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [sys.executable, "-c", COMPILE], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    light, decode = (json.loads(done.stdout.strip().splitlines()[-1])[m] for m in ("light", "decode"))
+    compiled = compiled_by("bench.h200.decode_rate", "compiled_for_sm90")
+    light, decode = compiled["light"], compiled["decode"]
     # one K step of 256 a loop: 16 k16 wgmmas, the words', scales' and activations' asynchronous copies
     assert decode["wgmmas"] == light["wgmmas"] == 16 and decode["copies"] == light["copies"] > 0, (light, decode)
     assert light["loop"] < decode["loop"] / 2, (light, decode)

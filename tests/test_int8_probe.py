@@ -1,20 +1,13 @@
 """bench/h200/int8_probe.py: the decode's bit logic (prmt emulated in numpy) on every code and shift,
 the host layouts against it, the torch model, and the kernel compiled for sm_90 here (the CPU)."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from gluon_compile import compiled_by
 
 from bench.h200 import int8_probe
 from mxfp4.codec import E2M1_VALUES
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_prmt_selects_bytes_and_copies_signs_where_bit_3_is_set():
@@ -97,19 +90,11 @@ def test_a_shape_off_the_tiles_is_named():
         int8_probe.decoded_gemm(operands, torch.empty(100, 128))
 
 
-COMPILE = "import json; from bench.h200.int8_probe import compiled_for_sm90 as c; print(json.dumps(c('int8-chunk8')))"
-
-
 @pytest.mark.cpu_only
 def test_the_int8_kernel_compiles_for_sm90_with_register_a_int8_wgmmas():
     # in a fresh process without the interpreter: the bf16 variant's decode (moe_triton) was made
     # for the interpreter when this process imported it
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [sys.executable, "-c", COMPILE], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    compiled = json.loads(done.stdout.strip().splitlines()[-1])
+    compiled = compiled_by("bench.h200.int8_probe", "compiled_for_sm90", "int8-chunk8")
     assert compiled["mma_kinds"] == {"IGMMA.64x128x32.S8.S8": 8}  # 4 a K step in each MMA warpgroup
     ops = compiled["loop_ops"]
     assert ops["IGMMA"] == 4 and ops["PRMT"] == 32  # 8 words a thread a step, 4 byte permutes each

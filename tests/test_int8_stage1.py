@@ -1,20 +1,13 @@
 """bench/h200/int8_stage1.py: the int8 activations against SPEC 3.3's a1, the window counts, and the probe
 compiled for sm_90 here (the CPU)."""
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 import torch
+from gluon_compile import compiled_by
 
 from bench.h200 import int8_stage1
 from bench.h200.int8_probe import kernel_order
 from mxfp4.codec import dequantize, quantize_activation
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def _physical(a: torch.Tensor) -> torch.Tensor:
@@ -49,19 +42,9 @@ def test_a_chunk_wider_than_four_binades_is_counted():
     assert int8_stage1.weight_windows(scales) == 1
 
 
-COMPILE = (
-    "import json; from bench.h200.int8_stage1 import compiled_for_sm90 as c; print(json.dumps(c('E256+1-k8+1-bs16')))"
-)
-
-
 @pytest.mark.cpu_only
 def test_the_probe_compiles_for_sm90_with_register_a_int8_wgmmas_and_no_spills():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    done = subprocess.run(
-        [sys.executable, "-c", COMPILE], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    compiled = json.loads(done.stdout.strip().splitlines()[-1])
+    compiled = compiled_by("bench.h200.int8_stage1", "compiled_for_sm90", "E256+1-k8+1-bs16")
     assert compiled["mma_kinds"] == {"IGMMA.64x16x32.S8.S8": 8}, compiled  # 4 a K step, one loop of two steps
     ops = compiled["loop_ops"]
     # 16 words a thread a chunk, 4 byte permutes each; the promotion two fused multiply-adds an element
