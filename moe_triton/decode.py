@@ -32,11 +32,19 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         if parts not in (1, 2, 4):
             raise ValueError(f"tiles: {name} must be 0 (off), 1, 2 or 4 (parts per K step), not {parts}")
         one_warpgroup = stage == 1 and block_n == group and tile.warps == 4
-        if not one_warpgroup and (block_n not in (2 * group, 4 * group) or tile.warps != 8) or tile.block_k != 128:
+        # one warpgroup also takes K steps of 256 in two or four parts, each within one int32 of scales
+        block_ks = (128, 256) if one_warpgroup and parts > 1 else (128,)
+        if (
+            not one_warpgroup
+            and (block_n not in (2 * group, 4 * group) or tile.warps != 8)
+            or tile.block_k not in block_ks
+        ):
             raise ValueError(
                 f"tiles: {name} needs block_n{stage} {2 * group} or {4 * group} with warps{stage} 8"
                 + (f" (or {group} with 4)" if stage == 1 else "")
-                + f", and block_k{stage} 128, not {block_n}, {tile.warps}, {tile.block_k}"
+                + f", and block_k{stage} 128"
+                + (" (256 with one warpgroup and 2 or 4 parts)" if stage == 1 else "")
+                + f", not {block_n}, {tile.warps}, {tile.block_k}"
             )
         most = 255 if one_warpgroup else gluon_launch_registers(block_n // group)
         if regs and not (56 <= regs <= most and regs % 8 == 0):
@@ -44,9 +52,9 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
                 f"tiles: max_regs{stage} with {name} must be 0 or a multiple of 8 from 56 to {most}, not {regs}"
             )
         span = block_n * (cfg.n_tiles2 if stage == 2 else 1)
-        if k_dim % 128 or n_dim % span:
+        if k_dim % tile.block_k or n_dim % span:
             raise ValueError(
-                f"tiles: {name} needs its K ({k_dim}) a multiple of 128 and its N ({n_dim}) of {span} "
+                f"tiles: {name} needs its K ({k_dim}) a multiple of {tile.block_k} and its N ({n_dim}) of {span} "
                 f"(block_n{stage}" + (" times n_tiles2)" if stage == 2 else ")")
             )
     if cfg.paired1 and not (cfg.paired1 == 1 and cfg.gluon1 and not cfg.fold1):
@@ -147,7 +155,7 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
         from moe_triton.kernels.gluon_stage1 import moe_gluon_stage1_kernel as kernel
 
         grid = block_grid(layer.n_blocks, shape.d_inter // cfg.block_n1, cfg.overlap)
-        options = gluon_options(cfg.stages1, cfg.gluon1, cfg.block_n1 // 32, cfg.max_regs1, fast)
+        options = gluon_options(cfg.block_k1, cfg.stages1, cfg.gluon1, cfg.block_n1 // 32, cfg.max_regs1, fast)
         options["FOLD"] = cfg.tail_m if cfg.fold1 else 0
         options["PAIRED"] = cfg.paired1
         if cfg.overlap:
@@ -177,7 +185,7 @@ def stage2(call: plan.Call, layer: plan.Layer, routing: Routing) -> None:
         from moe_triton.kernels.gluon_stage2 import moe_gluon_stage2_kernel as kernel
 
         grid = block_grid(layer.n_blocks, shape.d_hidden // (cfg.block_n2 * cfg.n_tiles2), cfg.overlap)
-        options = gluon_options(cfg.stages2, cfg.gluon2, cfg.block_n2 // 64, cfg.max_regs2, fast)
+        options = gluon_options(cfg.block_k2, cfg.stages2, cfg.gluon2, cfg.block_n2 // 64, cfg.max_regs2, fast)
         options.update(a2_ready_ptr=a2_ready(layer, call.out.device), OVERLAP=cfg.overlap)
         options["FOLD"] = cfg.tail_m if cfg.fold2 else 0
     else:
@@ -217,14 +225,14 @@ def triton_options(block_n: int, block_k: int, warps: int, stages: int, max_regs
     )
 
 
-def gluon_options(stages: int, split: int, num_wg: int, max_regs: int, fast: bool) -> dict:
+def gluon_options(block_k: int, stages: int, split: int, num_wg: int, max_regs: int, fast: bool) -> dict:
     """4 warps launched: MMA warpgroup 0; the kernel starts its other partitions (none for one warpgroup, which
     loads its own ring)."""
     registers = gluon_registers(max_regs, num_wg) if num_wg > 1 else {"MMA_REGS": 0, "LOADER_REGS": 0}
     if num_wg == 1 and max_regs:
         registers["maxnreg"] = max_regs
     return dict(
-        BLOCK_K=128,
+        BLOCK_K=block_k,
         STAGES=stages,
         SPLIT=split,
         NUM_WG=num_wg,

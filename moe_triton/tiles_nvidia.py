@@ -53,14 +53,14 @@ def tile_config(shape: Shape) -> TileConfig:
 
 
 def gluon_variant(
-    tiles: TileConfig, block_n: int, stages: int, parts: int, regs: int = 0, paired: int = 0
+    tiles: TileConfig, block_n: int, stages: int, parts: int, regs: int = 0, paired: int = 0, block_k: int = 128
 ) -> TileConfig:
-    """tiles with stage 1 on the Gluon kernel (block_n1, stages1, gluon1, max_regs1, paired1; the fixed
+    """tiles with stage 1 on the Gluon kernel (block_n1, stages1, gluon1, max_regs1, paired1, block_k1; the fixed
     fields as docs/tiles.md, "TileConfig", says: block_n1 32 is one warpgroup of 4 warps, no loader
-    partition), the rest as it is."""
+    partition, and may take K steps of 256), the rest as it is."""
     warps = 4 if block_n == 32 else 8
     return tiles.replace(
-        block_n1=block_n, block_k1=128, warps1=warps, stages1=stages, max_regs1=regs, gluon1=parts, paired1=paired
+        block_n1=block_n, block_k1=block_k, warps1=warps, stages1=stages, max_regs1=regs, gluon1=parts, paired1=paired
     )
 
 

@@ -112,6 +112,20 @@ def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit
     assert torch.equal(got.float() * 2.0**-FAST, want.float())
 
 
+@pytest.mark.parametrize("block_k, split", [(128, 1), (128, 2), (128, 4), (256, 2), (256, 4)])
+def test_each_parts_codes_take_their_own_blocks_scale_byte(block_k, split):
+    # the kernel's addressing: fill_slot copies scale words s_step + j (s_step = i block_k / 128) into the slot's
+    # rows, mma_step reads row part K_PART / 128 of them, decoded_weights byte (part K_PART / 32) % 4 + word / 4
+    scale_words, k_part = block_k // 128, block_k // split
+    for i in range(3):
+        for part in range(split):
+            for word in range(k_part // 8):
+                scale_word = i * scale_words + part * k_part // 128
+                byte = (part * (k_part // 32)) % 4 + word // 4
+                block = (i * block_k + part * k_part + 8 * word) // 32  # the 32-block of the word's codes
+                assert (scale_word, byte) == divmod(block, 4)
+
+
 # ---------------------------------------------------------------------------------- compiled, sm_90
 
 
@@ -177,6 +191,28 @@ def test_one_warpgroup_compiles_for_sm90_without_a_loader_partition_and_with_pai
 
 
 @pytest.mark.cpu_only
+def test_one_warpgroup_compiles_for_sm90_with_k_steps_of_256():
+    from problem.cases import BENCHMARKS
+
+    # E-257 bs-16's and bs-512's tiles: two or four parts a step of 256 (each part's scales one int32 word)
+    cases = [c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] in (16, 512)]
+    variants = [(parts, paired) for parts in (2, 4) for paired in (0, 1)]
+    pairs = [
+        (c, gluon_variant(TUNED[case_shape(c)], 32, stages=3, parts=p, paired=w, block_k=256))
+        for c in cases
+        for p, w in variants
+    ]
+    launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
+    assert len(launches) == len(pairs)
+    for got, (_, tiles) in zip(launches, pairs, strict=True):
+        # 16 k16 wgmmas a step of 256; paired, the two steps' loop and the odd step's tail
+        assert got["mma"] == (48 if tiles.paired1 else 16) and got["waits"] * 4 <= got["mma"], got
+        assert got["cp_async_16"] and not got["register_split"], got
+        assert got["loop"] and got["loop_spills"] == 0 and got["spills"] == 0, got
+        assert got["registers"] <= 128 and got["shared"] <= 232448 // 2, got
+
+
+@pytest.mark.cpu_only
 def test_two_test_shapes_compile_with_both_widths():
     pairs = [
         (case, gluon_variant(tile_config(case_shape(case)), block_n, stages=3, parts=2))
@@ -208,6 +244,9 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
         (tiles.replace(paired1=2), "^tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not 2$"),
         (tiles.replace(gluon1=0, paired1=1), "^tiles: paired1 must be 0 or 1"),
         (gluon_variant(tiles, 32, 4, 2).replace(stream1=1), r"^tiles: gluon1 with block_n1 32 \(one warpgroup\)"),
+        # K steps of 256: one warpgroup in two or four parts only
+        (gluon_variant(tiles, 32, 4, 1, block_k=256), r"^tiles: gluon1 .*\(256 with one warpgroup and 2 or 4 parts\)"),
+        (gluon_variant(tiles, 64, 4, 2, block_k=256), r"^tiles: gluon1 needs block_n1 64 or 128 .*not 64, 8, 256$"),
     ):
         with pytest.raises(ValueError, match=says):
             run(data, bad)
@@ -264,12 +303,14 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
     run(data, tiles)
     real, want = routed_a2(data, tiles.block_m)
     # two programs an SM (80 registers a thread) only where the accumulator is small; one wgmma wait
-    # every two K steps (paired), whose odd step the small shapes' odd K step counts reach
-    budgets = ((3, 2, 0, 0), (2, 4, 0, 0), (4, 2, 0, 1))
-    budgets += ((3, 2, 80, 0),) if block_n == 64 and tiles.block_m <= 32 else ()
-    for stages, split, regs, paired in budgets:
+    # every two K steps (paired), whose odd step the small shapes' odd K step counts reach; one warpgroup
+    # also in K steps of 256
+    budgets = ((3, 2, 0, 0, 128), (2, 4, 0, 0, 128), (4, 2, 0, 1, 128))
+    budgets += ((3, 2, 80, 0, 128),) if block_n == 64 and tiles.block_m <= 32 else ()
+    budgets += ((3, 2, 0, 0, 256), (2, 4, 0, 1, 256)) if block_n == 32 else ()
+    for stages, split, regs, paired, block_k in budgets:
         poison(data[0].shape)
-        out = run(data, gluon_variant(tiles, block_n, stages, split, regs, paired))
+        out = run(data, gluon_variant(tiles, block_n, stages, split, regs, paired, block_k))
         assert torch.equal(routed_a2(data, tiles.block_m)[1].view(torch.int16), want.view(torch.int16))
         assert_matches_reference(data, out)
     for t, b in zip(data[:-1], before, strict=True):

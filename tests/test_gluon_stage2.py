@@ -310,6 +310,7 @@ def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_varia
         fold=False,
         stream=[0],
         paired=[0],
+        block_ks=[128],
     )
     over_static = variants(Namespace(**given, stage1_variants=0, combine=False), decode, static)
     assert list(over_static) == ["g2-256-4-2-4"] and over_static["g2-256-4-2-4"] == static  # the table's own
@@ -328,12 +329,28 @@ def test_gluon_check_names_its_one_warpgroup_and_paired_variants():
     from problem.cases import BENCHMARKS
 
     given = dict(block_ns=[32, 64], stages=[4], splits=[2], regs=[0], stage2=[], block_m=None, tail_m=0)
-    args = Namespace(**given, fold=False, stream=[0], paired=[0, 1], stage1_variants=1, combine=False)
+    args = Namespace(**given, fold=False, stream=[0], paired=[0, 1], block_ks=[128, 256], stage1_variants=1)
     decode, static = base_tiles(next(c for c in BENCHMARKS if c["bs"] == 16))
-    named = variants(args, decode, static)
-    assert list(named) == ["gluon-n32-s4-p2", "gluon-n32-s4-p2-paired", "gluon-n64-s4-p2", "gluon-n64-s4-p2-paired"]
-    fields = [(t.block_n1, t.warps1, t.paired1) for t in named.values()]
-    assert fields == [(32, 4, 0), (32, 4, 1), (64, 8, 0), (64, 8, 1)]  # one warpgroup is 4 warps
+    named = variants(Namespace(**vars(args), combine=False), decode, static)
+    # K steps of 256 on one warpgroup only
+    assert list(named) == [
+        "gluon-n32-s4-p2",
+        "gluon-n32-s4-p2-k256",
+        "gluon-n32-s4-p2-paired",
+        "gluon-n32-s4-p2-paired-k256",
+        "gluon-n64-s4-p2",
+        "gluon-n64-s4-p2-paired",
+    ]
+    fields = [(t.block_n1, t.warps1, t.paired1, t.block_k1) for t in named.values()]
+    # one warpgroup is 4 warps
+    assert fields == [
+        (32, 4, 0, 128),
+        (32, 4, 0, 256),
+        (32, 4, 1, 128),
+        (32, 4, 1, 256),
+        (64, 8, 0, 128),
+        (64, 8, 1, 128),
+    ]
 
 
 def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
@@ -353,6 +370,7 @@ def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
         fold=True,
         stream=[0],
         paired=[0],
+        block_ks=[128],
     )
     args = Namespace(**given, stage1_variants=1, combine=False)
     i2048 = next(c for c in BENCHMARKS if c["dexpert"] == 2048)

@@ -37,12 +37,12 @@ def scales_layout(w_rows):
 @gluon.jit
 def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.constexpr):
     """Columns [part K_PART, (part + 1) K_PART) of a warpgroup's 64 weight rows as wgmma's bf16 register operand
-    (_fp4_to_bf16's fast path); sw: each row's four scale bytes. Loaded as a 32-bit operand, a thread holds the words
-    whose codes decode into its own operand values, so no data moves."""
+    (_fp4_to_bf16's fast path); sw: each row's four scale bytes of the 128 columns that hold the part. Loaded as a
+    32-bit operand, a thread holds the words whose codes decode into its own operand values, so no data moves."""
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
     words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
     word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
-    s = (gl.expand_dims(sw, 1) >> (8 * (part * (K_PART // 32) + gl.expand_dims(word, 0) // 4))) & 0xFF
+    s = (gl.expand_dims(sw, 1) >> (8 * ((part * (K_PART // 32)) % 4 + gl.expand_dims(word, 0) // 4))) & 0xFF
     scale = fast_pair_scale(s)
     p0, p1, p2, p3 = code_pairs(words)
     codes = gl.join(
@@ -77,6 +77,10 @@ def mma_step(
     acc_layout: gl.constexpr = acc.type.layout
     w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
     K_PART: gl.constexpr = BLOCK_K // SPLIT
+    SCALE_WORDS: gl.constexpr = BLOCK_K // 128
+    gl.static_assert(
+        SPLIT % SCALE_WORDS == 0, "mma_step: a part's columns take one scale word (SPLIT >= BLOCK_K / 128)"
+    )
     if folded is not None:
         acc_t, t_ring = folded
         t_layout: gl.constexpr = acc_t.type.layout
@@ -85,8 +89,10 @@ def mma_step(
         mbarrier.wait(ready.index(slot), ((i + step) // STAGES) & 1)
         fence_async_shared()  # cp.async wrote the slot through the generic proxy; wgmma reads the async one
         w_slot = w_ring.index(slot).slice(G * WG_ROWS, WG_ROWS)
-        sw = s_ring.index(slot).slice(G * WG_ROWS, WG_ROWS).load(gl.SliceLayout(1, w_layout))
         for part in gl.static_range(SPLIT):
+            if part % (SPLIT // SCALE_WORDS) == 0:  # the scale word of the 128 columns this part starts
+                scales = s_ring.index(slot * SCALE_WORDS + part * K_PART // 128).slice(G * WG_ROWS, WG_ROWS)
+                sw = scales.load(gl.SliceLayout(1, w_layout))
             w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
             a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
             if folded is not None:
@@ -171,6 +177,12 @@ def weight_sources(w_ptr, w_scale_ptr, w_rows, s_rows, k_dim, BLOCK_K: gl.conste
 
 
 @gluon.jit
+def step_offsets(i, BLOCK_K: gl.constexpr):
+    """fill_slot's steps for K step i: the offsets of its words (int32), scales (int32 words of four) and columns."""
+    return i * (BLOCK_K // 8), i * (BLOCK_K // 128), i * BLOCK_K
+
+
+@gluon.jit
 def allocate_ring(
     STAGES: gl.constexpr,
     W_ROWS: gl.constexpr,
@@ -186,7 +198,10 @@ def allocate_ring(
         [STAGES, W_ROWS, BLOCK_K // 8],
         gl.NVMMASharedLayout.get_default_for([W_ROWS, BLOCK_K // 8], gl.int32),
     )
-    s_ring = gl.allocate_shared_memory(gl.int32, [STAGES, W_ROWS], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    # slot i's scales: rows i S .. i S + S - 1, one int32 of four e8m0 bytes a weight row and 128 columns
+    s_ring = gl.allocate_shared_memory(
+        gl.int32, [STAGES * (BLOCK_K // 128), W_ROWS], gl.SwizzledSharedLayout(1, 1, 1, order=[0])
+    )
     a_ring = gl.allocate_shared_memory(
         A_DTYPE, [STAGES, ROWS, BLOCK_K], gl.NVMMASharedLayout.get_default_for([ROWS, BLOCK_K], A_DTYPE)
     )
@@ -216,7 +231,8 @@ def folded_ring(ring, fold, STAGES: gl.constexpr, FOLD: gl.constexpr, BLOCK_K: g
 @gluon.jit
 def fill_slot(i, ring, sources, steps, a_mask, STAGES: gl.constexpr, extra=None, EXTRA: gl.constexpr = False):
     """The loader's K step i into allocate_ring's ring: sources, (base pointer, 32-bit offsets) of the words, scales
-    and activation rows; steps, their scalar offsets, added after the wait (a step's tensor held across it spills).
+    and activation rows; steps, their scalar offsets (the scales' in int32 words: i BLOCK_K / 128), added after the
+    wait (a step's tensor held across it spills).
     EXTRA: one more activation ring in the same slot, extra = (ring, pointer, offsets, step, mask)."""
     w_ring, s_ring, a_ring, ready, empty = ring
     # one level of unpacking at a time: triton 3.6's JIT cannot hash nested tuple targets
@@ -226,10 +242,12 @@ def fill_slot(i, ring, sources, steps, a_mask, STAGES: gl.constexpr, extra=None,
     a_ptr, a_offs = a_source
     w_step, s_step, a_step = steps
     slot = i % STAGES
+    SCALE_WORDS: gl.constexpr = w_ring.shape[2] // 16  # int32 words of scales a row and K step
     # a fresh barrier has completed the phase before its first: the first round does not wait
     mbarrier.wait(empty.index(slot), ((i // STAGES) & 1) ^ 1)
     cp_async(w_ring.index(slot), w_ptr + (w_offs + w_step))
-    cp_async(s_ring.index(slot), s_ptr + (s_offs + s_step))
+    for j in gl.static_range(SCALE_WORDS):
+        cp_async(s_ring.index(slot * SCALE_WORDS + j), s_ptr + (s_offs + (s_step + j)))
     cp_async(a_ring.index(slot), a_ptr + (a_offs + a_step), mask=a_mask)
     if EXTRA:
         x_ring, x_ptr, x_offs, x_step, x_mask = extra

@@ -17,6 +17,7 @@ from moe_triton.kernels.gluon_mma import (
     row_offsets,
     row_range,
     scales_layout,
+    step_offsets,
     weight_sources,
 )
 from moe_triton.kernels.routing import (
@@ -67,10 +68,10 @@ def _loader(
         t_offs = row_offsets(t_tokens, d_hidden, BLOCK_K)
         for i in range(d_hidden // BLOCK_K):
             extra = (t_ring, a1_ptr, t_offs, i * BLOCK_K, t_valid)
-            fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES, extra, True)
+            fill_slot(i, ring, sources, step_offsets(i, BLOCK_K), valid, STAGES, extra, True)
     else:
         for i in range(d_hidden // BLOCK_K):
-            fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
+            fill_slot(i, ring, sources, step_offsets(i, BLOCK_K), valid, STAGES)
 
 
 @gluon.jit
@@ -117,7 +118,7 @@ def _one_warpgroup(
     sources, valid = _tile_sources(ptrs, tile, BLOCK_M, ROWS, BLOCK_K, 1)
     steps = d_hidden // BLOCK_K
     for i in range(gl.minimum(STAGES, steps)):
-        fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
+        fill_slot(i, ring, sources, step_offsets(i, BLOCK_K), valid, STAGES)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
     )
@@ -126,7 +127,7 @@ def _one_warpgroup(
     for i in range(0, steps - STEPS + 1, STEPS):
         acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT, STEPS=STEPS)
         for j in range(i + STAGES, gl.minimum(i + STAGES + STEPS, steps)):
-            fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
+            fill_slot(j, ring, sources, step_offsets(j, BLOCK_K), valid, STAGES)
     if steps % STEPS:
         acc = mma_step(acc, steps - 1, ring, 0, BLOCK_K, STAGES, SPLIT)
     store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
@@ -236,7 +237,7 @@ def _stream_loader(inputs, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES:
         tile_args = (block, w_row0, d_inter, n_tokens, d_hidden)
         sources, valid = _tile_sources(ptrs, tile_args, BLOCK_M, BLOCK_M, BLOCK_K, NUM_WG)
         for k in range(k0, k1):
-            fill_slot(i, ring, sources, (k * (BLOCK_K // 8), k, k * BLOCK_K), valid, STAGES)
+            fill_slot(i, ring, sources, step_offsets(k, BLOCK_K), valid, STAGES)
             i += 1
         cur += k1 - k0
 
@@ -342,12 +343,15 @@ def moe_gluon_stage1_kernel(
 ):
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
     d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
-    multiple of BLOCK_K (128), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see folds_tail. MMA_REGS,
-    LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over the grid's programs,
-    partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon stage 1"). OVERLAP
-    (not with STREAM): count the stored columns in a2_ready_ptr, as the decode stage 1 does, in one launch with FOLD
-    (docs/triton.md, "Stage 2 block by block")."""
-    gl.static_assert(BLOCK_K == 128, "gluon stage 1: BLOCK_K is 128 (one int32 of scales per row and step)")
+    multiple of BLOCK_K (128; 256 on one warpgroup), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see
+    folds_tail. MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over
+    the grid's programs, partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon
+    stage 1"). OVERLAP (not with STREAM): count the stored columns in a2_ready_ptr, as the decode stage 1 does, in one
+    launch with FOLD (docs/triton.md, "Stage 2 block by block")."""
+    gl.static_assert(
+        (BLOCK_K == 128) or ((BLOCK_K == 256) and (NUM_WG == 1)),
+        "gluon stage 1: BLOCK_K is 128, or 256 on one warpgroup",
+    )
     gl.static_assert((NUM_WG == 1) or (NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 1, 2 or 4")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
