@@ -73,6 +73,7 @@ from moe_triton.kernels.gluon_mma import (  # noqa: E402
     row_offsets,
     row_range,
     scales_layout,
+    step_offsets,
     weight_sources,
 )
 from moe_triton.kernels.gluon_stage1 import GROUP, ring_row, store_a2  # noqa: E402
@@ -157,7 +158,7 @@ def moe_int8_stage1_kernel(
         valid = gl.expand_dims(tokens < n_tokens, 1)
         steps = d_hidden // BLOCK_K
         for i in range(gl.minimum(STAGES, steps)):
-            fill_slot(i, ring, sources, (i * (BLOCK_K // 8), i, i * BLOCK_K), valid, STAGES)
+            fill_slot(i, ring, sources, step_offsets(i, BLOCK_K), valid, STAGES)
         acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
             version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 32]
         )
@@ -190,7 +191,7 @@ def moe_int8_stage1_kernel(
             mbarrier.arrive(empty.index(slot0), count=1)
             mbarrier.arrive(empty.index(slot1), count=1)
             for j in range(i + STAGES, gl.minimum(i + STAGES + CHUNK_STEPS, steps)):
-                fill_slot(j, ring, sources, (j * (BLOCK_K // 8), j, j * BLOCK_K), valid, STAGES)
+                fill_slot(j, ring, sources, step_offsets(j, BLOCK_K), valid, STAGES)
             sw = ((base - 1) << 23).to(gl.float32, bitcast=True)  # 2^(base - 128)
             sw = gl.expand_dims(gl.convert_layout(sw, gl.SliceLayout(1, acc_layout)), 1)
             acc = promote(acc, acc_i, sw, gl.expand_dims(sa, 0))
