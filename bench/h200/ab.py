@@ -7,12 +7,12 @@ an order effect shows as a difference between them. A table row changes only aft
   python -m bench.h200.ab --shapes I512-E32+1-k8+1-bs512 I2048-E32+1-k8+1-bs512 --variant overlap=1 --reps 8
 
 Each --variant NAME=FIELD=V[,FIELD=V...] (or FIELD=V[,...], named after itself) is the static tiles
-(tiles_nvidia.static_tiles: GLUON_TUNED where it names the shape) with those flat fields (docs/tiles.md);
-a variant the path refuses for a shape, or equal to its static tiles, is left out of that shape with a
-line saying so. --neighbours adds, per shape, the static tiles' one-field neighbours (neighbours():
-each ring one slot shallower and deeper, stage 2's tiles a program halved and doubled, the overlap and
-the routing launches toggled, a Gluon stage's fold toggled where there are tail tiles, a register cap
-lifted), a sweep for one warm machine:
+(tiles_nvidia.static_tiles: GLUON_TUNED where it names the shape) with those flat fields (docs/tiles.md); a
+variant the path refuses for a shape, equal to its static tiles or that does not launch on this GPU (a ring
+too deep for its shared memory) is left out of that shape with a line saying so. --neighbours adds, per
+shape, the static tiles' one-field neighbours (neighbours(): each ring one slot shallower and deeper, stage
+2's tiles a program halved and doubled, the overlap and the routing launches toggled, a Gluon stage's fold
+toggled where there are tail tiles, a register cap lifted), a sweep for one warm machine:
 
   python -m bench.h200.ab --shapes bs16 bs128 --neighbours --reps 8
 
@@ -94,6 +94,23 @@ def candidates(shape, variants: list[tuple[str, dict]], with_neighbours: bool = 
     return out, skipped
 
 
+def launchable(case: dict, tiles: dict) -> tuple[dict, list[str]]:
+    """The candidates (name -> tiles) that launch on this GPU, each tried on one input, and a line for each that
+    does not: a ring too deep for the GPU's shared memory is refused only at its launch (plan.launch)."""
+    from bench.h200.harness import leaderboard_input, run_tiles
+
+    data = leaderboard_input(case, 0)
+    out, refused = {}, []
+    for name, t in tiles.items():
+        try:
+            run_tiles(data, t)
+        except ValueError as error:
+            refused.append(f"{name}: {error}")
+        else:
+            out[name] = t
+    return out, refused
+
+
 def table(results: dict) -> list[str]:
     lines = ["| shape | candidate | pass 1 us | pass 2 us | worst |", "|---|---|---:|---:|---:|"]
     for shape, by_name in results.items():
@@ -144,6 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     started, device, results = time.perf_counter(), fitting_device(), {}
     for name, case in cases:
         tiles, left_out = candidates(case_shape(case), variants, args.neighbours)
+        tiles, refused = launchable(case, tiles)
+        left_out += refused
         first = time_candidates(case, tiles, args.reps, device)
         second = time_candidates(case, dict(reversed(tiles.items())), args.reps, device)
         passes = {label: (first[label], second[label]) for label in tiles}
