@@ -56,8 +56,8 @@ def gluon_variant(
     tiles: TileConfig, block_n: int, stages: int, parts: int, regs: int = 0, paired: int = 0, block_k: int = 128
 ) -> TileConfig:
     """tiles with stage 1 on the Gluon kernel (block_n1, stages1, gluon1, max_regs1, paired1, block_k1; the fixed
-    fields as docs/tiles.md, "TileConfig", says: block_n1 32 is one warpgroup of 4 warps, no loader
-    partition, and may take K steps of 256), the rest as it is."""
+    fields as docs/tiles.md, "TileConfig", says: block_n1 32 is one warpgroup of 4 warps with no loader
+    partition), the rest as it is."""
     warps = 4 if block_n == 32 else 8
     return tiles.replace(
         block_n1=block_n, block_k1=block_k, warps1=warps, stages1=stages, max_regs1=regs, gluon1=parts, paired1=paired
@@ -75,14 +75,16 @@ def gluon2_variant(tiles: TileConfig, block_n: int, stages: int, parts: int, n_t
 # 2026-12-04, torch 2.11, triton 3.6) and, where dated so, on an H100.
 GLUON_TUNED: dict[Shape, TileConfig] = {
     # one warpgroup a program, one wgmma wait every two K steps: stage 1 283.2 against the decode
-    # stage 1's 309.7 us (H100, 2026-12-06)
+    # stage 1's 309.7 us (H100, 2026-12-06); K steps of 256: 402.1 against 424.7 us a call, two of
+    # them in the ring: 397.9 against 403.6 (H100, 2026-12-07)
     Shape(512, 7168, 256, 257, 9): gluon_variant(
-        TUNED[Shape(512, 7168, 256, 257, 9)], 32, stages=4, parts=2, paired=1
+        TUNED[Shape(512, 7168, 256, 257, 9)], 32, stages=2, parts=2, paired=1, block_k=256
     ).replace(overlap=1),
     # stream-K over 64-row blocks, one program an SM: 170.4 against 189.1 us; the routing and a1 in one
-    # launch: 171.1 against 174.6 us a call; six ring slots: 168.1 against 171.0 (H100, 2026-12-06)
+    # launch: 171.1 against 174.6 us a call; six ring slots: 168.1 against 171.0 (H100, 2026-12-06);
+    # K steps of 256, four in the ring: 164.6 against 167.6 (H100, 2026-12-07)
     Shape(128, 7168, 512, 33, 9): gluon2_variant(
-        gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=6, parts=2).replace(
+        gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=4, parts=2, block_k=256).replace(
             block_m=64, stream1=1, route_launches=1
         ),
         256,

@@ -146,12 +146,14 @@ def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the
         return (0, 1) if t.tail_m and not t.overlap else (0,)
 
     assert len(launches) == sum(len(tails(t)) for _, t in pairs)
-    # (h columns, folded): a folded tile's full blocks' launch issues the tail block's wgmmas too
-    kinds = [(t.block_n1, t.fold1 and not tail) for _, t in pairs for tail in tails(t)]
-    for got, (block_n, folded) in zip(launches, kinds, strict=True):
-        # each MMA warpgroup's K step: two parts of four k16 wgmmas, waited for twice a step;
+    # (h columns, K step, folded): a folded tile's full blocks' launch issues the tail block's wgmmas too
+    kinds = [(t.block_n1, t.block_k1, t.fold1 and not tail) for _, t in pairs for tail in tails(t)]
+    assert any(block_k == 256 for _, block_k, _ in kinds)
+    for got, (block_n, block_k, folded) in zip(launches, kinds, strict=True):
+        # each MMA warpgroup's K step: two parts of four (eight at K 256) k16 wgmmas, waited for twice a step;
         # ptxas serializing them would wait after every one
-        assert got["mma"] == (block_n // 32) * 8 * (2 if folded else 1) and got["waits"] * 4 <= got["mma"], got
+        want = (block_n // 32) * (block_k // 16) * (2 if folded else 1)
+        assert got["mma"] == want and got["waits"] * 4 <= got["mma"], got
         assert got["cp_async_16"] and got["register_split"], got  # 16-byte cp.async, setmaxnreg
         # triton 3.6 spills a few values of the fold's second ring outside the K loop
         assert got["loop"] and got["k_loop_spills" if folded else "loop_spills"] == 0, got
@@ -167,17 +169,13 @@ def test_the_table_tiles_compile_for_sm90_unserialized_and_without_spills_in_the
 def test_one_warpgroup_compiles_for_sm90_without_a_loader_partition_and_with_paired_waits():
     from problem.cases import BENCHMARKS
 
-    # E-257 bs-16 and E-33 bs-16: 16-row blocks, 56 K steps; paired, one wait every two steps;
-    # and the static table's one-warpgroup rows
+    # E-257 bs-16 and E-33 bs-16: 16-row blocks, 56 K steps; paired, one wait every two steps
     cases = [c for c in BENCHMARKS if c["bs"] == 16]
     pairs = [
         (c, gluon_variant(TUNED[case_shape(c)], 32, stages=4, parts=2, paired=paired))
         for c in cases
         for paired in (0, 1)
     ]
-    tuned = [(c, GLUON_TUNED.get(case_shape(c))) for c in BENCHMARKS]
-    pairs += [(c, tiles) for c, tiles in tuned if getattr(tiles, "block_n1", 0) == 32 and tiles.gluon1]
-    assert len(pairs) > 4
     launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert len(launches) == len(pairs)
     for got, (_, tiles) in zip(launches, pairs, strict=True):
@@ -194,7 +192,8 @@ def test_one_warpgroup_compiles_for_sm90_without_a_loader_partition_and_with_pai
 def test_one_warpgroup_compiles_for_sm90_with_k_steps_of_256():
     from problem.cases import BENCHMARKS
 
-    # E-257 bs-16's and bs-512's tiles: two or four parts a step of 256 (each part's scales one int32 word)
+    # E-257 bs-16's and bs-512's tiles: two or four parts a step of 256 (each part's scales one int32 word);
+    # and the static table's one-warpgroup rows
     cases = [c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] in (16, 512)]
     variants = [(parts, paired) for parts in (2, 4) for paired in (0, 1)]
     pairs = [
@@ -202,6 +201,10 @@ def test_one_warpgroup_compiles_for_sm90_with_k_steps_of_256():
         for c in cases
         for p, w in variants
     ]
+    tuned = [(c, GLUON_TUNED.get(case_shape(c))) for c in BENCHMARKS]
+    table = [(c, tiles) for c, tiles in tuned if getattr(tiles, "block_n1", 0) == 32 and tiles.gluon1]
+    assert table and all(tiles.block_k1 == 256 for _, tiles in table)
+    pairs += table
     launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert len(launches) == len(pairs)
     for got, (_, tiles) in zip(launches, pairs, strict=True):
@@ -244,9 +247,10 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
         (tiles.replace(paired1=2), "^tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not 2$"),
         (tiles.replace(gluon1=0, paired1=1), "^tiles: paired1 must be 0 or 1"),
         (gluon_variant(tiles, 32, 4, 2).replace(stream1=1), r"^tiles: gluon1 with block_n1 32 \(one warpgroup\)"),
-        # K steps of 256: one warpgroup in two or four parts only
-        (gluon_variant(tiles, 32, 4, 1, block_k=256), r"^tiles: gluon1 .*\(256 with one warpgroup and 2 or 4 parts\)"),
-        (gluon_variant(tiles, 64, 4, 2, block_k=256), r"^tiles: gluon1 needs block_n1 64 or 128 .*not 64, 8, 256$"),
+        # K steps of 256 in two or four parts only (each part's scales one int32), and of 128 or 256 only
+        (gluon_variant(tiles, 32, 4, 1, block_k=256), r"^tiles: gluon1 .*\(or 256 in 2 or 4 parts\), not 32, 4, 256$"),
+        (gluon_variant(tiles, 64, 4, 1, block_k=256), r"^tiles: gluon1 needs block_n1 64 or 128 .*not 64, 8, 256$"),
+        (gluon_variant(tiles, 64, 4, 2, block_k=512), r"^tiles: gluon1 needs block_n1 64 or 128 .*not 64, 8, 512$"),
     ):
         with pytest.raises(ValueError, match=says):
             run(data, bad)
@@ -303,11 +307,9 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
     run(data, tiles)
     real, want = routed_a2(data, tiles.block_m)
     # two programs an SM (80 registers a thread) only where the accumulator is small; one wgmma wait
-    # every two K steps (paired), whose odd step the small shapes' odd K step counts reach; one warpgroup
-    # also in K steps of 256
-    budgets = ((3, 2, 0, 0, 128), (2, 4, 0, 0, 128), (4, 2, 0, 1, 128))
+    # every two K steps (paired), whose odd step the small shapes' odd K step counts reach; K steps of 256
+    budgets = ((3, 2, 0, 0, 128), (2, 4, 0, 0, 128), (4, 2, 0, 1, 128), (3, 2, 0, 0, 256), (2, 4, 0, 1, 256))
     budgets += ((3, 2, 80, 0, 128),) if block_n == 64 and tiles.block_m <= 32 else ()
-    budgets += ((3, 2, 0, 0, 256), (2, 4, 0, 1, 256)) if block_n == 32 else ()
     for stages, split, regs, paired, block_k in budgets:
         poison(data[0].shape)
         out = run(data, gluon_variant(tiles, block_n, stages, split, regs, paired, block_k))
@@ -338,10 +340,11 @@ def test_on_the_gpu_the_fold_gives_the_decode_paths_a2_bit_for_bit(case, block_n
     tiles = case_tiles(data).replace(block_m=32, tail_m=16)
     run(data, tiles)
     want = routed_a2(data, 32)[1]
-    poison(data[0].shape)
-    out = run(data, gluon_variant(tiles, block_n, 3, 2).replace(fold1=1))
-    assert torch.equal(routed_a2(data, 32)[1].view(torch.int16), want.view(torch.int16))
-    assert_matches_reference(data, out)
+    for block_k in (128, 256):
+        poison(data[0].shape)
+        out = run(data, gluon_variant(tiles, block_n, 3, 2, block_k=block_k).replace(fold1=1))
+        assert torch.equal(routed_a2(data, 32)[1].view(torch.int16), want.view(torch.int16))
+        assert_matches_reference(data, out)
 
 
 # ------------------------------------------------------------------------------ stream-K (stream1)
@@ -423,8 +426,8 @@ def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_ca
     run(data, tiles)
     want = routed_a2(data, tiles.block_m)[1].view(torch.int16)
     # the counters go back to zero at the end of each call, so the second call finds them so
-    for regs in (0, 80):
-        variant = gluon_variant(tiles, 64, 3, 2, regs).replace(stream1=stream)
+    for regs, block_k in ((0, 128), (80, 128), (0, 256)):
+        variant = gluon_variant(tiles, 64, 3, 2, regs, block_k=block_k).replace(stream1=stream)
         for _ in range(2):
             poison(data[0].shape)
             out = run(data, variant)

@@ -332,14 +332,15 @@ def test_gluon_check_names_its_one_warpgroup_and_paired_variants():
     args = Namespace(**given, fold=False, stream=[0], paired=[0, 1], block_ks=[128, 256], stage1_variants=1)
     decode, static = base_tiles(next(c for c in BENCHMARKS if c["bs"] == 16))
     named = variants(Namespace(**vars(args), combine=False), decode, static)
-    # K steps of 256 on one warpgroup only
     assert list(named) == [
         "gluon-n32-s4-p2",
         "gluon-n32-s4-p2-k256",
         "gluon-n32-s4-p2-paired",
         "gluon-n32-s4-p2-paired-k256",
         "gluon-n64-s4-p2",
+        "gluon-n64-s4-p2-k256",
         "gluon-n64-s4-p2-paired",
+        "gluon-n64-s4-p2-paired-k256",
     ]
     fields = [(t.block_n1, t.warps1, t.paired1, t.block_k1) for t in named.values()]
     # one warpgroup is 4 warps
@@ -349,8 +350,13 @@ def test_gluon_check_names_its_one_warpgroup_and_paired_variants():
         (32, 4, 1, 128),
         (32, 4, 1, 256),
         (64, 8, 0, 128),
+        (64, 8, 0, 256),
         (64, 8, 1, 128),
+        (64, 8, 1, 256),
     ]
+    # K steps of 256 in two or four parts only
+    one_part = variants(Namespace(**{**vars(args), "splits": [1]}, combine=False), decode, static)
+    assert len(one_part) == 4 and all(t.block_k1 == 128 for t in one_part.values())
 
 
 def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():

@@ -3,8 +3,8 @@ gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H10
 The stage-1 variants are every combination of --block-ns (h columns per program; 32 is one warpgroup
 that loads its own ring), --stages (ring slots), --splits (parts per K step) and --regs (registers a
 thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off; --block-ns 64 only),
---paired (1: one wgmma wait every two K steps) and --block-ks (K steps of 128, or 256 with one warpgroup in two or four
-parts), stage 2 the decode one; each
+--paired (1: one wgmma wait every two K steps) and --block-ks (K steps of 128, or 256 in two or four parts), stage 2
+the decode one; each
 --stage2 N-S-P-T[-R] adds a variant with stage 2 on
 the Gluon kernel (N output columns a tile, S ring slots, P parts per K step, T tiles a program, R
 registers a thread at launch) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one
@@ -87,8 +87,8 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     for n in args.block_ns:
         for s in args.stages:
             for p, r, k, w, bk in itertools.product(args.splits, args.regs, args.stream, args.paired, args.block_ks):
-                if bk == 256 and (n != 32 or p == 1):
-                    continue  # K steps of 256: one warpgroup, in two or four parts
+                if bk == 256 and p == 1:
+                    continue  # K steps of 256 in two or four parts
                 name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
                 name += ("-fold" if args.fold else "") + ("-paired" if w else "") + ("-k256" if bk == 256 else "")
                 stage1[name] = gluon_variant(decode, n, s, p, r, w, bk).replace(**{**routing, **fold}, stream1=k)
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         nargs="*",
         choices=[128, 256],
         default=[128],
-        help="K step of the gluon1 variants (256: one warpgroup, two or four parts)",
+        help="K step of the gluon1 variants (256: in two or four parts)",
     )
     parser.add_argument("--block-m", type=int, choices=[16, 32, 64, 128], help="every variant's routing blocks")
     parser.add_argument("--tail-m", type=int, default=0, help="with --block-m: tail tiles of this many rows (0: none)")
