@@ -13,8 +13,8 @@ from problem.shapes import Shape
 
 def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
     """The tiles that this path cannot run on this shape and device (the Gluon stages need sm_90, K
-    steps of 128 (or 256 in stage 1), 2 or 4 MMA warpgroups (or one in stage 1) and 32-bit offsets): a ValueError
-    naming the field."""
+    steps of 128 (or 256 in stage 1, 512 on one warpgroup), 2 or 4 MMA warpgroups (or one in stage 1) and 32-bit
+    offsets): a ValueError naming the field."""
     if cfg.tail_m and not (16 <= cfg.tail_m < cfg.block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
         raise ValueError(
             f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {cfg.block_m}"
@@ -33,8 +33,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         if parts not in (1, 2, 4):
             raise ValueError(f"tiles: {name} must be 0 (off), 1, 2 or 4 (parts per K step), not {parts}")
         one_warpgroup = stage == 1 and block_n == group and tile.warps == 4
-        # stage 1 also takes K steps of 256 in two or four parts, each within one int32 of scales
+        # stage 1 also takes K steps of 256 in two or four parts, each within one int32 of scales; one warpgroup
+        # also of 512 in four
         block_ks = (128, 256) if stage == 1 and parts > 1 else (128,)
+        block_ks += (512,) if one_warpgroup and parts == 4 else ()
         if (
             not one_warpgroup
             and (block_n not in (2 * group, 4 * group) or tile.warps != 8)
@@ -44,7 +46,7 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
                 f"tiles: {name} needs block_n{stage} {2 * group} or {4 * group} with warps{stage} 8"
                 + (f" (or {group} with 4)" if stage == 1 else "")
                 + f", and block_k{stage} 128"
-                + (" (or 256 in 2 or 4 parts)" if stage == 1 else "")
+                + (" (or 256 in 2 or 4 parts, 512 in 4 with one warpgroup)" if stage == 1 else "")
                 + f", not {block_n}, {tile.warps}, {tile.block_k}"
             )
         most = 255 if one_warpgroup else gluon_launch_registers(block_n // group)

@@ -112,7 +112,7 @@ def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit
     assert torch.equal(got.float() * 2.0**-FAST, want.float())
 
 
-@pytest.mark.parametrize("block_k, split", [(128, 1), (128, 2), (128, 4), (256, 2), (256, 4)])
+@pytest.mark.parametrize("block_k, split", [(128, 1), (128, 2), (128, 4), (256, 2), (256, 4), (512, 4)])
 def test_each_parts_codes_take_their_own_blocks_scale_byte(block_k, split):
     # the kernel's addressing: fill_slot copies scale words s_step + j (s_step = i block_k / 128) into the slot's
     # rows, mma_step reads row part K_PART / 128 of them, decoded_weights byte (part K_PART / 32) % 4 + word / 4
@@ -216,6 +216,28 @@ def test_one_warpgroup_compiles_for_sm90_with_k_steps_of_256():
 
 
 @pytest.mark.cpu_only
+def test_one_warpgroup_compiles_for_sm90_with_k_steps_of_512():
+    from problem.cases import BENCHMARKS
+
+    # E-257 bs-16's and bs-512's tiles: four parts a step of 512, two slots (each part's scales one int32 word)
+    cases = [c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] in (16, 512)]
+    pairs = [
+        (c, gluon_variant(TUNED[case_shape(c)], 32, stages=2, parts=4, paired=w, block_k=512))
+        for c in cases
+        for w in (0, 1)
+    ]
+    launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
+    assert len(launches) == len(pairs)
+    for got, (_, tiles) in zip(launches, pairs, strict=True):
+        # 32 k16 wgmmas a step of 512; paired, the two steps' loop and the odd step's tail
+        assert got["mma"] == (96 if tiles.paired1 else 32) and got["waits"] * 4 <= got["mma"], got
+        assert got["cp_async_16"] and not got["register_split"], got
+        assert got["loop"] and got["loop_spills"] == 0 and got["spills"] == 0, got
+        # three programs an SM by registers, two by shared memory at least
+        assert got["registers"] <= 168 and got["shared"] <= 232448 // 2, got
+
+
+@pytest.mark.cpu_only
 def test_two_test_shapes_compile_with_both_widths():
     pairs = [
         (case, gluon_variant(tile_config(case_shape(case)), block_n, stages=3, parts=2))
@@ -247,10 +269,13 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
         (tiles.replace(paired1=2), "^tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not 2$"),
         (tiles.replace(gluon1=0, paired1=1), "^tiles: paired1 must be 0 or 1"),
         (gluon_variant(tiles, 32, 4, 2).replace(stream1=1), r"^tiles: gluon1 with block_n1 32 \(one warpgroup\)"),
-        # K steps of 256 in two or four parts only (each part's scales one int32), and of 128 or 256 only
-        (gluon_variant(tiles, 32, 4, 1, block_k=256), r"^tiles: gluon1 .*\(or 256 in 2 or 4 parts\), not 32, 4, 256$"),
+        # K steps of 256 in two or four parts only (each part's scales one int32), of 512 in four on one
+        # warpgroup only, and of 128, 256 or 512 only
+        (gluon_variant(tiles, 32, 4, 1, block_k=256), r"^tiles: gluon1 .*\(or 256 in 2 or 4 parts, .*not 32, 4, 256$"),
         (gluon_variant(tiles, 64, 4, 1, block_k=256), r"^tiles: gluon1 needs block_n1 64 or 128 .*not 64, 8, 256$"),
-        (gluon_variant(tiles, 64, 4, 2, block_k=512), r"^tiles: gluon1 needs block_n1 64 or 128 .*not 64, 8, 512$"),
+        (gluon_variant(tiles, 64, 4, 4, block_k=512), r"^tiles: gluon1 needs block_n1 64 or 128 .*not 64, 8, 512$"),
+        (gluon_variant(tiles, 32, 4, 2, block_k=512), r"^tiles: gluon1 .*in 4 with one warpgroup\), not 32, 4, 512$"),
+        (gluon_variant(tiles, 32, 4, 4, block_k=1024), r"^tiles: gluon1 needs block_n1 64 or 128 .*not 32, 4, 1024$"),
     ):
         with pytest.raises(ValueError, match=says):
             run(data, bad)
@@ -310,6 +335,8 @@ def test_on_the_gpu_a2_is_the_decode_paths_bit_for_bit_and_the_layer_the_referen
     # every two K steps (paired), whose odd step the small shapes' odd K step counts reach; K steps of 256
     budgets = ((3, 2, 0, 0, 128), (2, 4, 0, 0, 128), (4, 2, 0, 1, 128), (3, 2, 0, 0, 256), (2, 4, 0, 1, 256))
     budgets += ((3, 2, 80, 0, 128),) if block_n == 64 and tiles.block_m <= 32 else ()
+    # one warpgroup also in K steps of 512 where they divide d_hidden (smoke0's one step: paired's odd tail)
+    budgets += ((2, 4, 0, 1, 512),) if block_n == 32 and data[0].shape[1] % 512 == 0 else ()
     for stages, split, regs, paired, block_k in budgets:
         poison(data[0].shape)
         out = run(data, gluon_variant(tiles, block_n, stages, split, regs, paired, block_k))

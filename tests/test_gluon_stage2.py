@@ -354,9 +354,12 @@ def test_gluon_check_names_its_one_warpgroup_and_paired_variants():
         (64, 8, 1, 128),
         (64, 8, 1, 256),
     ]
-    # K steps of 256 in two or four parts only
+    # K steps of 256 in two or four parts only, of 512 in four on one warpgroup and where they divide d_hidden
     one_part = variants(Namespace(**{**vars(args), "splits": [1]}, combine=False), decode, static)
     assert len(one_part) == 4 and all(t.block_k1 == 128 for t in one_part.values())
+    k512 = Namespace(**{**vars(args), "splits": [2, 4], "paired": [0], "block_ks": [512]}, combine=False)
+    assert list(variants(k512, decode, static)) == ["gluon-n32-s4-p4-k512"]
+    assert variants(k512, decode, static, d_hidden=768) == {}
 
 
 def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():

@@ -3,8 +3,8 @@ gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H10
 The stage-1 variants are every combination of --block-ns (h columns per program; 32 is one warpgroup
 that loads its own ring), --stages (ring slots), --splits (parts per K step) and --regs (registers a
 thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off; --block-ns 64 only),
---paired (1: one wgmma wait every two K steps) and --block-ks (K steps of 128, or 256 in two or four parts), stage 2
-the decode one; each
+--paired (1: one wgmma wait every two K steps) and --block-ks (K steps of 128, 256 in two or four parts, or 512 in four
+on one warpgroup), stage 2 the decode one; each
 --stage2 N-S-P-T[-R] adds a variant with stage 2 on
 the Gluon kernel (N output columns a tile, S ring slots, P parts per K step, T tiles a program, R
 registers a thread at launch) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one
@@ -73,7 +73,8 @@ def base_tiles(case: dict):
 
 def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     """The variants named on the command line over a shape's decode and static tiles: name ->
-    tiles (a stage-2 variant's tiles a program cut to divide d_hidden's tiles, for odd shapes)."""
+    tiles (a stage-2 variant's tiles a program cut to divide d_hidden's tiles, and K steps that do not divide
+    d_hidden left out, for odd shapes)."""
     from math import gcd
 
     from moe_triton.tiles_nvidia import gluon2_variant, gluon_variant
@@ -87,10 +88,10 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     for n in args.block_ns:
         for s in args.stages:
             for p, r, k, w, bk in itertools.product(args.splits, args.regs, args.stream, args.paired, args.block_ks):
-                if bk == 256 and p == 1:
-                    continue  # K steps of 256 in two or four parts
+                if p * 128 < bk or (bk == 512 and n != 32) or d_hidden % bk:
+                    continue  # K steps of 256 in two or four parts, of 512 in four on one warpgroup; K a multiple
                 name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
-                name += ("-fold" if args.fold else "") + ("-paired" if w else "") + ("-k256" if bk == 256 else "")
+                name += ("-fold" if args.fold else "") + ("-paired" if w else "") + (f"-k{bk}" if bk > 128 else "")
                 stage1[name] = gluon_variant(decode, n, s, p, r, w, bk).replace(**{**routing, **fold}, stream1=k)
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static.replace(**routing)}
@@ -271,9 +272,9 @@ def main(argv: list[str] | None = None) -> int:
         "--block-ks",
         type=int,
         nargs="*",
-        choices=[128, 256],
+        choices=[128, 256, 512],
         default=[128],
-        help="K step of the gluon1 variants (256: in two or four parts)",
+        help="K step of the gluon1 variants (256: in two or four parts; 512: in four, one warpgroup)",
     )
     parser.add_argument("--block-m", type=int, choices=[16, 32, 64, 128], help="every variant's routing blocks")
     parser.add_argument("--tail-m", type=int, default=0, help="with --block-m: tail tiles of this many rows (0: none)")

@@ -1,7 +1,7 @@
-"""What the sm_90 Gluon stages share: a ring of STAGES slots, each one K step (BLOCK_K 128, or 256 in stage 1)
-of weight words [W_ROWS, BLOCK_K / 8] int32, their scales (one int32 of four e8m0 bytes a row and 128 columns) and
-activation rows [ROWS, BLOCK_K] bf16, filled by a loader behind mbarriers; MMA warpgroup G decodes ring rows
-[64 G, 64 G + 64) into wgmma's register operand."""
+"""What the sm_90 Gluon stages share: a ring of STAGES slots, each one K step (BLOCK_K 128; in stage 1 also 256, and
+512 on one warpgroup) of weight words [W_ROWS, BLOCK_K / 8] int32, their scales (one int32 of four e8m0 bytes a row
+and 128 columns) and activation rows [ROWS, BLOCK_K] bf16, filled by a loader behind mbarriers; MMA warpgroup G
+decodes ring rows [64 G, 64 G + 64) into wgmma's register operand."""
 
 import triton
 from triton.experimental import gluon

@@ -343,12 +343,15 @@ def moe_gluon_stage1_kernel(
 ):
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
     d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
-    multiple of BLOCK_K (128 or 256), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see
+    multiple of BLOCK_K (128 or 256; 512 on one warpgroup), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see
     folds_tail. MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over
     the grid's programs, partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon
     stage 1"). OVERLAP (not with STREAM): count the stored columns in a2_ready_ptr, as the decode stage 1 does, in one
     launch with FOLD (docs/triton.md, "Stage 2 block by block")."""
-    gl.static_assert((BLOCK_K == 128) or (BLOCK_K == 256), "gluon stage 1: BLOCK_K is 128 or 256")
+    gl.static_assert(
+        (BLOCK_K == 128) or (BLOCK_K == 256) or ((BLOCK_K == 512) and (NUM_WG == 1)),
+        "gluon stage 1: BLOCK_K is 128 or 256, or 512 on one warpgroup",
+    )
     gl.static_assert((NUM_WG == 1) or (NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 1, 2 or 4")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
