@@ -6,6 +6,7 @@ import inspect
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -301,6 +302,8 @@ def test_read_raw_wants_the_raw_pages_header(tmp_path):
         (["--from", "nowhere"], "--from nowhere: no stream.json there"),
         (["--from", "nowhere", "--ncu"], "--from: reports a finished run; it takes neither --ncu"),
         (["--profile-call", "--ncu"], "--profile-call: is what runs under ncu"),
+        (["--variant", "overlap"], "--variant overlap: 'overlap' is not FIELD=VALUE of a tiles field"),
+        (["--from", "nowhere", "--variant", "overlap=1"], "--from: reports a finished run; it takes neither"),
     ],
 )
 def test_bad_options_are_one_line_errors_naming_the_option(argv, needle, capsys):
@@ -352,6 +355,41 @@ def test_the_ncu_command_profiles_one_call_per_shape_with_free_clocks(tmp_path):
     assert "--profile-from-start off --clock-control none" in text
     assert command[command.index("--metrics") + 1] == ",".join(ncu_summary.METRICS)
     assert command[-5:] == ["--out", str(tmp_path), "--shapes", "a", "b"] and "--profile-call" in command
+    assert "--variant" not in command
+    # the profiled process measures the same variant
+    command = stream.ncu_command("ncu", tmp_path, ["a"], "on", "block_k1=256,stages1=2")
+    assert command[command.index("--variant") + 1] == "block_k1=256,stages1=2" and command[-2:] == ["--shapes", "a"]
+
+
+def test_a_variant_is_each_shapes_static_tiles_with_the_fields_or_a_refusal_naming_the_shape(monkeypatch):
+    from bench.runner.case_args import case_shape
+    from moe_triton import target
+    from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED
+    from problem.cases import BENCHMARKS, case_name
+
+    monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
+    cases = [(case_name(c), c) for c in BENCHMARKS if c["bs"] == 512 and c["dexpert"] == 256]
+    cases += [(case_name(c), c) for c in BENCHMARKS if c["bs"] == 16 and c["dexpert"] == 256]
+    e257_512, e257_16 = (case_shape(c) for _, c in cases)
+    rows = stream.variant_tiles(cases, {"stages1": 3}, torch.device("cuda"))
+    # the Gluon row where GLUON_TUNED names the shape, the decode table's elsewhere
+    assert rows == {e257_512: GLUON_TUNED[e257_512].replace(stages1=3), e257_16: TUNED[e257_16].replace(stages1=3)}
+    with pytest.raises(ValueError, match="^" + re.escape(f"{cases[0][0]}: tiles: gluon1 must be 0")):
+        stream.variant_tiles(cases, {"gluon1": 3}, torch.device("cuda"))
+
+
+@pytest.mark.parametrize("gluon", [True, False])
+def test_the_variants_rows_are_read_while_measuring_and_put_back(gluon):
+    from moe_triton.tiles_nvidia import GLUON_TUNED, TUNED, static_tiles
+    from problem.shapes import Shape
+
+    table = GLUON_TUNED if gluon else TUNED
+    named, unnamed = Shape(512, 7168, 256, 257, 9), Shape(16, 7168, 256, 257, 9)
+    before = dict(table)
+    rows = {shape: static_tiles(shape, gluon).replace(stages1=2, overlap=0) for shape in (named, unnamed)}
+    with stream.table_rows(rows, gluon):
+        assert all(static_tiles(shape, gluon) == tiles for shape, tiles in rows.items())
+    assert table == before
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="measures on an NVIDIA GPU")

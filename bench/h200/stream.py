@@ -38,6 +38,10 @@ Verdict per launch, the first rule that holds (RULES):
            say whether the tiles hold too few bytes in flight or the ring is not kept full.
 Without --ncu only `gap` can be said ("?" otherwise).
 
+--variant FIELD=V[,FIELD=V...]: every shape's static tiles with those flat fields (docs/tiles.md), put in the
+static table that custom_kernel reads for the run (and for ncu's), so that a tile no row holds is measured
+launch by launch as the leaderboard would run it; a variant the path refuses for a shape is a one-line error.
+
 Writes under --out: stream.json (the measurements, after every shape), stream.md (the tables and
 the rules) and, with --ncu, stream.ncu-rep, ncu_raw.csv, ncu_calls.json and ncu.log; prints the
 short table last. --from DIR reports a finished run's folder again, on any machine.
@@ -488,14 +492,15 @@ def find_ncu() -> str | None:
     return next((found for name in NCU_PATHS if (found := shutil.which(name))), None)
 
 
-def ncu_command(ncu: str, out: Path, names: list[str], pdl: str) -> list[str]:
+def ncu_command(ncu: str, out: Path, names: list[str], pdl: str, variant: str | None = None) -> list[str]:
     from bench.h200.ncu_summary import METRICS
 
     return [
         *(ncu, "--profile-from-start", "off", "--clock-control", "none", "--metrics", ",".join(METRICS)),
         *("--force-overwrite", "--export", str(out / "stream")),
-        *(sys.executable, "-m", "bench.h200.stream", "--profile-call", "--pdl", pdl, "--out", str(out)),
-        *("--shapes", *names),
+        *(sys.executable, "-m", "bench.h200.stream", "--profile-call", "--pdl", pdl),
+        *(("--variant", variant) if variant else ()),
+        *("--out", str(out), "--shapes", *names),
     ]
 
 
@@ -550,6 +555,46 @@ def static_choice(pdl: str):
             os.environ["MOE_SELECT"] = select
 
 
+def variant_tiles(cases: list, changes: dict, device) -> dict:
+    """Shape -> its static tiles with changes, for the static table this device reads; a ValueError naming the
+    shape where the path refuses them."""
+    from bench.runner.case_args import case_shape
+    from moe_triton import decode, target
+    from moe_triton.routing import routing_capacity
+    from moe_triton.tiles_nvidia import static_tiles
+
+    out = {}
+    for name, case in cases:
+        shape = case_shape(case)
+        tiles = static_tiles(shape, target.gluon_kernels(device)).replace(**changes)
+        blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, tiles.block_m)
+        try:
+            decode.check(shape, tiles, blocks, device)
+        except ValueError as error:
+            raise ValueError(f"{name}: {error}") from None
+        out[shape] = tiles
+    return out
+
+
+@contextlib.contextmanager
+def table_rows(rows: dict, gluon: bool):
+    """rows (shape -> tiles) in the static table that static_tiles reads (GLUON_TUNED with gluon, else TUNED)
+    while the tool measures; the table as it was afterwards."""
+    from moe_triton import tiles_nvidia
+
+    table = tiles_nvidia.GLUON_TUNED if gluon else tiles_nvidia.TUNED
+    before = {shape: table.get(shape) for shape in rows}
+    table.update(rows)
+    try:
+        yield
+    finally:
+        for shape, tiles in before.items():
+            if tiles is None:
+                del table[shape]
+            else:
+                table[shape] = tiles
+
+
 def measure(cases: list, args, out: Path, ncu: str | None) -> None:
     """Every shape's timeline into out/stream.json (rewritten after each), then ncu's run."""
     import torch
@@ -570,6 +615,7 @@ def measure(cases: list, args, out: Path, ncu: str | None) -> None:
             "bandwidth_tbs": ceilings.bandwidth / 1e12,
             "flush": device.describe(),
             "argv": sys.argv[1:],
+            "variant": args.variant,
         },
         "shapes": {},
     }
@@ -586,7 +632,7 @@ def measure(cases: list, args, out: Path, ncu: str | None) -> None:
         (out / "stream.json").write_text(json.dumps(results, indent=1, default=str))
     if ncu:
         names = [n for n, s in results["shapes"].items() if "error" not in s]
-        command = ncu_command(ncu, out, names, args.pdl)
+        command = ncu_command(ncu, out, names, args.pdl, args.variant)
         results["meta"]["ncu_command"] = command
         results["ncu"] = {"status": run_ncu(command, out, args.ncu_timeout_s) if names else "no shape to profile"}
         print("ncu:", results["ncu"]["status"], flush=True)
@@ -614,13 +660,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="folder for every file (default: $OUT, else bench/out/stream)")
     parser.add_argument("--from", dest="source", type=Path, help="report a finished run's folder again (no GPU)")
     parser.add_argument("--profile-call", action="store_true", help="one call per shape for ncu (what --ncu runs)")
+    parser.add_argument("--variant", help="FIELD=V[,FIELD=V...]: the static tiles with those fields")
     args = parser.parse_args(argv)
 
     if args.profile_call and args.ncu:
         return parser.fail("--profile-call: is what runs under ncu; it takes no --ncu")
+    changes = {}
+    if args.variant is not None:
+        from bench.h200.ab import parse_variant
+
+        try:
+            changes = parse_variant(args.variant)[1]
+        except ValueError as error:
+            return parser.fail(str(error))
     if args.source is not None:
-        if args.ncu or args.profile_call:
-            return parser.fail("--from: reports a finished run; it takes neither --ncu nor --profile-call")
+        if args.ncu or args.profile_call or changes:
+            return parser.fail("--from: reports a finished run; it takes neither --ncu, --profile-call nor --variant")
         if not (args.source / "stream.json").is_file():
             return parser.fail(f"--from {shown(args.source)}: no stream.json there")
         try:
@@ -661,7 +716,14 @@ def main(argv: list[str] | None = None) -> int:
         check_out_dir(str(out))
     except UsageError as error:
         return parser.fail(str(error))
-    with static_choice(args.pdl):
+    from moe_triton import target
+
+    device = torch.device("cuda")
+    try:
+        rows = variant_tiles(cases, changes, device) if changes else {}
+    except ValueError as error:
+        return parser.fail(f"--variant {args.variant}: {error}")
+    with static_choice(args.pdl), table_rows(rows, target.gluon_kernels(device)):
         if args.profile_call:
             profile_calls(cases, out)
             return 0
