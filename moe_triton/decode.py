@@ -33,14 +33,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         if parts not in (1, 2, 4):
             raise ValueError(f"tiles: {name} must be 0 (off), 1, 2 or 4 (parts per K step), not {parts}")
         one_warpgroup = stage == 1 and block_n == group and tile.warps == 4
-        # stage 1 also takes K steps of 256 in two or four parts, each within one int32 of scales; one warpgroup
-        # also of 512 in four
-        block_ks = (128, 256) if stage == 1 and parts > 1 else (128,)
-        block_ks += (512,) if one_warpgroup and parts == 4 else ()
         if (
             not one_warpgroup
             and (block_n not in (2 * group, 4 * group) or tile.warps != 8)
-            or tile.block_k not in block_ks
+            or tile.block_k not in gluon_block_ks(stage, one_warpgroup, parts)
         ):
             raise ValueError(
                 f"tiles: {name} needs block_n{stage} {2 * group} or {4 * group} with warps{stage} 8"
@@ -90,6 +86,13 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError("tiles: gluon stages address with 32-bit offsets; this shape is too large for them")
     if cfg.block_m < 16:
         raise ValueError(f"tiles: gluon stages need block_m at least 16, not {cfg.block_m}")
+
+
+def gluon_block_ks(stage: int, one_warpgroup: bool, parts: int) -> tuple[int, ...]:
+    """The K steps a Gluon stage takes: 128; in stage 1 also 256 in two or four parts (each part's scales one int32
+    word), and on one warpgroup 512 in four."""
+    block_ks = (128, 256) if stage == 1 and parts > 1 else (128,)
+    return block_ks + ((512,) if one_warpgroup and parts == 4 else ())
 
 
 def gluon_launch_registers(num_wg: int) -> int:

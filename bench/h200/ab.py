@@ -65,14 +65,23 @@ def neighbours(tiles) -> list[tuple[str, dict[str, int]]]:
     return [(",".join(f"{k}={v}" for k, v in change.items()), change) for change in changes]
 
 
+def checked_variant(shape, static, changes: dict, device):
+    """static with the field changes, or the path's ValueError where it cannot run them on shape and device."""
+    from moe_triton import decode
+    from moe_triton.routing import routing_capacity
+
+    tiles = static.replace(**changes)
+    blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, tiles.block_m)
+    decode.check(shape, tiles, blocks, device)
+    return tiles
+
+
 def candidates(shape, variants: list[tuple[str, dict]], with_neighbours: bool = False) -> tuple[dict, list[str]]:
     """The static tiles and each variant (and, with_neighbours, each of the static tiles' neighbours) that
     differs from them and the path accepts for shape (name -> tiles), and a line for each one left out
     (refused, or the static tiles themselves); a neighbour that a variant already names is timed once."""
     import torch
 
-    from moe_triton import decode
-    from moe_triton.routing import routing_capacity
     from moe_triton.tiles_nvidia import static_tiles
 
     static = static_tiles(shape, gluon=True)
@@ -80,10 +89,8 @@ def candidates(shape, variants: list[tuple[str, dict]], with_neighbours: bool = 
     named = [name for name, _ in variants]
     variants = variants + [n for n in neighbours(static) if with_neighbours and n[0] not in named]
     for name, changes in variants:
-        tiles = static.replace(**changes)
-        blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, tiles.block_m)
         try:
-            decode.check(shape, tiles, blocks, torch.device("cuda"))
+            tiles = checked_variant(shape, static, changes, torch.device("cuda"))
         except ValueError as error:
             skipped.append(f"{name}: {error}")
             continue

@@ -77,6 +77,7 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     d_hidden left out, for odd shapes)."""
     from math import gcd
 
+    from moe_triton.decode import gluon_block_ks
     from moe_triton.tiles_nvidia import gluon2_variant, gluon_variant
 
     routing = {} if args.block_m is None else {"block_m": args.block_m, "tail_m": args.tail_m}
@@ -88,8 +89,8 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     for n in args.block_ns:
         for s in args.stages:
             for p, r, k, w, bk in itertools.product(args.splits, args.regs, args.stream, args.paired, args.block_ks):
-                if p * 128 < bk or (bk == 512 and n != 32) or d_hidden % bk:
-                    continue  # K steps of 256 in two or four parts, of 512 in four on one warpgroup; K a multiple
+                if bk not in gluon_block_ks(1, n == 32, p) or d_hidden % bk:
+                    continue
                 name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
                 name += ("-fold" if args.fold else "") + ("-paired" if w else "") + (f"-k{bk}" if bk > 128 else "")
                 stage1[name] = gluon_variant(decode, n, s, p, r, w, bk).replace(**{**routing, **fold}, stream1=k)

@@ -558,21 +558,18 @@ def static_choice(pdl: str):
 def variant_tiles(cases: list, changes: dict, device) -> dict:
     """Shape -> its static tiles with changes, for the static table this device reads; a ValueError naming the
     shape where the path refuses them."""
+    from bench.h200.ab import checked_variant
     from bench.runner.case_args import case_shape
-    from moe_triton import decode, target
-    from moe_triton.routing import routing_capacity
+    from moe_triton import target
     from moe_triton.tiles_nvidia import static_tiles
 
     out = {}
     for name, case in cases:
         shape = case_shape(case)
-        tiles = static_tiles(shape, target.gluon_kernels(device)).replace(**changes)
-        blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, tiles.block_m)
         try:
-            decode.check(shape, tiles, blocks, device)
+            out[shape] = checked_variant(shape, static_tiles(shape, target.gluon_kernels(device)), changes, device)
         except ValueError as error:
             raise ValueError(f"{name}: {error}") from None
-        out[shape] = tiles
     return out
 
 
