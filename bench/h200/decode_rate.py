@@ -25,7 +25,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from moe_triton.kernels.decode import FAST_EXP, _weight_step, _whole_dot, in_slot_order, k_slot
+from moe_triton.kernels.decode import FAST_EXP, _weight_step, _whole_dot, in_slot_order, k_slot, weight_tile
 
 ROOT = Path(__file__).resolve().parents[2]
 COLS = 64  # weight rows a program: wgmma's M, the decode stage 1's 2 x block_n1 32
@@ -44,12 +44,7 @@ def _light_step(acc, a, w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K: tl.const
     the MMA, but four instructions a word instead of about twenty-one (each word and three XORs of it taken as bf16
     pairs, the scale XOR-ed into the first); the values are meaningless (NVIDIA PTX only)."""
     G: tl.constexpr = BLOCK_K // 32
-    words = tl.load(
-        w_ptr.to(tl.pointer_type(tl.int32))
-        + w_rows[:, None] * (k_dim // 8)
-        + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :]
-    )
-    ws = tl.load(w_scale_ptr + w_rows[:, None] * tl.multiple_of(k_dim // 32, 8) + (k0 // 32 + tl.arange(0, G))[None, :])
+    words, ws = weight_tile(w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K)
     x = tl.reshape(words, (COLS, G, 4)) ^ tl.reshape(ws, (COLS, G, 1)).to(tl.int32)
     codes = tl.join(tl.join(_as_pairs(x), _as_pairs(x ^ 0x1111)), tl.join(_as_pairs(x ^ 0x2222), _as_pairs(x ^ 0x3333)))
     w = in_slot_order(codes, COLS, BLOCK_K)

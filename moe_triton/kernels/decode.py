@@ -256,6 +256,21 @@ def _act_tile(a_ptr, a_rows, a_row_mask, a_stride, k0, BLOCK_K: tl.constexpr):
 
 
 @triton.jit
+def weight_tile(w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K: tl.constexpr):
+    """MXFP4 W[w_rows, k0:k0+BLOCK_K] as loaded: int32 words [len(w_rows), BLOCK_K / 8] (8 codes each) and e8m0 scale
+    bytes [len(w_rows), BLOCK_K / 32], from W's [N, K/2] bytes and [N, K/32] scales (64-bit row indices)."""
+    # k_dim % 256 == 0 (problem/validation.py): scale rows 8-byte aligned, so the pipeliner copies them asynchronously
+    scale_stride = tl.multiple_of(k_dim // 32, 8)
+    words = tl.load(
+        w_ptr.to(tl.pointer_type(tl.int32))
+        + w_rows[:, None] * (k_dim // 8)
+        + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :]
+    )
+    ws = tl.load(w_scale_ptr + w_rows[:, None] * scale_stride + (k0 // 32 + tl.arange(0, BLOCK_K // 32))[None, :])
+    return words, ws
+
+
+@triton.jit
 def _weight_step(
     acc,
     a,
@@ -272,14 +287,7 @@ def _weight_step(
     """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ a^T, a the activation tile [ROWS, BLOCK_K] (_act_tile)
     and W its [N, K/2] bytes and [N, K/32] scales (64-bit row indices). The CPU interpreter's tl.dot multiplies bf16
     bit patterns, so there both operands go in as fp32."""
-    # k_dim % 256 == 0 (problem/validation.py): scale rows 8-byte aligned, so the pipeliner copies them asynchronously
-    scale_stride = tl.multiple_of(k_dim // 32, 8)
-    words = tl.load(
-        w_ptr.to(tl.pointer_type(tl.int32))
-        + w_rows[:, None] * (k_dim // 8)
-        + (k0 // 8 + tl.arange(0, BLOCK_K // 8))[None, :]
-    )
-    ws = tl.load(w_scale_ptr + w_rows[:, None] * scale_stride + (k0 // 32 + tl.arange(0, BLOCK_K // 32))[None, :])
+    words, ws = weight_tile(w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K)
     w = _fp4_to_bf16(words, ws, COLS, BLOCK_K, FAST)
     if INTERPRET:
         return tl.dot(w.to(tl.float32), tl.trans(a.to(tl.float32)), acc, input_precision="ieee")
