@@ -58,8 +58,8 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             )
     if cfg.paired1 and not (cfg.paired1 == 1 and cfg.gluon1 and not cfg.fold1):
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
-    if cfg.block_n1 == 32 and cfg.gluon1 and (cfg.fold1 or cfg.stream1):
-        raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1 or stream1")
+    if cfg.block_n1 == 32 and cfg.gluon1 and cfg.fold1:
+        raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1")
     if cfg.overlap and not (cfg.overlap == 1 and not cfg.stream1 and (cfg.fold1 or not cfg.tail_m)):
         raise ValueError(
             f"tiles: overlap must be 0 or 1, without stream1, and with tail_m only where fold1 folds the tails "
@@ -75,10 +75,12 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             f"tiles: fold2 must be 0 or 1, and 1 only with gluon2 and tail_m, not {cfg.fold2} with "
             f"{cfg.gluon2} and {cfg.tail_m}"
         )
-    if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
+    # programs an SM that fit: one warpgroup has no loader partition
+    most_programs = {32: 4, 64: 2}.get(cfg.block_n1, 0)
+    if cfg.stream1 and not (1 <= cfg.stream1 <= most_programs and cfg.gluon1 and not cfg.tail_m):
         raise ValueError(
-            f"tiles: stream1 (programs an SM) must be 0, 1 or 2, with gluon1, block_n1 64 and no tail_m, "
-            f"not {cfg.stream1}"
+            f"tiles: stream1 (programs an SM) must be 0, 1 or 2 with block_n1 64 (up to 4 with 32), with gluon1 and "
+            f"no tail_m, not {cfg.stream1}"
         )
     if not (cfg.gluon1 or cfg.gluon2):
         return

@@ -218,6 +218,31 @@ def test_one_warpgroup_compiles_for_sm90_with_long_k_steps(block_k, stages, part
 
 
 @pytest.mark.cpu_only
+def test_one_warpgroup_stream_k_compiles_for_sm90_without_spills():
+    from problem.cases import BENCHMARKS
+
+    # E-257 bs-16's and bs-512's tiles, one warpgroup streaming its share of all tiles' K steps
+    cases = [c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] in (16, 512)]
+    steps = ((256, 3, 2), (256, 3, 4), (512, 2, 4))
+    pairs = [
+        (c, gluon_variant(TUNED[case_shape(c)], 32, s, p, paired=w, block_k=k).replace(stream1=4, overlap=0))
+        for c in cases
+        for k, s, p in steps
+        for w in (0, 1)
+    ]
+    launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
+    assert len(launches) == len(pairs)
+    for got, (_, tiles) in zip(launches, pairs, strict=True):
+        # a segment's K loop as a whole tile's: block_k / 16 k16 wgmmas a step (paired, the loop of two steps and
+        # the odd step's tail), at most one wait for every four
+        assert got["mma"] == (3 if tiles.paired1 else 1) * tiles.block_k1 // 16, got
+        assert got["waits"] * 4 <= got["mma"] and got["cp_async_16"] and not got["register_split"], got
+        assert got["loop"] and got["spills"] == 0, got
+        # three programs an SM by registers at least, two by shared memory
+        assert got["registers"] <= 168 and got["shared"] <= 232448 // 2, got
+
+
+@pytest.mark.cpu_only
 def test_two_test_shapes_compile_with_both_widths():
     pairs = [
         (case, gluon_variant(tile_config(case_shape(case)), block_n, stages=3, parts=2))
@@ -248,7 +273,7 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
     for bad, says in (
         (tiles.replace(paired1=2), "^tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not 2$"),
         (tiles.replace(gluon1=0, paired1=1), "^tiles: paired1 must be 0 or 1"),
-        (gluon_variant(tiles, 32, 4, 2).replace(stream1=1), r"^tiles: gluon1 with block_n1 32 \(one warpgroup\)"),
+        (gluon_variant(tiles, 32, 4, 2).replace(fold1=1), r"^tiles: gluon1 with .*warpgroup\) takes no fold1$"),
         # K steps of 256 in two or four parts only (each part's scales one int32), of 512 in four on one
         # warpgroup only, and of 128, 256 or 512 only
         (gluon_variant(tiles, 32, 4, 1, block_k=256), r"^tiles: gluon1 .*\(or 256 in 2 or 4 parts, .*not 32, 4, 256$"),
@@ -410,12 +435,13 @@ def test_stream_k_is_refused_in_one_line_where_the_kernel_cannot_stream(monkeypa
     data = generate_input(**small_case())
     monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2)
-    needs = r"must be 0, 1 or 2, with gluon1, block_n1 64 and no tail_m"
+    needs = r"must be 0, 1 or 2 with block_n1 64 \(up to 4 with 32\), with gluon1 and no tail_m"
     for bad in (
         tiles.replace(stream1=3),
         tiles.replace(stream1=2, gluon1=0),
         tiles.replace(stream1=1, block_m=32, tail_m=16),
         tiles.replace(stream1=1, block_n1=128),
+        gluon_variant(tiles, 32, 3, 2).replace(stream1=5),
     ):
         says = rf"^tiles: stream1 \(programs an SM\) {needs}, not {bad.stream1}$"
         with pytest.raises(ValueError, match=says):
@@ -423,18 +449,24 @@ def test_stream_k_is_refused_in_one_line_where_the_kernel_cannot_stream(monkeypa
 
 
 @pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 1 runs on sm_90 GPUs")
-@pytest.mark.parametrize("stream", [1, 2])
+@pytest.mark.parametrize("block_n, stream", [(64, 1), (64, 2), (32, 1), (32, 4)])
 @pytest.mark.parametrize("case", GPU_CASES)
-def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_call(case, stream):
+def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_call(case, block_n, stream):
     from bench.h200.harness import poison
 
     data = generate_input(**case)
-    tiles = case_tiles(data).replace(tail_m=0)
+    tiles = case_tiles(data).replace(tail_m=0, overlap=0)
     run(data, tiles)
     want = routed_a2(data, tiles.block_m)[1].view(torch.int16)
+    # (ring slots, registers, parts, paired, K step): two MMA warpgroups at one and two programs an SM; one
+    # warpgroup paired, in steps of 512 where they divide d_hidden
+    steps = ((3, 0, 2, 0, 128), (3, 80, 2, 0, 128), (3, 0, 2, 0, 256))
+    if block_n == 32:
+        steps = ((3, 0, 2, 0, 128), (3, 0, 2, 1, 256), (3, 0, 4, 1, 256))
+        steps += ((2, 0, 4, 1, 512),) if data[0].shape[1] % 512 == 0 else ()
     # the counters go back to zero at the end of each call, so the second call finds them so
-    for regs, block_k in ((0, 128), (80, 128), (0, 256)):
-        variant = gluon_variant(tiles, 64, 3, 2, regs, block_k=block_k).replace(stream1=stream)
+    for stages, regs, parts, paired, block_k in steps:
+        variant = gluon_variant(tiles, block_n, stages, parts, regs, paired, block_k).replace(stream1=stream)
         for _ in range(2):
             poison(data[0].shape)
             out = run(data, variant)
