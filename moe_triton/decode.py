@@ -60,9 +60,13 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
     if cfg.block_n1 == 32 and cfg.gluon1 and cfg.fold1:
         raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1")
-    if cfg.overlap and not (cfg.overlap == 1 and not cfg.stream1 and (cfg.fold1 or not cfg.tail_m)):
+    one_warpgroup_stream = cfg.stream1 and cfg.block_n1 == 32
+    if cfg.overlap and not (
+        cfg.overlap == 1 and (one_warpgroup_stream or not cfg.stream1) and (cfg.fold1 or not cfg.tail_m)
+    ):
         raise ValueError(
-            f"tiles: overlap must be 0 or 1, without stream1, and with tail_m only where fold1 folds the tails "
+            f"tiles: overlap must be 0 or 1, with stream1 only on one warpgroup (block_n1 32), and with tail_m only "
+            f"where fold1 folds the tails "
             f"(one stage-1 launch), not {cfg.overlap} with stream1 {cfg.stream1}, tail_m {cfg.tail_m}, "
             f"fold1 {cfg.fold1}"
         )

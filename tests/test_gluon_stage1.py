@@ -221,11 +221,12 @@ def test_one_warpgroup_compiles_for_sm90_with_long_k_steps(block_k, stages, part
 def test_one_warpgroup_stream_k_compiles_for_sm90_without_spills():
     from problem.cases import BENCHMARKS
 
-    # E-257 bs-16's and bs-512's tiles, one warpgroup streaming its share of all tiles' K steps
+    # E-257 bs-16's and bs-512's tiles, one warpgroup streaming its share of all tiles' K steps; paired, with
+    # stage 2 block by block
     cases = [c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] in (16, 512)]
     steps = ((256, 3, 2), (256, 3, 4), (512, 2, 4))
     pairs = [
-        (c, gluon_variant(TUNED[case_shape(c)], 32, s, p, paired=w, block_k=k).replace(stream1=4, overlap=0))
+        (c, gluon_variant(TUNED[case_shape(c)], 32, s, p, paired=w, block_k=k).replace(stream1=4, overlap=w))
         for c in cases
         for k, s, p in steps
         for w in (0, 1)
@@ -238,6 +239,8 @@ def test_one_warpgroup_stream_k_compiles_for_sm90_without_spills():
         assert got["mma"] == (3 if tiles.paired1 else 1) * tiles.block_k1 // 16, got
         assert got["waits"] * 4 <= got["mma"] and got["cp_async_16"] and not got["register_split"], got
         assert got["loop"] and got["spills"] == 0, got
+        # with the overlap, a release add a stored tile (the parts' count is an acq_rel atomic that returns)
+        assert (got["releases"] == 1) == bool(tiles.overlap) and (got["releases"] <= 1), got
         # three programs an SM by registers at least, two by shared memory
         assert got["registers"] <= 168 and got["shared"] <= 232448 // 2, got
 
@@ -446,6 +449,11 @@ def test_stream_k_is_refused_in_one_line_where_the_kernel_cannot_stream(monkeypa
         says = rf"^tiles: stream1 \(programs an SM\) {needs}, not {bad.stream1}$"
         with pytest.raises(ValueError, match=says):
             run(data, bad)
+    # one warpgroup counts each tile's a2 columns once stored, so stage 2 can take its blocks as they end
+    one = gluon_variant(tiles, 32, 3, 2).replace(stream1=4, overlap=1)
+    decode_launcher.check(case_shape(small_case()), one, 8, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"^tiles: overlap must be 0 or 1, with stream1 only on one warpgroup"):
+        decode_launcher.check(case_shape(small_case()), tiles.replace(stream1=1, overlap=1), 8, torch.device("cpu"))
 
 
 @pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 1 runs on sm_90 GPUs")
@@ -458,15 +466,16 @@ def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_ca
     tiles = case_tiles(data).replace(tail_m=0, overlap=0)
     run(data, tiles)
     want = routed_a2(data, tiles.block_m)[1].view(torch.int16)
-    # (ring slots, registers, parts, paired, K step): two MMA warpgroups at one and two programs an SM; one
-    # warpgroup paired, in steps of 512 where they divide d_hidden
-    steps = ((3, 0, 2, 0, 128), (3, 80, 2, 0, 128), (3, 0, 2, 0, 256))
+    # (ring slots, registers, parts, paired, K step, overlap): two MMA warpgroups at one and two programs an SM;
+    # one warpgroup paired, in steps of 512 where they divide d_hidden, and with stage 2 block by block
+    steps = ((3, 0, 2, 0, 128, 0), (3, 80, 2, 0, 128, 0), (3, 0, 2, 0, 256, 0))
     if block_n == 32:
-        steps = ((3, 0, 2, 0, 128), (3, 0, 2, 1, 256), (3, 0, 4, 1, 256))
-        steps += ((2, 0, 4, 1, 512),) if data[0].shape[1] % 512 == 0 else ()
+        steps = ((3, 0, 2, 0, 128, 0), (3, 0, 2, 1, 256, 1), (3, 0, 4, 1, 256, 0))
+        steps += ((2, 0, 4, 1, 512, 1),) if data[0].shape[1] % 512 == 0 else ()
     # the counters go back to zero at the end of each call, so the second call finds them so
-    for stages, regs, parts, paired, block_k in steps:
-        variant = gluon_variant(tiles, block_n, stages, parts, regs, paired, block_k).replace(stream1=stream)
+    for stages, regs, parts, paired, block_k, overlap in steps:
+        variant = gluon_variant(tiles, block_n, stages, parts, regs, paired, block_k)
+        variant = variant.replace(stream1=stream, overlap=overlap)
         for _ in range(2):
             poison(data[0].shape)
             out = run(data, variant)

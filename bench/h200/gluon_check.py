@@ -94,8 +94,8 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
                     continue
                 name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
                 name += ("-fold" if args.fold else "") + ("-paired" if w else "") + (f"-k{bk}" if bk > 128 else "")
-                # stream-K ends its tiles out of block order: no overlap
-                stream = {"stream1": k, "overlap": 0} if k else {}
+                # stream-K on two warpgroups ends its tiles out of block order: no overlap
+                stream = {"stream1": k, **({"overlap": 0} if n > 32 else {})} if k else {}
                 stage1[name] = gluon_variant(decode, n, s, p, r, w, bk).replace(**{**routing, **fold, **stream})
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static.replace(**routing)}

@@ -165,9 +165,12 @@ def _one_warpgroup_stream(
     CK: gl.constexpr,
     SPLIT: gl.constexpr,
     PAIRED: gl.constexpr,
+    OVERLAP: gl.constexpr,
+    a2_ready_ptr,
 ):
     """Stream-K on one warpgroup: this program's even share of all tiles' K steps (_stream_range), a segment at a
-    time, the ring refilled from the segment's first step; a2 at once for a whole tile, else by _fix_up."""
+    time, the ring refilled from the segment's first step; a2 at once for a whole tile, else by _fix_up; with
+    OVERLAP each tile's columns counted once stored, whichever program stores them."""
     d_inter, n_tokens, d_hidden = sizes
     num_valid_ids_ptr, sorted_expert_ids_ptr = routing
     ring = allocate_ring(STAGES, 2 * GROUP, BLOCK_M, BLOCK_K, 1)
@@ -191,6 +194,8 @@ def _one_warpgroup_stream(
             acc, done = _fix_up(acc, split, tile, cur == start, (total, programs, steps), 0, 1)
         if done:
             store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, BLOCK_M, CK, done, False)
+            if OVERLAP:
+                a2_columns_done(a2_ready_ptr, block, GROUP)
         cur += k1 - k0
 
 
@@ -417,14 +422,14 @@ def moe_gluon_stage1_kernel(
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
     if NUM_WG == 1 and STREAM:
-        gl.static_assert(
-            (OVERLAP == 0) and (ROWS == BLOCK_M), "gluon stage 1: stream-K ends its tiles out of block order, no tails"
-        )
+        gl.static_assert(ROWS == BLOCK_M, "gluon stage 1: stream-K takes no tails")
         ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
         split = (partials_ptr, counters_ptr)
         sizes = (d_inter, n_tokens, d_hidden)
         routing = (num_valid_ids_ptr, sorted_expert_ids_ptr)
-        _one_warpgroup_stream(ptrs, a2_ptr, routing, split, sizes, BLOCK_M, BLOCK_K, STAGES, CK, SPLIT, PAIRED)
+        _one_warpgroup_stream(
+            ptrs, a2_ptr, routing, split, sizes, BLOCK_M, BLOCK_K, STAGES, CK, SPLIT, PAIRED, OVERLAP, a2_ready_ptr
+        )
     elif NUM_WG == 1:
         block, group = block_and_tile(OVERLAP)
         if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
