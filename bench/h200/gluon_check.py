@@ -3,7 +3,7 @@ gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H10
 The stage-1 variants are every combination of --block-ns (h columns per program; 32 is one warpgroup
 that loads its own ring), --stages (ring slots), --splits (parts per K step) and --regs (registers a
 thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off; 1 or 2 with
---block-ns 64, up to 4 with 32; the overlap off),
+--block-ns 64, the overlap off; up to 4 with 32),
 --paired (1: one wgmma wait every two K steps) and --block-ks (K steps of 128, 256 in two or four parts, or 512 in four
 on one warpgroup), stage 2 the decode one; each
 --stage2 N-S-P-T[-R] adds a variant with stage 2 on
