@@ -410,7 +410,11 @@ def program_of(step: int, total: int, programs: int) -> int:
 
 
 @pytest.mark.parametrize(
-    "n_tiles, steps, programs", [(272, 56, 264), (424, 56, 132), (1088, 56, 264), (3, 2, 264), (7, 4, 5), (1, 2, 1)]
+    "n_tiles, steps, programs",
+    # E-33 bs-128's two warpgroups; one warpgroup's 64-row tiles at E-257 bs-16 and bs-512, K steps of 256, four
+    # programs an SM; odd and tiny ones
+    [(272, 56, 264), (424, 56, 132), (1088, 56, 264), (840, 28, 528), (2176, 28, 528)]
+    + [(3, 2, 264), (7, 4, 5), (1, 2, 1)],
 )
 def test_stream_k_covers_each_k_step_once_and_the_last_to_arrive_finds_every_part(n_tiles, steps, programs):
     total = n_tiles * steps
