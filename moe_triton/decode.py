@@ -86,12 +86,29 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             f"tiles: stream1 (programs an SM) must be 0, 1 or 2 with block_n1 64 (up to 4 with 32), with gluon1 and "
             f"no tail_m, not {cfg.stream1}"
         )
+    ring = one_warpgroup_ring_bytes(cfg.block_m, cfg.block_k1, cfg.stages1)
+    if cfg.stream1 and cfg.block_n1 == 32 and cfg.stream1 * ring > SM90_SHARED_BYTES:
+        # a share's program that does not fit beside the others runs after them: the stage twice as long
+        raise ValueError(
+            f"tiles: stream1 {cfg.stream1} one-warpgroup programs need {cfg.stream1} x {ring} bytes of ring, over "
+            f"an SM's {SM90_SHARED_BYTES} bytes of shared memory"
+        )
     if not (cfg.gluon1 or cfg.gluon2):
         return
     if max(n_tokens * d_hidden, n_experts * 2 * d_inter * d_hidden // 8, n_blocks * cfg.block_m * d_inter) >= 2**31:
         raise ValueError("tiles: gluon stages address with 32-bit offsets; this shape is too large for them")
     if cfg.block_m < 16:
         raise ValueError(f"tiles: gluon stages need block_m at least 16, not {cfg.block_m}")
+
+
+# The shared memory one block may use on sm_90 (227 kB).
+SM90_SHARED_BYTES = 232448
+
+
+def one_warpgroup_ring_bytes(block_m: int, block_k: int, stages: int) -> int:
+    """The one-warpgroup Gluon stage 1's ring (kernels/gluon_mma.py, allocate_ring): a slot holds 64 weight rows'
+    fp4 words, their int32 scale words (one a 128 columns), and block_m activation rows in bf16."""
+    return stages * (64 * block_k // 2 + 64 * 4 * (block_k // 128) + block_m * block_k * 2)
 
 
 def gluon_block_ks(stage: int, one_warpgroup: bool, parts: int) -> tuple[int, ...]:

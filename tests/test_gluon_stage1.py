@@ -221,16 +221,23 @@ def test_one_warpgroup_compiles_for_sm90_with_long_k_steps(block_k, stages, part
 def test_one_warpgroup_stream_k_compiles_for_sm90_without_spills():
     from problem.cases import BENCHMARKS
 
-    # E-257 bs-16's and bs-512's tiles, one warpgroup streaming its share of all tiles' K steps; paired, with
-    # stage 2 block by block
+    # E-257 bs-16's and bs-512's tiles, one warpgroup streaming its share of all tiles' K steps, as many programs
+    # an SM as their rings fit (at most four); paired, with stage 2 block by block
     cases = [c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] in (16, 512)]
     steps = ((256, 3, 2), (256, 3, 4), (512, 2, 4))
+
+    def fitting(tiles):
+        ring = decode_launcher.one_warpgroup_ring_bytes(tiles.block_m, tiles.block_k1, tiles.stages1)
+        return min(4, decode_launcher.SM90_SHARED_BYTES // ring)
+
     pairs = [
-        (c, gluon_variant(TUNED[case_shape(c)], 32, s, p, paired=w, block_k=k).replace(stream1=4, overlap=w))
+        (c, gluon_variant(TUNED[case_shape(c)], 32, s, p, paired=w, block_k=k).replace(overlap=w))
         for c in cases
         for k, s, p in steps
         for w in (0, 1)
     ]
+    pairs = [(c, tiles.replace(stream1=fitting(tiles))) for c, tiles in pairs]
+    assert {tiles.stream1 for _, tiles in pairs} == {2, 3, 4}
     launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert len(launches) == len(pairs)
     for got, (_, tiles) in zip(launches, pairs, strict=True):
@@ -241,6 +248,9 @@ def test_one_warpgroup_stream_k_compiles_for_sm90_without_spills():
         assert got["loop"] and got["spills"] == 0, got
         # with the overlap, a release add a stored tile (the parts' count is an acq_rel atomic that returns)
         assert (got["releases"] == 1) == bool(tiles.overlap) and (got["releases"] <= 1), got
+        # the ring, and at most 2 kB of scratch and barriers beside it (decode.check's count of what fits an SM)
+        ring = decode_launcher.one_warpgroup_ring_bytes(tiles.block_m, tiles.block_k1, tiles.stages1)
+        assert 0 <= got["shared"] - ring < 2048, (got, ring)
         # three programs an SM by registers at least, two by shared memory
         assert got["registers"] <= 168 and got["shared"] <= 232448 // 2, got
 
@@ -456,6 +466,12 @@ def test_stream_k_is_refused_in_one_line_where_the_kernel_cannot_stream(monkeypa
     # one warpgroup counts each tile's a2 columns once stored, so stage 2 can take its blocks as they end
     one = gluon_variant(tiles, 32, 3, 2).replace(stream1=4, overlap=1)
     decode_launcher.check(case_shape(small_case()), one, 8, torch.device("cpu"))
+    # as many programs an SM as their rings fit: four of 64-row blocks' four slots (81 kB each) do not, two do
+    deep = gluon_variant(tiles, 32, 4, 2).replace(block_m=64, stream1=4)
+    says = r"^tiles: stream1 4 one-warpgroup programs need 4 x 82944 bytes of ring, over an SM's 232448 bytes"
+    with pytest.raises(ValueError, match=says):
+        decode_launcher.check(case_shape(small_case()), deep, 8, torch.device("cpu"))
+    decode_launcher.check(case_shape(small_case()), deep.replace(stream1=2), 8, torch.device("cpu"))
     with pytest.raises(ValueError, match=r"^tiles: overlap must be 0 or 1, with stream1 only on one warpgroup"):
         decode_launcher.check(case_shape(small_case()), tiles.replace(stream1=1, overlap=1), 8, torch.device("cpu"))
 
@@ -479,7 +495,10 @@ def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_ca
     # the counters go back to zero at the end of each call, so the second call finds them so
     for stages, regs, parts, paired, block_k, overlap in steps:
         variant = gluon_variant(tiles, block_n, stages, parts, regs, paired, block_k)
-        variant = variant.replace(stream1=stream, overlap=overlap)
+        # one warpgroup: no more programs an SM than their rings fit (decode.check refuses more)
+        ring = decode_launcher.one_warpgroup_ring_bytes(tiles.block_m, block_k, stages)
+        fits = decode_launcher.SM90_SHARED_BYTES // ring if block_n == 32 else stream
+        variant = variant.replace(stream1=min(stream, fits), overlap=overlap)
         for _ in range(2):
             poison(data[0].shape)
             out = run(data, variant)
