@@ -180,18 +180,14 @@ def _one_warpgroup_stream(
     cur = start
     i = 0
     while cur < end:
-        tile = cur // steps
-        k0 = cur - tile * steps
-        k1 = gl.minimum(steps, k0 + end - cur)
+        tile, k0, k1 = _segment(cur, end, steps)
         block = tile // n_ctiles
         col0 = (tile - block * n_ctiles) * GROUP
         w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
         tile_sources = _tile_sources(ptrs, (block, w_row0, d_inter, n_tokens, d_hidden), BLOCK_M, BLOCK_M, BLOCK_K, 1)
         acc = _one_warpgroup_sums(ring, tile_sources, i, k0, k1, BLOCK_M, BLOCK_K, STAGES, SPLIT, PAIRED)
         i += k1 - k0
-        done = (k0 == 0) & (k1 == steps)
-        if not done:
-            acc, done = _fix_up(acc, split, tile, cur == start, (total, programs, steps), 0, 1)
+        acc, done = _tile_sums(acc, split, (tile, k0, k1), cur == start, (total, programs, steps), 0, 1)
         if done:
             store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, BLOCK_M, CK, done, False)
             if OVERLAP:
@@ -286,6 +282,15 @@ def _program_of(step, total, programs):
 
 
 @gluon.jit
+def _segment(cur, end, steps):
+    """The segment of a stream-K share from K step cur to end (_stream_range): its tile, and the tile's K steps
+    k0 .. k1 - 1 in it."""
+    tile = cur // steps
+    k0 = cur - tile * steps
+    return tile, k0, gl.minimum(steps, k0 + end - cur)
+
+
+@gluon.jit
 def _stream_loader(inputs, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
     """The stream-K loader: each segment (a tile's K steps in this program's share) fills the ring as _loader fills a
     whole tile's. inputs: the kernel's loader_args."""
@@ -294,9 +299,7 @@ def _stream_loader(inputs, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES:
     cur, end, steps, n_ctiles, _, _ = _stream_range(num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M, BLOCK_K, NUM_WG)
     i = 0
     while cur < end:
-        tile = cur // steps
-        k0 = cur - tile * steps
-        k1 = gl.minimum(steps, k0 + end - cur)
+        tile, k0, k1 = _segment(cur, end, steps)
         block = tile // n_ctiles
         w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + (tile - block * n_ctiles) * NUM_WG * GROUP
         ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
@@ -332,19 +335,27 @@ def _stream_mma(
     cur = start
     i = 0
     while cur < end:
-        tile = cur // steps
-        k0 = cur - tile * steps
-        k1 = gl.minimum(steps, k0 + end - cur)
+        tile, k0, k1 = _segment(cur, end, steps)
         acc = gl.zeros([2 * GROUP, BLOCK_M], gl.float32, acc_layout)
         acc, i = mma_steps(acc, i, k0, k1, ring, G, BLOCK_K, STAGES, SPLIT, PAIRED)
-        done = (k0 == 0) & (k1 == steps)
-        if not done:
-            acc, done = _fix_up(acc, split, tile, cur == start, (total, programs, steps), G, NUM_WG)
+        acc, done = _tile_sums(acc, split, (tile, k0, k1), cur == start, (total, programs, steps), G, NUM_WG)
         if done:
             block = tile // n_ctiles
             col0 = (tile - block * n_ctiles) * NUM_WG * GROUP
             store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, BLOCK_M, CK, done, False)
         cur += k1 - k0
+
+
+@gluon.jit
+def _tile_sums(acc, split, segment, first_segment, work, G: gl.constexpr, NUM_WG: gl.constexpr):
+    """(A segment's tile sums, whether this program writes the tile's a2): its own sums where the segment is the whole
+    tile, else _fix_up's."""
+    tile, k0, k1 = segment
+    _total, _programs, steps = work
+    done = (k0 == 0) & (k1 == steps)
+    if not done:
+        acc, done = _fix_up(acc, split, tile, first_segment, work, G, NUM_WG)
+    return acc, done
 
 
 @gluon.jit
