@@ -126,6 +126,12 @@ def test_each_parts_codes_take_their_own_blocks_scale_byte(block_k, split):
                 assert (scale_word, byte) == divmod(block, 4)
 
 
+def rings_that_fit(tiles: TileConfig) -> int:
+    """One-warpgroup programs whose rings fit an SM's shared memory together (decode.check refuses more)."""
+    ring = decode_launcher.one_warpgroup_ring_bytes(tiles.block_m, tiles.block_k1, tiles.stages1)
+    return decode_launcher.SM90_SHARED_BYTES // ring
+
+
 # ---------------------------------------------------------------------------------- compiled, sm_90
 
 
@@ -226,17 +232,13 @@ def test_one_warpgroup_stream_k_compiles_for_sm90_without_spills():
     cases = [c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] in (16, 512)]
     steps = ((256, 3, 2), (256, 3, 4), (512, 2, 4))
 
-    def fitting(tiles):
-        ring = decode_launcher.one_warpgroup_ring_bytes(tiles.block_m, tiles.block_k1, tiles.stages1)
-        return min(4, decode_launcher.SM90_SHARED_BYTES // ring)
-
     pairs = [
         (c, gluon_variant(TUNED[case_shape(c)], 32, s, p, paired=w, block_k=k).replace(overlap=w))
         for c in cases
         for k, s, p in steps
         for w in (0, 1)
     ]
-    pairs = [(c, tiles.replace(stream1=fitting(tiles))) for c, tiles in pairs]
+    pairs = [(c, tiles.replace(stream1=min(4, rings_that_fit(tiles)))) for c, tiles in pairs]
     assert {tiles.stream1 for _, tiles in pairs} == {2, 3, 4}
     launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
     assert len(launches) == len(pairs)
@@ -496,8 +498,7 @@ def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_ca
     for stages, regs, parts, paired, block_k, overlap in steps:
         variant = gluon_variant(tiles, block_n, stages, parts, regs, paired, block_k)
         # one warpgroup: no more programs an SM than their rings fit (decode.check refuses more)
-        ring = decode_launcher.one_warpgroup_ring_bytes(tiles.block_m, block_k, stages)
-        fits = decode_launcher.SM90_SHARED_BYTES // ring if block_n == 32 else stream
+        fits = rings_that_fit(variant) if block_n == 32 else stream
         variant = variant.replace(stream1=min(stream, fits), overlap=overlap)
         for _ in range(2):
             poison(data[0].shape)
