@@ -6,7 +6,7 @@ from moe_triton import plan, target
 from moe_triton.decode import PATH as DECODE
 from moe_triton.native import PATH as NATIVE
 from moe_triton.routing import routing_capacity
-from moe_triton.tiles import NativeTileConfig, TileConfig
+from moe_triton.tiles import NativeTileConfig, TileConfig, check_sizes
 from moe_triton.tiles_amd import native_tile_config
 from moe_triton.tiles_nvidia import static_tiles
 from problem.shapes import Shape
@@ -49,6 +49,7 @@ def first_call(path: plan.Path, inputs: tuple, shape: Shape, cfg) -> tuple[plan.
     if not isinstance(cfg, path.tiles):
         name = "native" if path.native else "decode"
         raise ValueError(f"tiles: the {name} path takes a {path.tiles.__name__}, got {type(cfg).__name__}")
+    check_sizes(cfg)
     n_blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, cfg.block_m)
     path.check(shape, cfg, n_blocks, device)
     layer = plan.Layer(shape, cfg, n_blocks, path.scratch(shape, cfg, n_blocks, device))

@@ -119,6 +119,17 @@ class NativeTileConfig(Tiles):
     quant_blocks: int = 16
 
 
+def check_sizes(tiles: Tiles) -> None:
+    """A ValueError naming the first size field that no kernel can take: the routing blocks and the
+    stages' tiles index with power-of-two ranges, and a ring or a chain needs one slot or tile at least."""
+    powers = ("block_m", "block_n1", "block_k1", "warps1", "block_n2", "block_k2", "warps2")
+    for name in powers + ("stages1", "stages2", "n_tiles2"):
+        value = getattr(tiles, name)
+        if type(value) is not int or value < 1 or (name in powers and value & (value - 1)):
+            kind = "a power of two" if name in powers else "a positive integer"
+            raise ValueError(f"tiles: {name} must be {kind}, not {value!r}")
+
+
 def checked_shape(shape: Shape) -> Shape:
     """shape itself, or a TypeError naming it: a plain tuple may hold the sizes in another order."""
     if not isinstance(shape, Shape):

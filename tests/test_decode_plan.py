@@ -12,6 +12,7 @@ from layer_checks import assert_matches_reference, go_direct, small_case
 
 from moe_triton import plan as plans
 from moe_triton.fused_moe import fused_moe_triton
+from moe_triton.tiles_amd import native_tile_config
 from moe_triton.tiles_nvidia import tile_config
 from problem.shapes import Shape
 from reference import generate_input
@@ -74,6 +75,16 @@ def test_routing_takes_one_or_two_launches(launches):
         ValueError, match=f"^tiles: route_launches must be 1 or 2 \\(launches before stage 1\\), not {launches}$"
     ):
         fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
+
+
+@pytest.mark.parametrize("native", [False, True])
+def test_a_routing_block_no_kernel_takes_is_refused_before_any_launch(native):
+    data = generate_input(**PLAN_CASE)
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    table = native_tile_config if native else tile_config
+    tiles = table(Shape.of(hidden, w1, topk_ids)).replace(block_m=48)
+    with pytest.raises(ValueError, match="^tiles: block_m must be a power of two, not 48$"):
+        fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=native)
 
 
 @pytest.mark.parametrize("amd", [False, True])

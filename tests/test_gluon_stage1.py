@@ -279,7 +279,7 @@ def test_bad_gluon_tiles_are_refused_in_one_line(monkeypatch):
         monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     for bad, field in (
         (tiles.replace(gluon1=3), "gluon1 must be"),
-        (tiles.replace(block_n1=96), "block_n1"),
+        (tiles.replace(block_n1=256), "block_n1"),
         (tiles.replace(block_n1=32), "(or 32 with 4)"),  # one warpgroup is 4 warps
     ):
         with pytest.raises(ValueError, match=r"^tiles: gluon1") as err:

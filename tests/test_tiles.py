@@ -1,9 +1,10 @@
 """The tile rows (moe_triton/tiles.py): keyword-only, their stage fields read flat as the launchers
-read them, and every table row written back by as_dict, from_dict and repr unchanged."""
+read them, every table row written back by as_dict, from_dict and repr unchanged, and sizes no kernel
+takes refused in one line."""
 
 import pytest
 
-from moe_triton.tiles import NativeTileConfig, Stage, TileConfig, Tiles
+from moe_triton.tiles import NativeTileConfig, Stage, TileConfig, Tiles, check_sizes
 from moe_triton.tiles_amd import NATIVE_ALTERNATES, NATIVE_TUNED
 from moe_triton.tiles_nvidia import ALTERNATES, GLUON_TUNED, TUNED
 
@@ -66,3 +67,26 @@ def test_rows_key_plans_by_value():
     table = TUNED[next(iter(TUNED))]
     changed = [table.replace(block_m=64), table.replace(stages1=table.stages1 + 1), table.replace(max_regs2=96)]
     assert len({table, *changed}) == 4
+
+
+def test_every_row_has_sizes_the_kernels_take():
+    for row in _rows():
+        check_sizes(row)
+
+
+@pytest.mark.parametrize(
+    "field, value, kind",
+    [
+        ("block_m", 48, "a power of two"),
+        ("block_m", 0, "a power of two"),
+        ("block_k1", 96, "a power of two"),
+        ("warps2", 3, "a power of two"),
+        ("block_n2", 64.0, "a power of two"),
+        ("stages1", 0, "a positive integer"),
+        ("n_tiles2", -1, "a positive integer"),
+    ],
+)
+def test_a_size_no_kernel_takes_is_refused_in_one_line(field, value, kind):
+    for row in (TUNED[next(iter(TUNED))], NATIVE_TUNED[next(iter(NATIVE_TUNED))]):
+        with pytest.raises(ValueError, match=f"^tiles: {field} must be {kind}, not {value!r}$"):
+            check_sizes(row.replace(**{field: value}))

@@ -69,8 +69,10 @@ def checked_variant(shape, static, changes: dict, device):
     """static with the field changes, or the path's ValueError where it cannot run them on shape and device."""
     from moe_triton import decode
     from moe_triton.routing import routing_capacity
+    from moe_triton.tiles import check_sizes
 
     tiles = static.replace(**changes)
+    check_sizes(tiles)
     blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, tiles.block_m)
     decode.check(shape, tiles, blocks, device)
     return tiles
