@@ -116,26 +116,3 @@ def test_a_bad_variant_or_shape_is_one_line(capsys):
     assert capsys.readouterr().err.strip().endswith("'colour=2' is not FIELD=VALUE of a tiles field (docs/tiles.md)")
     assert ab.main(["--shapes", "E999", "--variant", "overlap=1"]) == 2
     assert "--shapes E999: no official shape matches" in capsys.readouterr().err
-
-
-def test_a_candidate_that_does_not_launch_is_left_out_with_its_reason(monkeypatch):
-    from bench.h200 import harness
-
-    tried = []
-
-    def run_tiles(data, tiles):
-        tried.append((data, tiles))
-        if tiles.stages1 > 4:
-            raise ValueError("tiles: moe_gluon_stage1_kernel needs shared memory 253,024 and this GPU has 232,448")
-
-    monkeypatch.setattr(harness, "leaderboard_input", lambda case, i: ("input", case["seed"], i))
-    monkeypatch.setattr(harness, "run_tiles", run_tiles)
-    case = next(c for c in BENCHMARKS if (c["nroutedexperts"], c["bs"]) == (32, 128))
-    static = GLUON_TUNED[case_shape(case)]
-    deep, shallow = static.replace(stages1=5), static.replace(stages1=2)
-    tiles, refused = ab.launchable(case, {"static": static, "stages1=5": deep, "stages1=2": shallow})
-    assert tiles == {"static": static, "stages1=2": shallow}
-    assert refused == ["stages1=5: tiles: moe_gluon_stage1_kernel needs shared memory 253,024 and this GPU has 232,448"]
-    # each tried once, on the shape's first leaderboard input
-    assert [t for _, t in tried] == [static, deep, shallow]
-    assert {d for d, _ in tried} == {("input", case["seed"], 0)}

@@ -8,11 +8,13 @@ an order effect shows as a difference between them. A table row changes only aft
 
 Each --variant NAME=FIELD=V[,FIELD=V...] (or FIELD=V[,...], named after itself) is the static tiles
 (tiles_nvidia.static_tiles: GLUON_TUNED where it names the shape) with those flat fields (docs/tiles.md); a
-variant the path refuses for a shape, equal to its static tiles or that does not launch on this GPU (a ring
-too deep for its shared memory) is left out of that shape with a line saying so. --neighbours adds, per
-shape, the static tiles' one-field neighbours (neighbours(): each ring one slot shallower and deeper, stage
-2's tiles a program halved and doubled, the overlap and the routing launches toggled, a Gluon stage's fold
-toggled where there are tail tiles, a register cap lifted), a sweep for one warm machine:
+variant the path refuses for a shape, equal to its static tiles, or that does not run on this GPU (a ring
+too deep for its shared memory, or kernels that do not finish within --try-limit-s: each candidate is first
+tried in a process that can be killed, bench/h200/trial.py) is left out of that shape with a line saying so.
+--neighbours adds, per shape, the static tiles' one-field neighbours (neighbours(): each ring one slot
+shallower and deeper, stage 2's tiles a program halved and doubled, the overlap and the routing launches
+toggled, a Gluon stage's fold toggled where there are tail tiles, a register cap lifted), a sweep for one
+warm machine:
 
   python -m bench.h200.ab --shapes bs16 bs128 --neighbours --reps 8
 
@@ -103,21 +105,13 @@ def candidates(shape, variants: list[tuple[str, dict]], with_neighbours: bool = 
     return out, skipped
 
 
-def launchable(case: dict, tiles: dict) -> tuple[dict, list[str]]:
-    """The candidates (name -> tiles) that launch on this GPU, each tried on one input, and a line for each that
-    does not: a ring too deep for the GPU's shared memory is refused only at its launch (plan.launch)."""
-    from bench.h200.harness import leaderboard_input, run_tiles
+def launchable(case: dict, tiles: dict, limit_s: float) -> tuple[dict, list[str]]:
+    """The candidates (name -> tiles) that run on this GPU, each tried once in a process that can be killed
+    (bench.h200.trial), and a line for each that does not: refused at its launch (a ring too deep for the GPU's
+    shared memory), failed, or not finished within limit_s."""
+    from bench.h200.trial import tried
 
-    data = leaderboard_input(case, 0)
-    out, refused = {}, []
-    for name, t in tiles.items():
-        try:
-            run_tiles(data, t)
-        except ValueError as error:
-            refused.append(f"{name}: {error}")
-        else:
-            out[name] = t
-    return out, refused
+    return tried(case, tiles, limit_s)
 
 
 def table(results: dict) -> list[str]:
@@ -134,13 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from bench.runner.case_args import UsageError
-    from bench.runner.preflight import check_out_dir, doc_parser, positive_int
+    from bench.runner.preflight import check_out_dir, doc_parser, positive_float, positive_int
 
     parser = doc_parser("python -m bench.h200.ab", __doc__)
     parser.add_argument("--shapes", nargs="+", required=True, help="name substrings or indices of official shapes")
     parser.add_argument("--variant", action="append", default=[], help="[NAME=]FIELD=V[,FIELD=V...]")
     parser.add_argument("--neighbours", action="store_true", help="also the static tiles' one-field neighbours")
     parser.add_argument("--reps", type=positive_int, default=8, help="timed inputs per candidate and pass")
+    parser.add_argument(
+        "--try-limit-s", type=positive_float, default=120.0, help="a candidate's first call, compiles included"
+    )
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out" / "ab")))
     args = parser.parse_args(argv)
 
@@ -170,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     started, device, results = time.perf_counter(), fitting_device(), {}
     for name, case in cases:
         tiles, left_out = candidates(case_shape(case), variants, args.neighbours)
-        tiles, refused = launchable(case, tiles)
+        tiles, refused = launchable(case, tiles, args.try_limit_s)
         left_out += refused
         first = time_candidates(case, tiles, args.reps, device)
         second = time_candidates(case, dict(reversed(tiles.items())), args.reps, device)
