@@ -58,11 +58,15 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             )
     if cfg.paired1 and not (cfg.paired1 == 1 and cfg.gluon1 and not cfg.fold1):
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
-    if cfg.block_n1 == 32 and cfg.gluon1 and (cfg.fold1 or cfg.stream1):
-        raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1 or stream1")
-    if cfg.overlap and not (cfg.overlap == 1 and not cfg.stream1 and (cfg.fold1 or not cfg.tail_m)):
+    if cfg.block_n1 == 32 and cfg.gluon1 and cfg.fold1:
+        raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1")
+    one_warpgroup_stream = cfg.stream1 and cfg.block_n1 == 32
+    if cfg.overlap and not (
+        cfg.overlap == 1 and (one_warpgroup_stream or not cfg.stream1) and (cfg.fold1 or not cfg.tail_m)
+    ):
         raise ValueError(
-            f"tiles: overlap must be 0 or 1, without stream1, and with tail_m only where fold1 folds the tails "
+            f"tiles: overlap must be 0 or 1, with stream1 only on one warpgroup (block_n1 32), and with tail_m only "
+            f"where fold1 folds the tails "
             f"(one stage-1 launch), not {cfg.overlap} with stream1 {cfg.stream1}, tail_m {cfg.tail_m}, "
             f"fold1 {cfg.fold1}"
         )
@@ -75,10 +79,19 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             f"tiles: fold2 must be 0 or 1, and 1 only with gluon2 and tail_m, not {cfg.fold2} with "
             f"{cfg.gluon2} and {cfg.tail_m}"
         )
-    if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
+    # programs an SM that fit: one warpgroup has no loader partition
+    most_programs = {32: 4, 64: 2}.get(cfg.block_n1, 0)
+    if cfg.stream1 and not (1 <= cfg.stream1 <= most_programs and cfg.gluon1 and not cfg.tail_m):
         raise ValueError(
-            f"tiles: stream1 (programs an SM) must be 0, 1 or 2, with gluon1, block_n1 64 and no tail_m, "
-            f"not {cfg.stream1}"
+            f"tiles: stream1 (programs an SM) must be 0, 1 or 2 with block_n1 64 (up to 4 with 32), with gluon1 and "
+            f"no tail_m, not {cfg.stream1}"
+        )
+    ring = one_warpgroup_ring_bytes(cfg.block_m, cfg.block_k1, cfg.stages1)
+    if cfg.stream1 and cfg.block_n1 == 32 and cfg.stream1 * ring > SM90_SHARED_BYTES:
+        # a share's program that does not fit beside the others runs after them: the stage twice as long
+        raise ValueError(
+            f"tiles: stream1 {cfg.stream1} one-warpgroup programs need {cfg.stream1} x {ring} bytes of ring, over "
+            f"an SM's {SM90_SHARED_BYTES} bytes of shared memory"
         )
     if not (cfg.gluon1 or cfg.gluon2):
         return
@@ -86,6 +99,16 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError("tiles: gluon stages address with 32-bit offsets; this shape is too large for them")
     if cfg.block_m < 16:
         raise ValueError(f"tiles: gluon stages need block_m at least 16, not {cfg.block_m}")
+
+
+# The shared memory one block may use on sm_90 (227 kB).
+SM90_SHARED_BYTES = 232448
+
+
+def one_warpgroup_ring_bytes(block_m: int, block_k: int, stages: int) -> int:
+    """The one-warpgroup Gluon stage 1's ring (kernels/gluon_mma.py, allocate_ring): a slot holds 64 weight rows'
+    fp4 words, their int32 scale words (one a 128 columns), and block_m activation rows in bf16."""
+    return stages * (64 * block_k // 2 + 64 * 4 * (block_k // 128) + block_m * block_k * 2)
 
 
 def gluon_block_ks(stage: int, one_warpgroup: bool, parts: int) -> tuple[int, ...]:
@@ -169,6 +192,8 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
         if cfg.stream1:
             grid = (cfg.stream1 * target.sm_count(call.out.device),)
             options.update(stream_scratch(layer, grid[0], call.out.device))
+            if cfg.overlap:  # stage 2 waits for each of the n_blocks blocks, routed or not
+                options["n_ready"] = layer.n_blocks
     else:
         kernel = moe_stage1_kernel
         grid = block_grid(layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1), cfg.overlap)

@@ -107,7 +107,10 @@ def test_the_overlap_takes_one_stage_1_launch_whose_blocks_end_in_order(changes,
     hidden, w1, *_, topk_ids, _config = data
     monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     tiles = tile_config(Shape.of(hidden, w1, topk_ids)).replace(**changes)
-    message = "tiles: overlap must be 0 or 1, without stream1, and with tail_m only where fold1 folds the tails"
+    message = (
+        "tiles: overlap must be 0 or 1, with stream1 only on one warpgroup \\(block_n1 32\\), and with tail_m only "
+        "where fold1 folds the tails"
+    )
     with pytest.raises(ValueError, match=f"^{message} \\(one stage-1 launch\\), {says}"):
         layer(data, tiles)
 
