@@ -453,9 +453,9 @@ def test_stream_k_covers_each_k_step_once_and_the_last_to_arrive_finds_every_par
 
 @pytest.mark.parametrize(
     "routed, n_blocks, n_ctiles, steps, grid",
-    # E-257 bs-16's routing (105 of its 144 blocks routed) and bs-512's at one warpgroup, four programs an SM; odd,
-    # tiny, and a call with no routed block
-    [(105, 144, 8, 28, 528), (393, 432, 8, 28, 528), (3, 9, 2, 4, 5), (1, 1, 1, 3, 4), (0, 4, 2, 2, 8)],
+    # the benchmark routing of E-257 bs-16 (105 of its 144 blocks routed) and bs-512 (272 of 393), one warpgroup,
+    # four programs an SM; odd, tiny, and a call with no routed block
+    [(105, 144, 8, 28, 528), (272, 393, 8, 28, 528), (3, 9, 2, 4, 5), (1, 1, 1, 3, 4), (0, 4, 2, 2, 8)],
 )
 def test_stream_k_with_the_overlap_counts_every_block_that_stage_2_waits_for(routed, n_blocks, n_ctiles, steps, grid):
     """The one-warpgroup stream's a2_ready counts in Python (its segment loop and its loop over the blocks past the
