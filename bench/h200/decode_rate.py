@@ -16,18 +16,14 @@ model of its product on a small set. Writes decode_rate.json and .md under --out
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-import time
-from pathlib import Path
 
 import triton
 import triton.language as tl
 
 from moe_triton.kernels.decode import FAST_EXP, _weight_step, _whole_dot, in_slot_order, k_slot, weight_tile
 
-ROOT = Path(__file__).resolve().parents[2]
 COLS = 64  # weight rows a program: wgmma's M, the decode stage 1's 2 x block_n1 32
 ROWS = 16  # activation rows: E-257 bs-16's routing block
 BLOCK_K = 256
@@ -193,30 +189,20 @@ def compiled_for_sm90() -> dict:
     return compiled
 
 
-def main(argv: list[str] | None = None) -> int:
-    from bench.runner.preflight import doc_parser
-
-    parser = doc_parser("python -m bench.h200.decode_rate", __doc__)
-    parser.add_argument("--reps", type=int, default=20, help="timed launches per mode and set")
-    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        return parser.fail(f"--reps {args.reps}: must be at least 1")
-    import torch
-
-    if not torch.cuda.is_available() or torch.version.hip:
-        return parser.fail("no NVIDIA GPU here; decode_rate times the decode path's fast decode on one")
-    from bench.h200.harness import write_results
-
-    started = time.perf_counter()
-    device = torch.device("cuda")
+def measured(reps: int, device) -> tuple[bool, str, list[dict], list[str]]:
+    """The decode mode checked, then every mode timed on each set: checked_probe_main's run."""
     checked = check(device, True)
-    rows = [row for name, n in SETS.items() for row in time_set(name, n, args.reps, device)]
-    lines = [f"the decode mode against the torch model: {'equal' if checked else 'DIFFERENT'}", ""]
-    lines += ["| set | mode | us | TB/s |", "|---|---|---:|---:|"]
-    lines += [f"| {r['set']} | {r['mode']} | {r['us']:.1f} | {r['tb_per_s']:.2f} |" for r in rows]
-    write_results(Path(args.out), "decode_rate", {"checked": checked, "rows": rows}, lines, started, argv)
-    return 0 if checked else 1
+    rows = [row for name, n in SETS.items() for row in time_set(name, n, reps, device)]
+    table = ["| set | mode | us | TB/s |", "|---|---|---:|---:|"]
+    table += [f"| {r['set']} | {r['mode']} | {r['us']:.1f} | {r['tb_per_s']:.2f} |" for r in rows]
+    return checked, "the decode mode", rows, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.h200.harness import checked_probe_main
+
+    purpose = "times the decode path's fast decode"
+    return checked_probe_main("decode_rate", __doc__, argv, 20, "timed launches per mode and set", purpose, measured)
 
 
 if __name__ == "__main__":

@@ -1,18 +1,20 @@
 """What the H200 tools (gluon_check, rivals, stream) share: the official shapes, leaderboard-style
 inputs (generate_input with seed + 13 i), the tolerance's excess, poisoned scratch, the flush that fits
-the GPU, one call timed the leaderboard's way, one call between cudaProfilerStart and Stop, and the
-MODE.json / MODE.md they write.
+the GPU, one call timed the leaderboard's way, one call between cudaProfilerStart and Stop, the
+MODE.json / MODE.md they write, and the command line of the probes that check a kernel, then time it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
 import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[2]
 TOLERANCE = 0.05  # the leaderboard's atol and rtol (SPEC 4)
 SEED_STEP = 13
 
@@ -168,3 +170,26 @@ def write_results(out: Path, mode: str, results: dict, lines: list[str], started
     (out / f"{mode}.md").write_text("\n".join([f"{mode}: {meta}", "", *lines]) + "\n")
     print("\n".join(lines))
     print(f"wrote {shown(out / mode)}.json and .md ({meta['wall_s']} s)")
+
+
+def checked_probe_main(name: str, doc: str, argv, reps: int, reps_help: str, purpose: str, run) -> int:
+    """The command line of a probe that checks its kernel against a torch model on an NVIDIA GPU, then times it
+    (decode_rate, row_reads): --reps and --out, a one-line refusal without such a GPU; run(reps, device) gives
+    (checked, what was checked, rows, table lines); NAME.json and .md under --out; 1 where the check failed."""
+    from bench.runner.preflight import doc_parser
+
+    parser = doc_parser(f"python -m bench.h200.{name}", doc)
+    parser.add_argument("--reps", type=int, default=reps, help=reps_help)
+    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))
+    args = parser.parse_args(argv)
+    if args.reps < 1:
+        return parser.fail(f"--reps {args.reps}: must be at least 1")
+    import torch
+
+    if not torch.cuda.is_available() or torch.version.hip:
+        return parser.fail(f"no NVIDIA GPU here; {name} {purpose} on one")
+    started = time.perf_counter()
+    checked, what, rows, table = run(args.reps, torch.device("cuda"))
+    lines = [f"{what} against the torch model: {'equal' if checked else 'DIFFERENT'}", "", *table]
+    write_results(Path(args.out), name, {"checked": checked, "rows": rows}, lines, started, argv)
+    return 0 if checked else 1

@@ -10,16 +10,12 @@ events around one launch, the median). Writes row_reads.json and .md under --out
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
-import time
-from pathlib import Path
 
 import triton
 import triton.language as tl
 
-ROOT = Path(__file__).resolve().parents[2]
 TILE_ROWS = 64  # weight rows a program: wgmma's M
 ROW_WORDS = 896  # int32 words of a w1 row: K 7168 in fp4 (3584 bytes)
 CHUNKS = (64, 128, 256, 512)  # bytes of a row a K step
@@ -105,30 +101,20 @@ def time_all(reps: int, device) -> list[dict]:
     return table
 
 
-def main(argv: list[str] | None = None) -> int:
-    from bench.runner.preflight import doc_parser
-
-    parser = doc_parser("python -m bench.h200.row_reads", __doc__)
-    parser.add_argument("--reps", type=int, default=12, help="timed launches per chunk and layout")
-    parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out")))
-    args = parser.parse_args(argv)
-    if args.reps < 1:
-        return parser.fail(f"--reps {args.reps}: must be at least 1")
-    import torch
-
-    if not torch.cuda.is_available() or torch.version.hip:
-        return parser.fail("no NVIDIA GPU here; row_reads times a weight stream on one")
-    from bench.h200.harness import write_results
-
-    started = time.perf_counter()
-    device = torch.device("cuda")
+def measured(reps: int, device) -> tuple[bool, str, list[dict], list[str]]:
+    """Every chunk and layout checked, then timed: checked_probe_main's run."""
     checked = check(device)
-    rows = time_all(args.reps, device)
-    lines = [f"every chunk and layout against the torch model: {'equal' if checked else 'DIFFERENT'}", ""]
-    lines += ["| bytes a row a step | layout | us | TB/s |", "|---:|---|---:|---:|"]
-    lines += [f"| {r['chunk']} | {r['layout']} | {r['us']:.1f} | {r['tb_per_s']:.2f} |" for r in rows]
-    write_results(Path(args.out), "row_reads", {"checked": checked, "rows": rows}, lines, started, argv)
-    return 0 if checked else 1
+    rows = time_all(reps, device)
+    table = ["| bytes a row a step | layout | us | TB/s |", "|---:|---|---:|---:|"]
+    table += [f"| {r['chunk']} | {r['layout']} | {r['us']:.1f} | {r['tb_per_s']:.2f} |" for r in rows]
+    return checked, "every chunk and layout", rows, table
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench.h200.harness import checked_probe_main
+
+    help_reps = "timed launches per chunk and layout"
+    return checked_probe_main("row_reads", __doc__, argv, 12, help_reps, "times a weight stream", measured)
 
 
 if __name__ == "__main__":
