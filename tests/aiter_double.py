@@ -592,7 +592,12 @@ def _build_quant(dbl):
         n_sorted = sorted_ids.numel()
         rows = -(-n_sorted // 32) * 32
         cols = -(-(n // 32) // 8) * 8
-        mat = torch.randint(0, 256, (rows, cols), dtype=torch.uint8, device=x.device)  # unwritten blocks
+        # Unwritten blocks hold random bytes, the same on every call of one size (as a buffer the
+        # allocator hands back holds what it held): a row that reads them then computes the same
+        # garbage in the submission and in the leaderboard's rerun, on every device.
+        gen = torch.Generator(device=x.device)
+        gen.manual_seed(rows * cols)
+        mat = torch.randint(0, 256, (rows, cols), dtype=torch.uint8, device=x.device, generator=gen)
         n_valid = int(num_valid_ids[0])
         valid_rows = -(-n_valid // 32) * 32
         mat[:valid_rows] = 0

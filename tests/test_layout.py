@@ -7,13 +7,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 # not the package's: environments, build output, the task's carried files, the peers' unpacked code
 SKIP = {".venv", ".git", "dist", "build", "job_task", ".peers"}
+SCRATCH = ("bench", "out")  # ignored by git; a device call carries what is there
 
 
 def _modules() -> dict[str, Path]:
     out = {}
     for path in ROOT.rglob("*.py"):
         rel = path.relative_to(ROOT)
-        if SKIP & set(rel.parts):
+        if SKIP & set(rel.parts) or rel.parts[:2] == SCRATCH:
             continue
         parts = list(rel.with_suffix("").parts)
         if parts[-1] == "__init__":
