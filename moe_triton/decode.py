@@ -60,13 +60,9 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
     if cfg.block_n1 == 32 and cfg.gluon1 and cfg.fold1:
         raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1")
-    one_warpgroup_stream = cfg.stream1 and cfg.block_n1 == 32
-    if cfg.overlap and not (
-        cfg.overlap == 1 and (one_warpgroup_stream or not cfg.stream1) and (cfg.fold1 or not cfg.tail_m)
-    ):
+    if cfg.overlap and not (cfg.overlap == 1 and not cfg.stream1 and (cfg.fold1 or not cfg.tail_m)):
         raise ValueError(
-            f"tiles: overlap must be 0 or 1, with stream1 only on one warpgroup (block_n1 32), and with tail_m only "
-            f"where fold1 folds the tails "
+            f"tiles: overlap must be 0 or 1, without stream1, and with tail_m only where fold1 folds the tails "
             f"(one stage-1 launch), not {cfg.overlap} with stream1 {cfg.stream1}, tail_m {cfg.tail_m}, "
             f"fold1 {cfg.fold1}"
         )
@@ -79,19 +75,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             f"tiles: fold2 must be 0 or 1, and 1 only with gluon2 and tail_m, not {cfg.fold2} with "
             f"{cfg.gluon2} and {cfg.tail_m}"
         )
-    # programs an SM that fit: one warpgroup has no loader partition
-    most_programs = {32: 4, 64: 2}.get(cfg.block_n1, 0)
-    if cfg.stream1 and not (1 <= cfg.stream1 <= most_programs and cfg.gluon1 and not cfg.tail_m):
+    if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
         raise ValueError(
-            f"tiles: stream1 (programs an SM) must be 0, 1 or 2 with block_n1 64 (up to 4 with 32), with gluon1 and "
-            f"no tail_m, not {cfg.stream1}"
-        )
-    ring = one_warpgroup_ring_bytes(cfg.block_m, cfg.block_k1, cfg.stages1)
-    if cfg.stream1 and cfg.block_n1 == 32 and cfg.stream1 * ring > SM90_SHARED_BYTES:
-        # a share's program that does not fit beside the others runs after them: the stage twice as long
-        raise ValueError(
-            f"tiles: stream1 {cfg.stream1} one-warpgroup programs need {cfg.stream1} x {ring} bytes of ring, over "
-            f"an SM's {SM90_SHARED_BYTES} bytes of shared memory"
+            f"tiles: stream1 (programs an SM) must be 0, 1 or 2, with gluon1, block_n1 64 (two MMA warpgroups) and no "
+            f"tail_m, not {cfg.stream1} with gluon1 {cfg.gluon1}, block_n1 {cfg.block_n1}, tail_m {cfg.tail_m}"
         )
     if not (cfg.gluon1 or cfg.gluon2):
         return
@@ -99,16 +86,6 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError("tiles: gluon stages address with 32-bit offsets; this shape is too large for them")
     if cfg.block_m < 16:
         raise ValueError(f"tiles: gluon stages need block_m at least 16, not {cfg.block_m}")
-
-
-# The shared memory one block may use on sm_90 (227 kB).
-SM90_SHARED_BYTES = 232448
-
-
-def one_warpgroup_ring_bytes(block_m: int, block_k: int, stages: int) -> int:
-    """The one-warpgroup Gluon stage 1's ring (kernels/gluon_mma.py, allocate_ring): a slot holds 64 weight rows'
-    fp4 words, their int32 scale words (one a 128 columns), and block_m activation rows in bf16."""
-    return stages * (64 * block_k // 2 + 64 * 4 * (block_k // 128) + block_m * block_k * 2)
 
 
 def gluon_block_ks(stage: int, one_warpgroup: bool, parts: int) -> tuple[int, ...]:
@@ -192,8 +169,6 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
         if cfg.stream1:
             grid = (cfg.stream1 * target.sm_count(call.out.device),)
             options.update(stream_scratch(layer, grid[0], call.out.device))
-            if cfg.overlap:  # stage 2 waits for each of the n_blocks blocks, routed or not
-                options["n_ready"] = layer.n_blocks
     else:
         kernel = moe_stage1_kernel
         grid = block_grid(layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1), cfg.overlap)

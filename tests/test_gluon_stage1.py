@@ -126,12 +126,6 @@ def test_each_parts_codes_take_their_own_blocks_scale_byte(block_k, split):
                 assert (scale_word, byte) == divmod(block, 4)
 
 
-def rings_that_fit(tiles: TileConfig) -> int:
-    """One-warpgroup programs whose rings fit an SM's shared memory together (decode.check refuses more)."""
-    ring = decode_launcher.one_warpgroup_ring_bytes(tiles.block_m, tiles.block_k1, tiles.stages1)
-    return decode_launcher.SM90_SHARED_BYTES // ring
-
-
 # ---------------------------------------------------------------------------------- compiled, sm_90
 
 
@@ -221,41 +215,6 @@ def test_one_warpgroup_compiles_for_sm90_with_long_k_steps(block_k, stages, part
         assert got["loop"] and got["loop_spills"] == 0 and got["spills"] == 0, got
         # four programs an SM by registers at 256, three at 512; two by shared memory at least
         assert got["registers"] <= most_registers and got["shared"] <= 232448 // 2, got
-
-
-@pytest.mark.cpu_only
-def test_one_warpgroup_stream_k_compiles_for_sm90_without_spills():
-    from problem.cases import BENCHMARKS
-
-    # E-257 bs-16's and bs-512's tiles, one warpgroup streaming its share of all tiles' K steps, as many programs
-    # an SM as their rings fit (at most four); paired, with stage 2 block by block
-    cases = [c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] in (16, 512)]
-    steps = ((256, 3, 2), (256, 3, 4), (512, 2, 4))
-
-    pairs = [
-        (c, gluon_variant(TUNED[case_shape(c)], 32, s, p, paired=w, block_k=k).replace(overlap=w))
-        for c in cases
-        for k, s, p in steps
-        for w in (0, 1)
-    ]
-    pairs = [(c, tiles.replace(stream1=min(4, rings_that_fit(tiles)))) for c, tiles in pairs]
-    assert {tiles.stream1 for _, tiles in pairs} == {2, 3, 4}
-    launches = compiled_launches(pairs, "moe_gluon_stage1_kernel")
-    assert len(launches) == len(pairs)
-    for got, (_, tiles) in zip(launches, pairs, strict=True):
-        # a segment's K loop as a whole tile's: block_k / 16 k16 wgmmas a step (paired, the loop of two steps and
-        # the odd step's tail), at most one wait for every four
-        assert got["mma"] == (3 if tiles.paired1 else 1) * tiles.block_k1 // 16, got
-        assert got["waits"] * 4 <= got["mma"] and got["cp_async_16"] and not got["register_split"], got
-        assert got["loop"] and got["spills"] == 0, got
-        # with the overlap, two release adds: a stored tile's columns, and the blocks past the routed ones, for
-        # which stage 2's programs wait too (the parts' count is an acq_rel atomic that returns)
-        assert got["releases"] == (2 if tiles.overlap else 0), got
-        # the ring, and at most 2 kB of scratch and barriers beside it (decode.check's count of what fits an SM)
-        ring = decode_launcher.one_warpgroup_ring_bytes(tiles.block_m, tiles.block_k1, tiles.stages1)
-        assert 0 <= got["shared"] - ring < 2048, (got, ring)
-        # three programs an SM by registers at least, two by shared memory
-        assert got["registers"] <= 168 and got["shared"] <= 232448 // 2, got
 
 
 @pytest.mark.cpu_only
@@ -424,8 +383,8 @@ def program_of(step: int, total: int, programs: int) -> int:
 
 @pytest.mark.parametrize(
     "n_tiles, steps, programs",
-    # E-33 bs-128's two warpgroups; one warpgroup's 64-row tiles at E-257 bs-16 and bs-512, K steps of 256, four
-    # programs an SM; odd and tiny ones
+    # tiles of 56 K steps at one and two programs an SM (E-33 bs-128's 272 among them); shares that span several
+    # tiles of 28 steps; odd and tiny ones
     [(272, 56, 264), (424, 56, 132), (1088, 56, 264), (840, 28, 528), (2176, 28, 528)]
     + [(3, 2, 264), (7, 4, 5), (1, 2, 1)],
 )
@@ -451,81 +410,37 @@ def test_stream_k_covers_each_k_step_once_and_the_last_to_arrive_finds_every_par
         assert sorted(tile_parts) == want and len(want) > 1
 
 
-@pytest.mark.parametrize(
-    "routed, n_blocks, n_ctiles, steps, grid",
-    # the benchmark routing of E-257 bs-16 (105 of its 144 blocks routed) and bs-512 (272 of 393), one warpgroup,
-    # four programs an SM; odd, tiny, and a call with no routed block
-    [(105, 144, 8, 28, 528), (272, 393, 8, 28, 528), (3, 9, 2, 4, 5), (1, 1, 1, 3, 4), (0, 4, 2, 2, 8)],
-)
-def test_stream_k_with_the_overlap_counts_every_block_that_stage_2_waits_for(routed, n_blocks, n_ctiles, steps, grid):
-    """The one-warpgroup stream's a2_ready counts in Python (its segment loop and its loop over the blocks past the
-    routed ones): stage 2 runs a program for each of the n_blocks blocks and waits until its count is d_inter, so
-    every block, routed or not, must reach exactly d_inter."""
-    group, d_inter = 32, 32 * n_ctiles
-    ready = torch.zeros(n_blocks, dtype=torch.int64)
-    total = routed * n_ctiles * steps
-    programs = max(min(grid, total), 1)
-    for segments in stream_shares(routed * n_ctiles, steps, programs):
-        for tile, _k0, k1, _slot in segments:
-            # a tile's columns are counted once, by whichever program stores it (here: the one whose segment ends it)
-            if k1 == steps:
-                ready[tile // n_ctiles] += group
-    for pid in range(grid):
-        for block in range(total // (n_ctiles * steps) + pid, n_blocks, grid):
-            ready[block] += d_inter
-    assert ready.tolist() == [d_inter] * n_blocks
-
-
 def test_stream_k_is_refused_in_one_line_where_the_kernel_cannot_stream(monkeypatch):
     data = generate_input(**small_case())
     monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     tiles = gluon_variant(case_tiles(data), 64, stages=3, parts=2)
-    needs = r"must be 0, 1 or 2 with block_n1 64 \(up to 4 with 32\), with gluon1 and no tail_m"
-    for bad in (
-        tiles.replace(stream1=3),
-        tiles.replace(stream1=2, gluon1=0),
-        tiles.replace(stream1=1, block_m=32, tail_m=16),
-        tiles.replace(stream1=1, block_n1=128),
-        gluon_variant(tiles, 32, 3, 2).replace(stream1=5),
+    needs = r"must be 0, 1 or 2, with gluon1, block_n1 64 \(two MMA warpgroups\) and no tail_m"
+    for bad, fields in (
+        (tiles.replace(stream1=3), "gluon1 2, block_n1 64, tail_m 0"),
+        (tiles.replace(stream1=2, gluon1=0), "gluon1 0, block_n1 64, tail_m 0"),
+        (tiles.replace(stream1=1, block_m=32, tail_m=16), "gluon1 2, block_n1 64, tail_m 16"),
+        (tiles.replace(stream1=1, block_n1=128), "gluon1 2, block_n1 128, tail_m 0"),
+        # one warpgroup runs its tiles, not stream-K
+        (gluon_variant(tiles, 32, 3, 2).replace(stream1=1), "gluon1 2, block_n1 32, tail_m 0"),
     ):
-        says = rf"^tiles: stream1 \(programs an SM\) {needs}, not {bad.stream1}$"
+        says = rf"^tiles: stream1 \(programs an SM\) {needs}, not {bad.stream1} with {fields}$"
         with pytest.raises(ValueError, match=says):
             run(data, bad)
-    # one warpgroup counts each tile's a2 columns once stored, so stage 2 can take its blocks as they end
-    one = gluon_variant(tiles, 32, 3, 2).replace(stream1=4, overlap=1)
-    decode_launcher.check(case_shape(small_case()), one, 8, torch.device("cpu"))
-    # as many programs an SM as their rings fit: four of 64-row blocks' four slots (81 kB each) do not, two do
-    deep = gluon_variant(tiles, 32, 4, 2).replace(block_m=64, stream1=4)
-    says = r"^tiles: stream1 4 one-warpgroup programs need 4 x 82944 bytes of ring, over an SM's 232448 bytes"
-    with pytest.raises(ValueError, match=says):
-        decode_launcher.check(case_shape(small_case()), deep, 8, torch.device("cpu"))
-    decode_launcher.check(case_shape(small_case()), deep.replace(stream1=2), 8, torch.device("cpu"))
-    with pytest.raises(ValueError, match=r"^tiles: overlap must be 0 or 1, with stream1 only on one warpgroup"):
-        decode_launcher.check(case_shape(small_case()), tiles.replace(stream1=1, overlap=1), 8, torch.device("cpu"))
 
 
 @pytest.mark.skipif(not ON_SM90, reason="the Gluon stage 1 runs on sm_90 GPUs")
-@pytest.mark.parametrize("block_n, stream", [(64, 1), (64, 2), (32, 1), (32, 4)])
+@pytest.mark.parametrize("stream", [1, 2])
 @pytest.mark.parametrize("case", GPU_CASES)
-def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_call(case, block_n, stream):
+def test_on_the_gpu_stream_k_gives_the_decode_paths_a2_bit_for_bit_call_after_call(case, stream):
     from bench.h200.harness import poison
 
     data = generate_input(**case)
     tiles = case_tiles(data).replace(tail_m=0, overlap=0)
     run(data, tiles)
     want = routed_a2(data, tiles.block_m)[1].view(torch.int16)
-    # (ring slots, registers, parts, paired, K step, overlap): two MMA warpgroups at one and two programs an SM;
-    # one warpgroup paired, in steps of 512 where they divide d_hidden, and with stage 2 block by block
-    steps = ((3, 0, 2, 0, 128, 0), (3, 80, 2, 0, 128, 0), (3, 0, 2, 0, 256, 0))
-    if block_n == 32:
-        steps = ((3, 0, 2, 0, 128, 0), (3, 0, 2, 1, 256, 1), (3, 0, 4, 1, 256, 0))
-        steps += ((2, 0, 4, 1, 512, 1),) if data[0].shape[1] % 512 == 0 else ()
     # the counters go back to zero at the end of each call, so the second call finds them so
-    for stages, regs, parts, paired, block_k, overlap in steps:
-        variant = gluon_variant(tiles, block_n, stages, parts, regs, paired, block_k)
-        # one warpgroup: no more programs an SM than their rings fit (decode.check refuses more)
-        fits = rings_that_fit(variant) if block_n == 32 else stream
-        variant = variant.replace(stream1=min(stream, fits), overlap=overlap)
+    for regs, block_k in ((0, 128), (80, 128), (0, 256)):
+        variant = gluon_variant(tiles, 64, 3, 2, regs, block_k=block_k).replace(stream1=stream)
         for _ in range(2):
             poison(data[0].shape)
             out = run(data, variant)

@@ -250,13 +250,13 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
         (["time", "--block-ns", "32", "--fold"], "--block-ns 32 (one warpgroup) takes no --fold"),
         (
             ["time", "--block-ns", "64", "128", "--stream", "0", "1"],
-            "--block-ns 128 (four MMA warpgroups) takes no --stream: stream-K runs one or two",
+            "--stream [0, 1]: stream-K runs two MMA warpgroups, --block-ns 64 alone",
         ),
         (
-            ["time", "--block-ns", "32", "64", "--stream", "4"],
-            "--stream 4: more than 2 programs an SM only with --block-ns 32 alone",
+            ["time", "--block-ns", "32", "--stream", "1"],
+            "--stream [1]: stream-K runs two MMA warpgroups, --block-ns 64 alone",
         ),
-        (["time", "--block-ns", "32", "--stream", "5"], "--stream [5]: each 0 to 4, and 0 with --fold or --tail-m"),
+        (["time", "--stream", "3"], "--stream [3]: each 0, 1 or 2, and 0 with --fold or --tail-m"),
         (["time", "--paired", "1", "--fold"], "--paired [1]: 0 or 1, and 0 with --fold"),
         (["check", "--stages", "1"], "--stages [1]: ring slots must be at least 2"),
         (["time", "--regs", "60"], "--regs [60]: each must be 0 or a multiple of 8 from 56 to 168"),

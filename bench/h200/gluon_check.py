@@ -3,7 +3,7 @@ gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H10
 The stage-1 variants are every combination of --block-ns (h columns per program; 32 is one warpgroup
 that loads its own ring), --stages (ring slots), --splits (parts per K step) and --regs (registers a
 thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off; 1 or 2 with
---block-ns 64, the overlap off; up to 4 with 32),
+--block-ns 64 alone, the overlap off),
 --paired (1: one wgmma wait every two K steps) and --block-ks (K steps of 128, 256 in two or four parts, or 512 in four
 on one warpgroup), stage 2 the decode one; each
 --stage2 N-S-P-T[-R] adds a variant with stage 2 on
@@ -94,8 +94,8 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
                     continue
                 name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
                 name += ("-fold" if args.fold else "") + ("-paired" if w else "") + (f"-k{bk}" if bk > 128 else "")
-                # stream-K on two warpgroups ends its tiles out of block order: no overlap
-                stream = {"stream1": k, **({"overlap": 0} if n > 32 else {})} if k else {}
+                # stream-K ends its tiles out of block order: no overlap
+                stream = {"stream1": k, "overlap": 0} if k else {}
                 stage1[name] = gluon_variant(decode, n, s, p, r, w, bk).replace(**{**routing, **fold, **stream})
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static.replace(**routing)}
@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         type=int,
         nargs="*",
         default=[0],
-        help="stream-K programs an SM of the stage-1 variants (0: off; 3 or 4 with --block-ns 32 alone)",
+        help="stream-K programs an SM of the stage-1 variants (0: off; 1 or 2 with --block-ns 64 alone)",
     )
     parser.add_argument("--stage1-variants", type=int, choices=[0, 1], default=1, help="0: no stage-1 variants")
     parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T[-R]", help="Gluon stage-2 variants")
@@ -297,14 +297,12 @@ def main(argv: list[str] | None = None) -> int:
         return parser.fail(f"--regs {args.regs}: each must be 0 or a multiple of 8 from 56 to 168")
     if max(args.regs) > 96 and 128 in args.block_ns:
         return parser.fail(f"--regs {max(args.regs)}: --block-ns 128 (four MMA warpgroups) takes at most 96")
-    if not args.stream or not set(args.stream) <= {0, 1, 2, 3, 4} or (max(args.stream) and (args.fold or args.tail_m)):
-        return parser.fail(f"--stream {args.stream}: each 0 to 4, and 0 with --fold or --tail-m")
+    if not args.stream or not set(args.stream) <= {0, 1, 2} or (max(args.stream) and (args.fold or args.tail_m)):
+        return parser.fail(f"--stream {args.stream}: each 0, 1 or 2, and 0 with --fold or --tail-m")
     if 32 in args.block_ns and args.fold:
         return parser.fail("--block-ns 32 (one warpgroup) takes no --fold")
-    if 128 in args.block_ns and max(args.stream):
-        return parser.fail("--block-ns 128 (four MMA warpgroups) takes no --stream: stream-K runs one or two")
-    if max(args.stream) > 2 and set(args.block_ns) != {32}:
-        return parser.fail(f"--stream {max(args.stream)}: more than 2 programs an SM only with --block-ns 32 alone")
+    if max(args.stream) and set(args.block_ns) != {64}:
+        return parser.fail(f"--stream {args.stream}: stream-K runs two MMA warpgroups, --block-ns 64 alone")
     if not args.paired or (max(args.paired) and args.fold):
         return parser.fail(f"--paired {args.paired}: 0 or 1, and 0 with --fold")
     if not args.stages or min(args.stages) < 2:

@@ -111,95 +111,26 @@ def _one_warpgroup(
     PAIRED: gl.constexpr,
 ):
     """One warpgroup both fills the ring and decodes it (no partitions): the 64 weight rows of h columns
-    [col0, col0 + 32) over all of K (_one_warpgroup_sums), then their a2."""
+    [col0, col0 + 32), STAGES K steps in flight, the next copies issued once a step's (or, PAIRED, two steps')
+    slots are released."""
     block, _w_row0, d_inter, _n_tokens, d_hidden = tile
     ring = allocate_ring(STAGES, 2 * GROUP, ROWS, BLOCK_K, 1)
     sources, valid = _tile_sources(ptrs, tile, BLOCK_M, ROWS, BLOCK_K, 1)
-    acc = _one_warpgroup_sums(ring, (sources, valid), 0, 0, d_hidden // BLOCK_K, ROWS, BLOCK_K, STAGES, SPLIT, PAIRED)
-    store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
-
-
-@gluon.jit
-def _one_warpgroup_sums(
-    ring,
-    tile_sources,
-    i,
-    k0,
-    k1,
-    ROWS: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr,
-    SPLIT: gl.constexpr,
-    PAIRED: gl.constexpr,
-):
-    """The gate and up sums of one warpgroup's 64 weight rows over K steps k0 .. k1 - 1, filling ring index i on: up
-    to STAGES steps in flight, the next copies issued once a step's (or, PAIRED, two steps') slots are released."""
-    sources, valid = tile_sources
-    n = k1 - k0
-    for j in range(gl.minimum(STAGES, n)):
-        fill_slot(i + j, ring, sources, step_offsets(k0 + j, BLOCK_K), valid, STAGES)
+    steps = d_hidden // BLOCK_K
+    for i in range(gl.minimum(STAGES, steps)):
+        fill_slot(i, ring, sources, step_offsets(i, BLOCK_K), valid, STAGES)
     acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
         version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, ROWS, 16]
     )
     acc = gl.zeros([2 * GROUP, ROWS], gl.float32, acc_layout)
     STEPS: gl.constexpr = 2 if PAIRED else 1  # K steps a wgmma wait
-    for s in range(0, n - STEPS + 1, STEPS):
-        acc = mma_step(acc, i + s, ring, 0, BLOCK_K, STAGES, SPLIT, STEPS=STEPS)
-        for j in range(s + STAGES, gl.minimum(s + STAGES + STEPS, n)):
-            fill_slot(i + j, ring, sources, step_offsets(k0 + j, BLOCK_K), valid, STAGES)
-    if n % STEPS:
-        acc = mma_step(acc, i + n - 1, ring, 0, BLOCK_K, STAGES, SPLIT)
-    return acc
-
-
-@gluon.jit
-def _one_warpgroup_stream(
-    ptrs,
-    a2_ptr,
-    routing,
-    split,
-    sizes,
-    BLOCK_M: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr,
-    CK: gl.constexpr,
-    SPLIT: gl.constexpr,
-    PAIRED: gl.constexpr,
-    OVERLAP: gl.constexpr,
-    ready,
-):
-    """Stream-K on one warpgroup: this program's even share of all tiles' K steps (_stream_range), a segment at a
-    time, the ring refilled from the segment's first step; a2 at once for a whole tile, else by _fix_up; with
-    OVERLAP each tile's columns counted once stored, whichever program stores them, and the blocks past the routed
-    ones counted whole (ready: a2_ready_ptr and its n_ready blocks)."""
-    d_inter, n_tokens, d_hidden = sizes
-    a2_ready_ptr, n_ready = ready
-    num_valid_ids_ptr, sorted_expert_ids_ptr = routing
-    ring = allocate_ring(STAGES, 2 * GROUP, BLOCK_M, BLOCK_K, 1)
-    start, end, steps, n_ctiles, total, programs = _stream_range(
-        num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M, BLOCK_K, 1
-    )
-    cur = start
-    i = 0
-    while cur < end:
-        tile, k0, k1 = _segment(cur, end, steps)
-        block = tile // n_ctiles
-        col0 = (tile - block * n_ctiles) * GROUP
-        w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
-        tile_sources = _tile_sources(ptrs, (block, w_row0, d_inter, n_tokens, d_hidden), BLOCK_M, BLOCK_M, BLOCK_K, 1)
-        acc = _one_warpgroup_sums(ring, tile_sources, i, k0, k1, BLOCK_M, BLOCK_K, STAGES, SPLIT, PAIRED)
-        i += k1 - k0
-        acc, done = _tile_sums(acc, split, (tile, k0, k1), cur == start, (total, programs, steps), 0, 1)
-        if done:
-            store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, BLOCK_M, CK, done, False)
-            if OVERLAP:
-                a2_columns_done(a2_ready_ptr, block, GROUP)
-        cur += k1 - k0
-    if OVERLAP:
-        # stage 2 waits for every block of the routing's capacity (wait_for_a2), its grid's; those past the routed
-        # ones hold no tile here, so the programs count them whole between them
-        for block in range(total // (n_ctiles * steps) + gl.program_id(0), n_ready, gl.num_programs(0)):
-            a2_columns_done(a2_ready_ptr, block, d_inter)
+    for i in range(0, steps - STEPS + 1, STEPS):
+        acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT, STEPS=STEPS)
+        for j in range(i + STAGES, gl.minimum(i + STAGES + STEPS, steps)):
+            fill_slot(j, ring, sources, step_offsets(j, BLOCK_K), valid, STAGES)
+    if steps % STEPS:
+        acc = mma_step(acc, steps - 1, ring, 0, BLOCK_K, STAGES, SPLIT)
+    store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
 
 
 @gluon.jit
@@ -424,15 +355,14 @@ def moe_gluon_stage1_kernel(
     counters_ptr=None,
     OVERLAP: gl.constexpr = 0,
     a2_ready_ptr=None,
-    n_ready=0,
 ):
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
     d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
     multiple of BLOCK_K (128 or 256; 512 on one warpgroup), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see
     folds_tail. MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over
     the grid's programs, partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon
-    stage 1"). OVERLAP (with STREAM on one warpgroup only): count the stored columns in a2_ready_ptr, as the decode
-    stage 1 does, in one launch with FOLD (docs/triton.md, "Stage 2 block by block"); streamed, n_ready: its blocks."""
+    stage 1"; two MMA warpgroups). OVERLAP (not with STREAM): count the stored columns in a2_ready_ptr, as the decode
+    stage 1 does, in one launch with FOLD (docs/triton.md, "Stage 2 block by block")."""
     gl.static_assert(
         (BLOCK_K == 128) or (BLOCK_K == 256) or ((BLOCK_K == 512) and (NUM_WG == 1)),
         "gluon stage 1: BLOCK_K is 128 or 256, or 512 on one warpgroup",
@@ -440,32 +370,10 @@ def moe_gluon_stage1_kernel(
     gl.static_assert((NUM_WG == 1) or (NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 1, 2 or 4")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
-    if NUM_WG == 1 and STREAM:
-        gl.static_assert(ROWS == BLOCK_M, "gluon stage 1: stream-K takes no tails")
-        ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
-        split = (partials_ptr, counters_ptr)
-        sizes = (d_inter, n_tokens, d_hidden)
-        routing = (num_valid_ids_ptr, sorted_expert_ids_ptr)
-        ready = (a2_ready_ptr, n_ready)
-        _one_warpgroup_stream(
-            ptrs, a2_ptr, routing, split, sizes, BLOCK_M, BLOCK_K, STAGES, CK, SPLIT, PAIRED, OVERLAP, ready
-        )
-    elif NUM_WG == 1:
-        block, group = block_and_tile(OVERLAP)
-        if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
-            col0 = group * GROUP
-            w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
-            ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
-            tile = (block, w_row0, d_inter, n_tokens, d_hidden)
-            _one_warpgroup(ptrs, a2_ptr, tile, col0, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, SPLIT, PAIRED)
-        if OVERLAP:
-            a2_columns_done(a2_ready_ptr, block, GROUP)
-    elif STREAM:
+    if STREAM:
         gl.static_assert(OVERLAP == 0, "gluon stage 1: stream-K ends its tiles out of block order, without the overlap")
-        gl.static_assert(
-            (ROWS == BLOCK_M) and (FOLD == 0) and (NUM_WG == 2),
-            "gluon stage 1: stream-K takes 2 MMA warpgroups, no tails",
-        )
+        gl.static_assert(NUM_WG == 2, "gluon stage 1: stream-K takes 2 MMA warpgroups (block_n1 64), not 1 or 4")
+        gl.static_assert((ROWS == BLOCK_M) and (FOLD == 0), "gluon stage 1: stream-K takes no tails")
         ring = allocate_ring(STAGES, NUM_WG * 2 * GROUP, BLOCK_M, BLOCK_K, NUM_WG)
         sizes = (d_inter, n_tokens, d_hidden)
         mma_args = (a2_ptr, num_valid_ids_ptr, ring, (partials_ptr, counters_ptr), sizes)
@@ -480,6 +388,16 @@ def moe_gluon_stage1_kernel(
             [4, LOADER_WARPS.value],
             [MMA_REGS, LOADER_REGS],
         )
+    elif NUM_WG == 1:
+        block, group = block_and_tile(OVERLAP)
+        if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
+            col0 = group * GROUP
+            w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
+            ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
+            tile = (block, w_row0, d_inter, n_tokens, d_hidden)
+            _one_warpgroup(ptrs, a2_ptr, tile, col0, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, SPLIT, PAIRED)
+        if OVERLAP:
+            a2_columns_done(a2_ready_ptr, block, GROUP)
     else:
         gl.static_assert((OVERLAP == 0) or (ROWS == BLOCK_M), "gluon stage 1: the overlap takes no tail launch")
         block, ctile = block_and_tile(OVERLAP)
