@@ -80,17 +80,18 @@ GLUON_TUNED: dict[Shape, TileConfig] = {
     Shape(512, 7168, 256, 257, 9): gluon_variant(
         TUNED[Shape(512, 7168, 256, 257, 9)], 32, stages=2, parts=2, paired=1, block_k=256
     ).replace(overlap=1),
-    # stream-K over 64-row blocks, one program an SM: 170.4 against 189.1 us; the routing and a1 in one
-    # launch: 171.1 against 174.6 us a call; six ring slots: 168.1 against 171.0 (H100, 2026-12-06);
-    # K steps of 256, four in the ring: 164.6 against 167.6 (H100, 2026-12-07)
+    # 64-row blocks; the routing and a1 in one launch: 171.1 against 174.6 us a call (H100, 2026-12-06); K steps
+    # of 256: 164.6 against 167.6; a program a tile (no stream-K) and stage 2 block by block, two stage-2 tiles a
+    # program: 151.9 against 166.8 at four ring slots, 153.8 at three, which triton 3.9 compiles without the four
+    # spills it puts in four slots' K loop (H100, triton 3.6, 2026-12-07)
     Shape(128, 7168, 512, 33, 9): gluon2_variant(
-        gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=4, parts=2, block_k=256).replace(
-            block_m=64, stream1=1, route_launches=1
+        gluon_variant(TUNED[Shape(128, 7168, 512, 33, 9)], 64, stages=3, parts=2, block_k=256).replace(
+            block_m=64, route_launches=1, overlap=1
         ),
         256,
         stages=4,
         parts=2,
-        n_tiles=4,
+        n_tiles=2,
     ),
     # stage 2 block by block: 356.1 against 368.9 us a call (H100, 2026-12-06)
     Shape(512, 7168, 512, 33, 9): gluon2_variant(

@@ -287,10 +287,11 @@ def test_the_static_table_runs_the_gluon_stages_only_on_sm90():
     for key, tiles in GLUON_TUNED.items():
         assert static_tiles(key, gluon=True) == tiles and (tiles.gluon1 or tiles.gluon2)
         assert static_tiles(key, gluon=False) == TUNED[key]
-        # the decode table's routing, or stream-K's own routing blocks (no tails); each stage the
-        # decode table's or a Gluon one
+        # the decode table's routing, or, where both stages are Gluon ones, their own routing blocks (no
+        # tails); each stage the decode table's or a Gluon one
         routing = (tiles.block_m, tiles.tail_m)
-        assert routing == (TUNED[key].block_m, TUNED[key].tail_m) or (tiles.stream1 and tiles.tail_m == 0)
+        own = tiles.gluon1 and tiles.gluon2 and tiles.tail_m == 0
+        assert routing == (TUNED[key].block_m, TUNED[key].tail_m) or own
         stage1 = ("block_n1", "block_k1", "warps1", "stages1", "max_regs1")
         stage2 = ("block_n2", "block_k2", "warps2", "stages2", "n_tiles2", "max_regs2")
         for gluon, fields in ((tiles.gluon1, stage1), (tiles.gluon2, stage2)):
