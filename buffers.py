@@ -8,7 +8,6 @@ import torch
 MAX_ENTRIES = 64
 
 _pool: "OrderedDict[tuple, torch.Tensor]" = OrderedDict()
-_counters: dict[tuple, torch.Tensor] = {}
 
 
 def get_buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
@@ -24,16 +23,6 @@ def get_buffer(name: str, shape: tuple, dtype: torch.dtype, device: torch.device
     else:
         _pool.move_to_end(key)
     return buf
-
-
-def get_counters(name: str, shape: tuple, device: torch.device) -> torch.Tensor:
-    """A cached int32 tensor, zero when made, which its kernel sets back to zero before it ends (the
-    stream-K stage's arrival counters): kept out of the LRU and of pooled(), since a poisoned or
-    reallocated one would break the next call."""
-    key = (name, shape, device)
-    if key not in _counters:
-        _counters[key] = torch.zeros(shape, dtype=torch.int32, device=device)
-    return _counters[key]
 
 
 def pooled() -> list[torch.Tensor]:

@@ -3,7 +3,7 @@
 import torch
 import triton
 
-from buffers import get_buffer, get_counters
+from buffers import get_buffer
 from moe_triton import plan, target
 from moe_triton.kernels.decode import moe_stage1_kernel, moe_stage2_kernel
 from moe_triton.routing import Routing, route_decode
@@ -60,11 +60,10 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(f"tiles: paired1 must be 0 or 1, with gluon1 and no fold1, not {cfg.paired1}")
     if cfg.block_n1 == 32 and cfg.gluon1 and cfg.fold1:
         raise ValueError("tiles: gluon1 with block_n1 32 (one warpgroup) takes no fold1")
-    if cfg.overlap and not (cfg.overlap == 1 and not cfg.stream1 and (cfg.fold1 or not cfg.tail_m)):
+    if cfg.overlap and not (cfg.overlap == 1 and (cfg.fold1 or not cfg.tail_m)):
         raise ValueError(
-            f"tiles: overlap must be 0 or 1, without stream1, and with tail_m only where fold1 folds the tails "
-            f"(one stage-1 launch), not {cfg.overlap} with stream1 {cfg.stream1}, tail_m {cfg.tail_m}, "
-            f"fold1 {cfg.fold1}"
+            f"tiles: overlap must be 0 or 1, and with tail_m only where fold1 folds the tails (one stage-1 launch), "
+            f"not {cfg.overlap} with tail_m {cfg.tail_m}, fold1 {cfg.fold1}"
         )
     if cfg.route_launches not in (1, 2):
         raise ValueError(f"tiles: route_launches must be 1 or 2 (launches before stage 1), not {cfg.route_launches}")
@@ -74,11 +73,6 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
         raise ValueError(
             f"tiles: fold2 must be 0 or 1, and 1 only with gluon2 and tail_m, not {cfg.fold2} with "
             f"{cfg.gluon2} and {cfg.tail_m}"
-        )
-    if cfg.stream1 and not (cfg.stream1 in (1, 2) and cfg.gluon1 and cfg.block_n1 == 64 and not cfg.tail_m):
-        raise ValueError(
-            f"tiles: stream1 (programs an SM) must be 0, 1 or 2, with gluon1, block_n1 64 (two MMA warpgroups) and no "
-            f"tail_m, not {cfg.stream1} with gluon1 {cfg.gluon1}, block_n1 {cfg.block_n1}, tail_m {cfg.tail_m}"
         )
     if not (cfg.gluon1 or cfg.gluon2):
         return
@@ -135,19 +129,6 @@ def block_grid(n_blocks: int, tiles: int, overlap: int) -> tuple[int, int]:
     return (tiles, n_blocks) if overlap else (n_blocks, tiles)
 
 
-def stream_scratch(layer: plan.Layer, programs: int, device) -> dict:
-    """The stream-K Gluon stage 1's fp32 parts of shared tiles (two a program and MMA warpgroup: its
-    share's first and last segment) and its zeroed arrival counters (one a tile and warpgroup)."""
-    cfg = layer.cfg
-    num_wg = cfg.block_n1 // 32
-    counters = layer.n_blocks * layer.shape.d_inter // 32
-    return dict(
-        STREAM=1,
-        partials_ptr=get_buffer("parts1", (programs * 2 * num_wg, 64 * cfg.block_m), torch.float32, device),
-        counters_ptr=get_counters("counters1", (counters,), device),
-    )
-
-
 def row_tiles(cfg) -> tuple[int, ...]:
     """The row tiles of a stage's launches: block_m, and tail_m for the tail blocks where set."""
     return (cfg.block_m, cfg.tail_m) if cfg.tail_m else (cfg.block_m,)
@@ -166,9 +147,6 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
         options["PAIRED"] = cfg.paired1
         if cfg.overlap:
             options.update(OVERLAP=1, a2_ready_ptr=a2_ready(layer, call.out.device))
-        if cfg.stream1:
-            grid = (cfg.stream1 * target.sm_count(call.out.device),)
-            options.update(stream_scratch(layer, grid[0], call.out.device))
     else:
         kernel = moe_stage1_kernel
         grid = block_grid(layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1), cfg.overlap)

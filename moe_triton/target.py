@@ -37,11 +37,6 @@ def gluon_kernels(device: torch.device) -> bool:
     return (props.major, props.minor) == (9, 0)
 
 
-def sm_count(device: torch.device) -> int:
-    """The GPU's streaming multiprocessors (the stream-K stage's programs are a multiple of them)."""
-    return device_properties(device).multi_processor_count
-
-
 def native_default(device: torch.device) -> bool:
     """The native path on a gfx950 device (scaled MXFP4 MFMAs) unless MOE_TRITON_NATIVE says 1 (always), 0 (never)."""
     forced = native_forced()

@@ -97,7 +97,6 @@ class TileConfig(Tiles):
     gluon2: int = 0
     fold1: int = 0
     fold2: int = 0
-    stream1: int = 0
     paired1: int = 0
     overlap: int = 0
     route_launches: int = 2

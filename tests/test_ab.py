@@ -29,6 +29,7 @@ def test_a_variant_is_named_field_changes(text, want):
     [
         ("overlap", "'overlap' is not FIELD=VALUE of a tiles field"),
         ("x=overlap=1,colour=2", "'colour=2' is not FIELD=VALUE"),
+        ("stream1=1", "'stream1=1' is not FIELD=VALUE of a tiles field"),  # a removed field, unknown as any other
         ("overlap=yes", "overlap takes an integer, not 'yes'"),
     ],
 )
@@ -40,12 +41,12 @@ def test_a_variant_that_is_not_field_changes_is_refused_in_one_line(text, says):
 def test_a_shape_takes_the_variants_its_path_accepts(monkeypatch):
     monkeypatch.setattr(target, "gluon_kernels", lambda device: True)
     case = next(c for c in BENCHMARKS if (c["nroutedexperts"], c["dexpert"]) == (32, 2048))
-    variants = [("apart", {"overlap": 0}), ("same", {"overlap": 1}), ("stream", {"stream1": 1})]
+    variants = [("apart", {"overlap": 0}), ("same", {"overlap": 1}), ("unfolded", {"fold1": 0})]
     tiles, left_out = ab.candidates(case_shape(case), variants)
     static = GLUON_TUNED[case_shape(case)]
     assert tiles == {"static": static, "apart": static.replace(overlap=0)}
     assert left_out[0] == "same: the static tiles themselves", left_out
-    assert len(left_out) == 2 and left_out[1].startswith("stream: tiles: overlap must be"), left_out
+    assert len(left_out) == 2 and left_out[1].startswith("unfolded: tiles: overlap must be"), left_out
 
 
 def test_the_neighbours_are_one_field_changes_of_the_tiles():

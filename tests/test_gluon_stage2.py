@@ -248,15 +248,6 @@ def test_on_the_gpu_the_gluon_stage_2_gives_the_decode_paths_output_and_the_refe
         (["time", "--splits", "3"], "--splits [3]: each must be one of [1, 2, 4]"),
         (["time", "--block-ns", "96"], "--block-ns [96]: each must be one of [32, 64, 128]"),
         (["time", "--block-ns", "32", "--fold"], "--block-ns 32 (one warpgroup) takes no --fold"),
-        (
-            ["time", "--block-ns", "64", "128", "--stream", "0", "1"],
-            "--stream [0, 1]: stream-K runs two MMA warpgroups, --block-ns 64 alone",
-        ),
-        (
-            ["time", "--block-ns", "32", "--stream", "1"],
-            "--stream [1]: stream-K runs two MMA warpgroups, --block-ns 64 alone",
-        ),
-        (["time", "--stream", "3"], "--stream [3]: each 0, 1 or 2, and 0 with --fold or --tail-m"),
         (["time", "--paired", "1", "--fold"], "--paired [1]: 0 or 1, and 0 with --fold"),
         (["check", "--stages", "1"], "--stages [1]: ring slots must be at least 2"),
         (["time", "--regs", "60"], "--regs [60]: each must be 0 or a multiple of 8 from 56 to 168"),
@@ -310,7 +301,6 @@ def test_gluon_check_builds_its_variants_over_the_static_tile_each_stage_1_varia
         block_m=None,
         tail_m=0,
         fold=False,
-        stream=[0],
         paired=[0],
         block_ks=[128],
     )
@@ -331,7 +321,7 @@ def test_gluon_check_names_its_one_warpgroup_and_paired_variants():
     from problem.cases import BENCHMARKS
 
     given = dict(block_ns=[32, 64], stages=[4], splits=[2], regs=[0], stage2=[], block_m=None, tail_m=0)
-    args = Namespace(**given, fold=False, stream=[0], paired=[0, 1], block_ks=[128, 256], stage1_variants=1)
+    args = Namespace(**given, fold=False, paired=[0, 1], block_ks=[128, 256], stage1_variants=1)
     decode, static = base_tiles(next(c for c in BENCHMARKS if c["bs"] == 16))
     named = variants(Namespace(**vars(args), combine=False), decode, static)
     assert list(named) == [
@@ -379,7 +369,6 @@ def test_gluon_checks_fold_variants_get_tail_tiles_where_the_tile_has_none():
         block_m=None,
         tail_m=0,
         fold=True,
-        stream=[0],
         paired=[0],
         block_ks=[128],
     )

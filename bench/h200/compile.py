@@ -95,16 +95,15 @@ def _compile_only_driver():
 @contextlib.contextmanager
 def fast_decode_on():
     """The launchers' NVIDIA fast path on for CPU tensors (they stand for CUDA ones), on an sm_90
-    GPU: moe_triton.target's fast_decode and gluon_kernels say True and sm_count the H200's 132 (the
-    launchers call them through the module)."""
+    GPU: moe_triton.target's fast_decode and gluon_kernels say True (the launchers call them
+    through the module)."""
     from unittest import mock
 
     from moe_triton import target
 
     with mock.patch.object(target, "fast_decode", lambda device: True):
         with mock.patch.object(target, "gluon_kernels", lambda device: True):
-            with mock.patch.object(target, "sm_count", lambda device: 132):
-                yield
+            yield
 
 
 @contextlib.contextmanager

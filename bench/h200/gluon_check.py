@@ -1,17 +1,15 @@
 """`python -m bench.h200.gluon_check MODE`: the Gluon stages (moe_triton/kernels/gluon_stage1.py and
 gluon_stage2.py, tiles with gluon1 / gluon2) against the decode path's on an H100 / H200.
 The stage-1 variants are every combination of --block-ns (h columns per program; 32 is one warpgroup
-that loads its own ring), --stages (ring slots), --splits (parts per K step) and --regs (registers a
-thread at launch: 0 for one program an SM, 80 for two), --stream (stream-K programs an SM, 0 off; 1 or 2 with
---block-ns 64 alone, the overlap off),
---paired (1: one wgmma wait every two K steps) and --block-ks (K steps of 128, 256 in two or four parts, or 512 in four
-on one warpgroup), stage 2 the decode one; each
---stage2 N-S-P-T[-R] adds a variant with stage 2 on
-the Gluon kernel (N output columns a tile, S ring slots, P parts per K step, T tiles a program, R
-registers a thread at launch) after the static sm_90 tile's stage 1 (static_tiles: the Gluon one
-where GLUON_TUNED names the shape), or with --combine after each stage-1 variant instead;
---stage1-variants 0 leaves the stage-1 ones out, --fold has them fold each expert's tail block into
-its last full block's program (fold1; 32-row blocks with 16-row tails where the tile has no tails).
+that loads its own ring), --stages (ring slots), --splits (parts per K step), --regs (registers a
+thread at launch: 0 for one program an SM, 80 for two), --paired (1: one wgmma wait every two K steps)
+and --block-ks (K steps of 128, 256 in two or four parts, or 512 in four on one warpgroup), stage 2
+the decode one; each --stage2 N-S-P-T[-R] adds a variant with stage 2 on the Gluon kernel (N output
+columns a tile, S ring slots, P parts per K step, T tiles a program, R registers a thread at launch)
+after the static sm_90 tile's stage 1 (static_tiles: the Gluon one where GLUON_TUNED names the
+shape), or with --combine after each stage-1 variant instead; --stage1-variants 0 leaves the
+stage-1 ones out, --fold has them fold each expert's tail block into its last full block's program
+(fold1; 32-row blocks with 16-row tails where the tile has no tails).
 --block-m M --tail-m T give every variant routing blocks of M rows and tail tiles of T (0: none),
 the decode and static tiles keeping the table's. Every mode writes MODE.json and MODE.md under
 --out ($OUT by default) and prints its table last.
@@ -89,14 +87,12 @@ def variants(args, decode, static, d_hidden: int = 7168) -> dict:
     stage1 = {}
     for n in args.block_ns:
         for s in args.stages:
-            for p, r, k, w, bk in itertools.product(args.splits, args.regs, args.stream, args.paired, args.block_ks):
+            for p, r, w, bk in itertools.product(args.splits, args.regs, args.paired, args.block_ks):
                 if bk not in gluon_block_ks(1, n == 32, p) or d_hidden % bk:
                     continue
-                name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}{f'-stream{k}' if k else ''}"
+                name = f"gluon-n{n}-s{s}-p{p}{f'-r{r}' if r else ''}"
                 name += ("-fold" if args.fold else "") + ("-paired" if w else "") + (f"-k{bk}" if bk > 128 else "")
-                # stream-K ends its tiles out of block order: no overlap
-                stream = {"stream1": k, "overlap": 0} if k else {}
-                stage1[name] = gluon_variant(decode, n, s, p, r, w, bk).replace(**{**routing, **fold, **stream})
+                stage1[name] = gluon_variant(decode, n, s, p, r, w, bk).replace(**{**routing, **fold})
     named = dict(stage1) if args.stage1_variants else {}
     bases = {f"{k}+": v for k, v in stage1.items()} if args.combine else {"": static.replace(**routing)}
     for spec in args.stage2:
@@ -262,13 +258,6 @@ def main(argv: list[str] | None = None) -> int:
         default=[0],
         help="registers a thread at launch (max_regs1; 0: one program an SM)",
     )
-    parser.add_argument(
-        "--stream",
-        type=int,
-        nargs="*",
-        default=[0],
-        help="stream-K programs an SM of the stage-1 variants (0: off; 1 or 2 with --block-ns 64 alone)",
-    )
     parser.add_argument("--stage1-variants", type=int, choices=[0, 1], default=1, help="0: no stage-1 variants")
     parser.add_argument("--stage2", nargs="*", default=[], metavar="N-S-P-T[-R]", help="Gluon stage-2 variants")
     parser.add_argument("--combine", action="store_true", help="stage-2 variants after each stage-1 variant")
@@ -297,12 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         return parser.fail(f"--regs {args.regs}: each must be 0 or a multiple of 8 from 56 to 168")
     if max(args.regs) > 96 and 128 in args.block_ns:
         return parser.fail(f"--regs {max(args.regs)}: --block-ns 128 (four MMA warpgroups) takes at most 96")
-    if not args.stream or not set(args.stream) <= {0, 1, 2} or (max(args.stream) and (args.fold or args.tail_m)):
-        return parser.fail(f"--stream {args.stream}: each 0, 1 or 2, and 0 with --fold or --tail-m")
     if 32 in args.block_ns and args.fold:
         return parser.fail("--block-ns 32 (one warpgroup) takes no --fold")
-    if max(args.stream) and set(args.block_ns) != {64}:
-        return parser.fail(f"--stream {args.stream}: stream-K runs two MMA warpgroups, --block-ns 64 alone")
     if not args.paired or (max(args.paired) and args.fold):
         return parser.fail(f"--paired {args.paired}: 0 or 1, and 0 with --fold")
     if not args.stages or min(args.stages) < 2:

@@ -18,8 +18,6 @@ from moe_triton.kernels.decode import code_pairs, fast_pair_scale, in_slot_order
 
 # triton 3.6 names cp.async async_copy_global_to_shared; later ones async_load.
 cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
-# triton 3.6 names the barrier of a CTA (of a partition, inside one) thread_barrier; later ones barrier.
-cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 WG_ROWS = gl.constexpr(64)  # weight rows per MMA warpgroup: wgmma's M
 LOADER_WARPS = gl.constexpr(4)

@@ -9,7 +9,6 @@ from moe_triton.kernels.gluon_mma import (
     LOADER_WARPS,
     WORDS_LAYOUT,
     allocate_ring,
-    cta_barrier,
     fill_slot,
     folded_ring,
     mma_step,
@@ -199,133 +198,6 @@ def store_a2(
 
 
 @gluon.jit
-def _stream_range(
-    num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, NUM_WG: gl.constexpr
-):
-    """Stream-K: the K steps of all (routing block, column tile) tiles in a row, tile after tile,
-    and this program's even share of them: (first step, end, steps a tile, tiles a block, total,
-    programs). Only the first `programs` (at most one a step) have a share, so none is empty."""
-    steps = d_hidden // BLOCK_K
-    n_ctiles = d_inter // (NUM_WG * GROUP)
-    total = gl.load(num_valid_ids_ptr) // BLOCK_M * n_ctiles * steps
-    programs = gl.maximum(gl.minimum(gl.num_programs(0), total), 1)
-    p = gl.minimum(gl.program_id(0), programs)
-    return p * total // programs, gl.minimum(p + 1, programs) * total // programs, steps, n_ctiles, total, programs
-
-
-@gluon.jit
-def _program_of(step, total, programs):
-    """The program whose share (_stream_range) holds step: the last whose share starts at or before it."""
-    return ((step + 1) * programs - 1) // total
-
-
-@gluon.jit
-def _segment(cur, end, steps):
-    """The segment of a stream-K share from K step cur to end (_stream_range): its tile, and the tile's K steps
-    k0 .. k1 - 1 in it."""
-    tile = cur // steps
-    k0 = cur - tile * steps
-    return tile, k0, gl.minimum(steps, k0 + end - cur)
-
-
-@gluon.jit
-def _stream_loader(inputs, BLOCK_M: gl.constexpr, BLOCK_K: gl.constexpr, STAGES: gl.constexpr, NUM_WG: gl.constexpr):
-    """The stream-K loader: each segment (a tile's K steps in this program's share) fills the ring as _loader fills a
-    whole tile's. inputs: the kernel's loader_args."""
-    w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr, ring, sizes = inputs
-    d_inter, n_tokens, d_hidden = sizes
-    cur, end, steps, n_ctiles, _, _ = _stream_range(num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M, BLOCK_K, NUM_WG)
-    i = 0
-    while cur < end:
-        tile, k0, k1 = _segment(cur, end, steps)
-        block = tile // n_ctiles
-        w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + (tile - block * n_ctiles) * NUM_WG * GROUP
-        ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
-        tile_args = (block, w_row0, d_inter, n_tokens, d_hidden)
-        sources, valid = _tile_sources(ptrs, tile_args, BLOCK_M, BLOCK_M, BLOCK_K, NUM_WG)
-        for k in range(k0, k1):
-            fill_slot(i, ring, sources, step_offsets(k, BLOCK_K), valid, STAGES)
-            i += 1
-        cur += k1 - k0
-
-
-@gluon.jit
-def _stream_mma(
-    shared,
-    BLOCK_M: gl.constexpr,
-    BLOCK_K: gl.constexpr,
-    STAGES: gl.constexpr,
-    CK: gl.constexpr,
-    G: gl.constexpr,
-    SPLIT: gl.constexpr,
-    NUM_WG: gl.constexpr,
-    PAIRED: gl.constexpr,
-):
-    """Stream-K MMA warpgroup G: per segment its 32 h columns' sums; a2 at once for a whole tile, else by _fix_up."""
-    a2_ptr, num_valid_ids_ptr, ring, split, sizes = shared
-    d_inter, n_tokens, d_hidden = sizes
-    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(
-        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_M, 16]
-    )
-    start, end, steps, n_ctiles, total, programs = _stream_range(
-        num_valid_ids_ptr, d_hidden, d_inter, BLOCK_M, BLOCK_K, NUM_WG
-    )
-    cur = start
-    i = 0
-    while cur < end:
-        tile, k0, k1 = _segment(cur, end, steps)
-        acc = gl.zeros([2 * GROUP, BLOCK_M], gl.float32, acc_layout)
-        acc, i = mma_steps(acc, i, k0, k1, ring, G, BLOCK_K, STAGES, SPLIT, PAIRED)
-        acc, done = _tile_sums(acc, split, (tile, k0, k1), cur == start, (total, programs, steps), G, NUM_WG)
-        if done:
-            block = tile // n_ctiles
-            col0 = (tile - block * n_ctiles) * NUM_WG * GROUP
-            store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, BLOCK_M, CK, done, False)
-        cur += k1 - k0
-
-
-@gluon.jit
-def _tile_sums(acc, split, segment, first_segment, work, G: gl.constexpr, NUM_WG: gl.constexpr):
-    """(A segment's tile sums, whether this program writes the tile's a2): its own sums where the segment is the whole
-    tile, else _fix_up's."""
-    tile, k0, k1 = segment
-    _total, _programs, steps = work
-    done = (k0 == 0) & (k1 == steps)
-    if not done:
-        acc, done = _fix_up(acc, split, tile, first_segment, work, G, NUM_WG)
-    return acc, done
-
-
-@gluon.jit
-def _fix_up(acc, split, tile, first_segment, work, G: gl.constexpr, NUM_WG: gl.constexpr):
-    """(A shared tile's sums, whether this program is the last of its programs to arrive): the parts added in program
-    order by the last (docs/triton.md, "Stream-K in the Gluon stage 1")."""
-    partials_ptr, counters_ptr = split
-    total, programs, steps = work
-    layout: gl.constexpr = acc.type.layout
-    ROWS: gl.constexpr = acc.type.shape[1]
-    PART: gl.constexpr = 2 * GROUP * ROWS
-    r = gl.arange(0, 2 * GROUP, layout=gl.SliceLayout(1, layout))
-    t = gl.arange(0, ROWS, layout=gl.SliceLayout(0, layout))
-    offs = gl.expand_dims(r * ROWS, 1) + gl.expand_dims(t, 0)
-    slot = (gl.program_id(0) * 2 + 1 - first_segment.to(gl.int32)) * NUM_WG + G
-    gl.store(partials_ptr + slot * PART + offs, acc)
-    cta_barrier()  # the warpgroup's stores, all made before its count releases them
-    counter = counters_ptr + tile * NUM_WG + G
-    first = _program_of(tile * steps, total, programs)
-    last = _program_of(tile * steps + steps - 1, total, programs)
-    done = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu") == last - first
-    if done:
-        # the first program's part is its share's last segment unless its share starts with the tile
-        starts_before = (first * total // programs < tile * steps).to(gl.int32)
-        acc = gl.load(partials_ptr + ((first * 2 + starts_before) * NUM_WG + G) * PART + offs, cache_modifier=".cg")
-        for q in range(first + 1, last + 1):
-            acc += gl.load(partials_ptr + (q * 2 * NUM_WG + G) * PART + offs, cache_modifier=".cg")
-        gl.store(counter, 0)
-    return acc, done
-
-
-@gluon.jit
 def moe_gluon_stage1_kernel(
     a1_ptr,
     w_ptr,
@@ -349,20 +221,16 @@ def moe_gluon_stage1_kernel(
     FOLD: gl.constexpr,
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
-    STREAM: gl.constexpr = 0,
     PAIRED: gl.constexpr = 0,
-    partials_ptr=None,
-    counters_ptr=None,
     OVERLAP: gl.constexpr = 0,
     a2_ready_ptr=None,
 ):
     """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
     d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
     multiple of BLOCK_K (128 or 256; 512 on one warpgroup), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see
-    folds_tail. MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). STREAM: stream-K over
-    the grid's programs, partials_ptr and counters_ptr its parts and counters (docs/triton.md, "Stream-K in the Gluon
-    stage 1"; two MMA warpgroups). OVERLAP (not with STREAM): count the stored columns in a2_ready_ptr, as the decode
-    stage 1 does, in one launch with FOLD (docs/triton.md, "Stage 2 block by block")."""
+    folds_tail. MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). OVERLAP: count the
+    stored columns in a2_ready_ptr, as the decode stage 1 does, in one launch with FOLD (docs/triton.md, "Stage 2
+    block by block")."""
     gl.static_assert(
         (BLOCK_K == 128) or (BLOCK_K == 256) or ((BLOCK_K == 512) and (NUM_WG == 1)),
         "gluon stage 1: BLOCK_K is 128 or 256, or 512 on one warpgroup",
@@ -370,25 +238,7 @@ def moe_gluon_stage1_kernel(
     gl.static_assert((NUM_WG == 1) or (NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 1, 2 or 4")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
-    if STREAM:
-        gl.static_assert(OVERLAP == 0, "gluon stage 1: stream-K ends its tiles out of block order, without the overlap")
-        gl.static_assert(NUM_WG == 2, "gluon stage 1: stream-K takes 2 MMA warpgroups (block_n1 64), not 1 or 4")
-        gl.static_assert((ROWS == BLOCK_M) and (FOLD == 0), "gluon stage 1: stream-K takes no tails")
-        ring = allocate_ring(STAGES, NUM_WG * 2 * GROUP, BLOCK_M, BLOCK_K, NUM_WG)
-        sizes = (d_inter, n_tokens, d_hidden)
-        mma_args = (a2_ptr, num_valid_ids_ptr, ring, (partials_ptr, counters_ptr), sizes)
-        loader_args = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr, sorted_expert_ids_ptr, num_valid_ids_ptr, ring)
-        loader_args += (sizes,)
-        gl.warp_specialize(
-            [
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 0, SPLIT, NUM_WG, PAIRED)),
-                (_stream_mma, (mma_args, BLOCK_M, BLOCK_K, STAGES, CK, 1, SPLIT, NUM_WG, PAIRED)),
-                (_stream_loader, (loader_args, BLOCK_M, BLOCK_K, STAGES, NUM_WG)),
-            ],
-            [4, LOADER_WARPS.value],
-            [MMA_REGS, LOADER_REGS],
-        )
-    elif NUM_WG == 1:
+    if NUM_WG == 1:
         block, group = block_and_tile(OVERLAP)
         if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
             col0 = group * GROUP
