@@ -122,9 +122,7 @@ def mma_step(
 @gluon.jit
 def mma_steps(
     acc,
-    i,
-    k0,
-    k1,
+    steps,
     ring,
     G: gl.constexpr,
     BLOCK_K: gl.constexpr,
@@ -132,21 +130,17 @@ def mma_steps(
     SPLIT: gl.constexpr,
     PAIRED: gl.constexpr,
 ):
-    """(acc, the next ring index) after K steps k0 .. k1 - 1 of warpgroup G from ring index i (mma_step), with PAIRED
-    two steps a wgmma wait (an odd last alone)."""
-    i = gl.to_tensor(i)  # carried through the loop, whether it came in as a value or a constant
+    """acc after warpgroup G's K steps 0 .. steps - 1 (mma_step), with PAIRED two steps a wgmma wait (an odd last
+    alone)."""
     if PAIRED:
-        for _ in range(k0, k1 - 1, 2):
+        for i in range(0, steps - 1, 2):
             acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, STEPS=2)
-            i += 2
-        if (k1 - k0) % 2:
-            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
-            i += 1
+        if steps % 2:
+            acc = mma_step(acc, steps - 1, ring, G, BLOCK_K, STAGES, SPLIT)
     else:
-        for _ in range(k0, k1):
+        for i in range(steps):
             acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
-            i += 1
-    return acc, i
+    return acc
 
 
 @gluon.jit

@@ -162,7 +162,7 @@ def _mma_and_epilogue(
             acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
         store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
     else:
-        acc, _ = mma_steps(acc, 0, 0, d_hidden // BLOCK_K, ring, G, BLOCK_K, STAGES, SPLIT, PAIRED)
+        acc = mma_steps(acc, d_hidden // BLOCK_K, ring, G, BLOCK_K, STAGES, SPLIT, PAIRED)
     store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
 
 
