@@ -117,3 +117,21 @@ def test_a_bad_variant_or_shape_is_one_line(capsys):
     assert capsys.readouterr().err.strip().endswith("'colour=2' is not FIELD=VALUE of a tiles field (docs/tiles.md)")
     assert ab.main(["--shapes", "E999", "--variant", "overlap=1"]) == 2
     assert "--shapes E999: no official shape matches" in capsys.readouterr().err
+
+
+def test_the_table_shows_every_candidates_whole_tiles():
+    # a variant keeps every field of the static row that it does not name: the table's second part says what ran
+    static = GLUON_TUNED[next(iter(GLUON_TUNED))]
+    variant = static.replace(n_tiles2=1)
+    timing = {"median_us": 150.0, "worst": 0.25}
+    results = {
+        "S": {
+            "tiles": {"static": repr(static), "one": repr(variant)},
+            "passes": {"static": (timing, timing), "one": (timing, {**timing, "worst": 0.3})},
+            "left_out": ["deep: tiles: too much shared memory"],
+        }
+    }
+    lines = ab.table(results)
+    assert "| S | one | 150.0 | 150.0 | 0.300 |" in lines
+    assert "| S | deep: tiles: too much shared memory | | | |" in lines
+    assert f"| S | static | `{static!r}` |" in lines and f"| S | one | `{variant!r}` |" in lines

@@ -115,12 +115,17 @@ def launchable(case: dict, tiles: dict, limit_s: float) -> tuple[dict, list[str]
 
 
 def table(results: dict) -> list[str]:
+    """The times of each shape's candidates, then every candidate's whole tiles: a variant changes only the
+    fields it names, so what it kept of the static row shows there."""
     lines = ["| shape | candidate | pass 1 us | pass 2 us | worst |", "|---|---|---:|---:|---:|"]
     for shape, by_name in results.items():
         for name, (first, second) in by_name["passes"].items():
             worst = max(first["worst"], second["worst"])
             lines.append(f"| {shape} | {name} | {first['median_us']:.1f} | {second['median_us']:.1f} | {worst:.3f} |")
         lines += [f"| {shape} | {line} | | | |" for line in by_name["left_out"]]
+    lines += ["", "| shape | candidate | tiles |", "|---|---|---|"]
+    for shape, by_name in results.items():
+        lines += [f"| {shape} | {name} | `{tiles}` |" for name, tiles in by_name["tiles"].items()]
     return lines
 
 
