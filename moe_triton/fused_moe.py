@@ -49,9 +49,7 @@ def first_call(path: plan.Path, inputs: tuple, shape: Shape, cfg) -> tuple[plan.
     if not isinstance(cfg, path.tiles):
         name = "native" if path.native else "decode"
         raise ValueError(f"tiles: the {name} path takes a {path.tiles.__name__}, got {type(cfg).__name__}")
-    check_sizes(cfg)
-    n_blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, cfg.block_m)
-    path.check(shape, cfg, n_blocks, device)
+    n_blocks = checked_blocks(path, shape, cfg, device)
     layer = plan.Layer(shape, cfg, n_blocks, path.scratch(shape, cfg, n_blocks, device))
 
     def launches(call: plan.Call) -> None:
@@ -60,3 +58,12 @@ def first_call(path: plan.Path, inputs: tuple, shape: Shape, cfg) -> tuple[plan.
         path.stage2(call, layer, routing)
 
     return plan.record_plan(launches, inputs, path.native)
+
+
+def checked_blocks(path: plan.Path, shape: Shape, cfg, device) -> int:
+    """The routing's capacity in blocks of cfg.block_m, once cfg's sizes and the path's checks accept it on shape
+    and device (a ValueError naming the field otherwise)."""
+    check_sizes(cfg)
+    n_blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, cfg.block_m)
+    path.check(shape, cfg, n_blocks, device)
+    return n_blocks

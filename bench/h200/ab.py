@@ -69,14 +69,11 @@ def neighbours(tiles) -> list[tuple[str, dict[str, int]]]:
 
 def checked_variant(shape, static, changes: dict, device):
     """static with the field changes, or the path's ValueError where it cannot run them on shape and device."""
-    from moe_triton import decode
-    from moe_triton.routing import routing_capacity
-    from moe_triton.tiles import check_sizes
+    from moe_triton.decode import PATH as DECODE
+    from moe_triton.fused_moe import checked_blocks
 
     tiles = static.replace(**changes)
-    check_sizes(tiles)
-    blocks = routing_capacity(shape.n_tokens * shape.topk, shape.n_experts, tiles.block_m)
-    decode.check(shape, tiles, blocks, device)
+    checked_blocks(DECODE, shape, tiles, device)
     return tiles
 
 
