@@ -261,7 +261,7 @@ def weight_tile(w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K: tl.constexpr):
     bytes [len(w_rows), BLOCK_K / 32], from W's [N, K/2] bytes and [N, K/32] scales (64-bit row indices)."""
     # k_dim % 256 == 0 (problem/validation.py): scale rows 8-byte aligned, so the pipeliner copies them asynchronously
     scale_stride = tl.multiple_of(k_dim // 32, 8)
-    # and rows of words 32 words apart, so that each thread's 4 words are one 16-byte copy, not two of 8
+    # and rows of words a multiple of 32 words (128 bytes) apart: a thread's 4 words are one 16-byte copy, not two of 8
     words = tl.load(
         w_ptr.to(tl.pointer_type(tl.int32))
         + w_rows[:, None] * tl.multiple_of(k_dim // 8, 32)
