@@ -40,6 +40,7 @@ for case, fields in pairs:
             "mma": len(re.findall(r"\\bHGMMA\\b", text)),
             "waits": len(re.findall(r"WARPGROUP\\.DEPBAR", text)),
             "cp_async_16": "LDGSTS.E.BYPASS.128" in text,
+            "loop_copies": sorted(set(re.findall(r"LDGSTS(?:\\.\\w+)*", "\\n".join(loop)))),  # the forms, e.g. .E.64
             "register_split": "USETMAXREG" in text,
             "loop": len(loop),
             "loop_spills": sum(bool(re.search(r"\\b(STL|LDL)\\b", line)) for line in loop),

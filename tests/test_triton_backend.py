@@ -215,3 +215,14 @@ def test_the_decode_stage_1_waits_for_its_wgmmas_once_a_k_step():
     case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 16)
     (got,) = compiled_launches([(case, tile_config(case_shape(case)))], "moe_stage1_kernel")
     assert got["mma"] == 16 and got["waits"] == 1 and got["loop_spills"] == 0, got
+
+
+@pytest.mark.cpu_only
+@pytest.mark.parametrize("function", ["moe_stage1_kernel", "moe_stage2_kernel"])
+def test_the_decode_kernels_copy_a_threads_weight_words_in_one_16_byte_copy(function):
+    """Compiled for sm_90 on the CPU: weight_tile tells Triton that rows of words are a multiple of 128 bytes apart,
+    so each thread's four words are one 16-byte copy past L1; from the stride alone Triton knew 8 bytes and issued
+    two 8-byte copies through L1 (3-12 us a call slower on an H100, docs/triton.md)."""
+    case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 16)
+    (got,) = compiled_launches([(case, tile_config(case_shape(case)))], function)
+    assert "LDGSTS.E.BYPASS.128" in got["loop_copies"] and "LDGSTS.E.64" not in got["loop_copies"], got
