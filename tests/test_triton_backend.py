@@ -208,21 +208,25 @@ def test_cuda_graph_capture_replays_on_new_data():
 
 
 @pytest.mark.cpu_only
-def test_the_decode_stage_1_waits_for_its_wgmmas_once_a_k_step():
+def test_the_decode_stage_1_waits_for_its_wgmmas_once_a_k_step_and_copies_words_16_bytes_a_thread():
     """Compiled for sm_90 on the CPU (the interpreter cannot show it): Triton splits a dot on a register
     operand into k16 wgmmas with a fence and a wait each, unless the loop reads the dot's result at once
     (_whole_dot); E-257 bs-16's K step of 256 then issues its 16 wgmmas behind one wait."""
     case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 16)
     (got,) = compiled_launches([(case, tile_config(case_shape(case)))], "moe_stage1_kernel")
     assert got["mma"] == 16 and got["waits"] == 1 and got["loop_spills"] == 0, got
+    assert_one_16_byte_copy_a_threads_words(got)
 
 
 @pytest.mark.cpu_only
-@pytest.mark.parametrize("function", ["moe_stage1_kernel", "moe_stage2_kernel"])
-def test_the_decode_kernels_copy_a_threads_weight_words_in_one_16_byte_copy(function):
+def test_the_decode_stage_2_copies_a_threads_weight_words_in_one_16_byte_copy():
+    case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 16)
+    (got,) = compiled_launches([(case, tile_config(case_shape(case)))], "moe_stage2_kernel")
+    assert_one_16_byte_copy_a_threads_words(got)
+
+
+def assert_one_16_byte_copy_a_threads_words(got: dict) -> None:
     """Compiled for sm_90 on the CPU: weight_tile tells Triton that rows of words are a multiple of 128 bytes apart,
     so each thread's four words are one 16-byte copy past L1; from the stride alone Triton knew 8 bytes and issued
     two 8-byte copies through L1 (3-12 us a call slower on an H100, docs/triton.md)."""
-    case = next(c for c in BENCHMARKS if c["nroutedexperts"] == 256 and c["bs"] == 16)
-    (got,) = compiled_launches([(case, tile_config(case_shape(case)))], function)
     assert "LDGSTS.E.BYPASS.128" in got["loop_copies"] and "LDGSTS.E.64" not in got["loop_copies"], got
