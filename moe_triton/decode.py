@@ -118,7 +118,14 @@ def prep(call: plan.Call, layer: plan.Layer) -> tuple[Routing, tuple[torch.Tenso
     ready = a2_ready(layer, call.out.device)
     cfg = layer.cfg
     routing, a1 = route_decode(
-        call.hidden_states, call.topk_ids, layer.shape.n_experts, cfg.block_m, call.out, ready, cfg.route_launches
+        call.hidden_states,
+        call.topk_ids,
+        layer.shape.n_experts,
+        cfg.block_m,
+        call.out,
+        ready,
+        cfg.route_launches,
+        cfg.quant_blocks,
     )
     return routing, (a1,)
 

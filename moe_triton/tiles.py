@@ -100,6 +100,7 @@ class TileConfig(Tiles):
     paired1: int = 0
     overlap: int = 0
     route_launches: int = 2
+    quant_blocks: int = 16
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -119,9 +120,10 @@ class NativeTileConfig(Tiles):
 
 
 def check_sizes(tiles: Tiles) -> None:
-    """A ValueError naming the first size field that no kernel can take: the routing blocks and the
-    stages' tiles index with power-of-two ranges, and a ring or a chain needs one slot or tile at least."""
-    powers = ("block_m", "block_n1", "block_k1", "warps1", "block_n2", "block_k2", "warps2")
+    """A ValueError naming the first size field that no kernel can take: the routing blocks, the
+    stages' tiles and the routing launches' quantizing programs index with power-of-two ranges, and a ring
+    or a chain needs one slot or tile at least."""
+    powers = ("block_m", "block_n1", "block_k1", "warps1", "block_n2", "block_k2", "warps2", "quant_blocks")
     for name in powers + ("stages1", "stages2", "n_tiles2"):
         value = getattr(tiles, name)
         if type(value) is not int or value < 1 or (name in powers and value & (value - 1)):

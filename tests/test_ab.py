@@ -69,6 +69,7 @@ def test_the_neighbours_are_one_field_changes_of_the_tiles():
         "n_tiles2=16",
         "overlap=0",
         "route_launches=1",
+        "quant_blocks=64",
         "max_regs1=0",
     ]
     for name, changes in ab.neighbours(tiles):
@@ -81,6 +82,7 @@ def test_the_neighbours_are_one_field_changes_of_the_tiles():
         "n_tiles2=2",
         "overlap=1",
         "route_launches=2",
+        "quant_blocks=64",
     ]
 
 

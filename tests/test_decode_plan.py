@@ -77,14 +77,32 @@ def test_routing_takes_one_or_two_launches(launches):
         fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=False)
 
 
+@pytest.mark.parametrize("field", ["block_m", "quant_blocks"])
 @pytest.mark.parametrize("native", [False, True])
-def test_a_routing_block_no_kernel_takes_is_refused_before_any_launch(native):
+def test_a_routing_block_no_kernel_takes_is_refused_before_any_launch(native, field):
     data = generate_input(**PLAN_CASE)
     hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
     table = native_tile_config if native else tile_config
-    tiles = table(Shape.of(hidden, w1, topk_ids)).replace(block_m=48)
-    with pytest.raises(ValueError, match="^tiles: block_m must be a power of two, not 48$"):
+    tiles = table(Shape.of(hidden, w1, topk_ids)).replace(**{field: 48})
+    with pytest.raises(ValueError, match=f"^tiles: {field} must be a power of two, not 48$"):
         fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles=tiles, native=native)
+
+
+@pytest.mark.parametrize("launches", [1, 2])
+def test_the_quantizing_programs_take_quant_blocks_32_element_blocks_each(monkeypatch, launches):
+    # 5 tokens of 256: 40 blocks of 32, so 64 a program is one program with 24 blocks masked off, 8 a program five.
+    data = generate_input(**{**PLAN_CASE, "seed": 9})
+    hidden, w1, w2, w1s, w2s, *_, topk_weights, topk_ids, _config = data
+    layer = (hidden, w1, w2, w1s, w2s, topk_weights, topk_ids)
+    tiles = tile_config(Shape.of(hidden, w1, topk_ids)).replace(route_launches=launches)
+    grids = {}
+    for quant_blocks in (64, 8):
+        monkeypatch.setattr(plans, "_plans", type(plans._plans)())
+        out = fused_moe_triton(*layer, tiles=tiles.replace(quant_blocks=quant_blocks), native=False)
+        assert_matches_reference(data, out)
+        (recorded,) = plans._plans.values()
+        grids[quant_blocks] = recorded.launches[0].grid[0]
+    assert grids[8] - grids[64] == 5 - 1
 
 
 @pytest.mark.parametrize("amd", [False, True])

@@ -181,8 +181,8 @@ def test_tile_fields_are_checked():
     tiles = table_tiles(data)
     for bad, message in [
         (dict(block_k1=512), "block_k1 512 and block_k2 256 must divide d_hidden 256 and d_inter 256"),
-        (dict(quant_blocks=48), "quant_blocks must be a power of 2, got 48"),
-        (dict(quant_blocks=0), "quant_blocks must be a power of 2, got 0"),
+        (dict(quant_blocks=48), "quant_blocks must be a power of two, not 48"),
+        (dict(quant_blocks=0), "quant_blocks must be a power of two, not 0"),
     ]:
         with pytest.raises(ValueError, match=message):
             run_native(data, tiles.replace(**bad))

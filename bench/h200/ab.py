@@ -13,8 +13,8 @@ too deep for its shared memory, or kernels that do not finish within --try-limit
 tried in a process that can be killed, bench/h200/trial.py) is left out of that shape with a line saying so.
 --neighbours adds, per shape, the static tiles' one-field neighbours (neighbours(): each ring one slot
 shallower and deeper, stage 2's tiles a program halved and doubled, the overlap and the routing launches
-toggled, a Gluon stage's fold toggled where there are tail tiles, a register cap lifted), a sweep for one
-warm machine:
+toggled, the routing launches' quantizing programs 4 times longer, a Gluon stage's fold toggled where there are
+tail tiles, a register cap lifted), a sweep for one warm machine:
 
   python -m bench.h200.ab --shapes bs16 bs128 --neighbours --reps 8
 
@@ -52,8 +52,9 @@ def parse_variant(text: str) -> tuple[str, dict[str, int]]:
 
 def neighbours(tiles) -> list[tuple[str, dict[str, int]]]:
     """tiles' one-field neighbours as (name, changes): the ring depths one less (down to 2) and one more,
-    n_tiles2 halved and doubled, overlap and route_launches toggled, a Gluon stage's fold toggled where
-    there are tail tiles, a register cap lifted. Whether the path takes each is candidates()'s to say."""
+    n_tiles2 halved and doubled, overlap and route_launches toggled, the routing launches' quantizing programs
+    4 times longer, a Gluon stage's fold toggled where there are tail tiles, a register cap lifted. Whether the
+    path takes each is candidates()'s to say."""
     flat = tiles.as_dict()
     changes = []
     for field in ("stages1", "stages2"):
@@ -61,7 +62,7 @@ def neighbours(tiles) -> list[tuple[str, dict[str, int]]]:
         changes += [{field: flat[field] + 1}]
     changes += [{"n_tiles2": flat["n_tiles2"] // 2}] if flat["n_tiles2"] > 1 else []
     changes += [{"n_tiles2": flat["n_tiles2"] * 2}, {"overlap": 1 - flat["overlap"]}]
-    changes += [{"route_launches": 3 - flat["route_launches"]}]
+    changes += [{"route_launches": 3 - flat["route_launches"]}, {"quant_blocks": flat["quant_blocks"] * 4}]
     changes += [{f"fold{s}": 1 - flat[f"fold{s}"]} for s in "12" if flat["tail_m"] and flat[f"gluon{s}"]]
     changes += [{field: 0} for field in ("max_regs1", "max_regs2") if flat[field]]
     return [(",".join(f"{k}={v}" for k, v in change.items()), change) for change in changes]
