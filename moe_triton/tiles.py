@@ -33,6 +33,7 @@ class Tiles:
     stage1: Stage
     stage2: Stage
     n_tiles2: int
+    quant_blocks: int = 16
 
     def __post_init__(self):
         # Every call's plan key holds the tiles: hashed once here, not field by field per call.
@@ -100,7 +101,6 @@ class TileConfig(Tiles):
     paired1: int = 0
     overlap: int = 0
     route_launches: int = 2
-    quant_blocks: int = 16
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)
@@ -116,7 +116,6 @@ class NativeTileConfig(Tiles):
     weight_cache: str = ""
     fused_quant: bool = False
     route_launches: int = 2
-    quant_blocks: int = 16
 
 
 def check_sizes(tiles: Tiles) -> None:
