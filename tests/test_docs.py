@@ -50,7 +50,10 @@ def test_readme_test_command_is_what_ci_runs_on_a_cold_cache():
     assert lines.index('fresh="$(mktemp -d)"') < fresh
     for step in ("ruff check .", "ruff format --check ."):
         assert step in lines
-    for step in ("TRITON_INTERPRET=1 python -m pytest -q", "python -m bench.gfx950 --cases official"):
+    for step in (
+        "TRITON_INTERPRET=1 python -m pytest -q -n auto --maxprocesses 4",
+        "python -m bench.gfx950 --cases official",
+    ):
         assert lines.index(step) > fresh, step
 
 

@@ -117,10 +117,12 @@ from bench.h200 import twin
 
 
 def interrupted(*args, **kwargs):  # the first compile, as a Ctrl-C in the terminal would find it
-    os.kill(os.getpid(), signal.SIGINT)
+    signal.raise_signal(signal.SIGINT)  # to this thread: os.kill may wake another, and the sleep runs out
     time.sleep(60)
 
 
+# a shell's background job starts with SIGINT ignored, and Python then installs no handler for it
+signal.signal(signal.SIGINT, signal.default_int_handler)
 twin.decode_launches = interrupted
 sys.argv = ["silu_code", "--cases", "smoke:0"]
 runpy.run_module("bench.numerics.silu_code", run_name="__main__")
