@@ -21,7 +21,7 @@ OFFICIAL_FLUSH_SHAPE = (16000, 1024, 1024)
 OFFICIAL_FLUSH_BYTES = 4 * 16000 * 1024 * 1024
 CPU_FLUSH_BYTES = 64 << 20
 # What the official flush must leave free beside it: the case's inputs and scratch, and the other processes of a
-# shared card (on a 141 GB H200 two official flushes in two pytest-xdist workers left a third without room for
+# shared card (on a 140 GiB H200 two official flushes in two pytest-xdist workers left a third without room for
 # its inputs, 2026-12-07).
 OFFICIAL_FLUSH_ROOM = 32 << 30
 
