@@ -11,10 +11,10 @@ from moe_triton import plan, target
 from moe_triton.kernels.decode import moe_prep_kernel, moe_route_prep_kernel
 from moe_triton.kernels.native import moe_native_prep_kernel, moe_native_route_kernel
 from moe_triton.kernels.routing import moe_route_kernel, moe_route_slots_kernel
+from moe_triton.tiles import QUANT_BLOCKS
 
-# 32-blocks per quantization program and slots per step of the route loop, measured on the H200
-# (2026-11-30, bench/notes/decode-path-1-4.md, "a separate route launch").
-QUANT_BLOCKS = 16
+# Slots per step of the route loop, measured on the H200 (2026-11-30, bench/notes/decode-path-1-4.md, "a separate
+# route launch").
 ROUTE_CHUNK = 4096
 # Slots per step where one routing program counts all of topk_ids (route_launches 1), or a moe_route_slots_kernel
 # program the slots of its chunk before its own: 4096 (ROUTE_CHUNK) spilled 33 SGPRs into a 512-bin histogram on

@@ -24,6 +24,11 @@ def _stage_field(stage: str, name: str) -> property:
     return property(lambda tiles: getattr(getattr(tiles, stage), name), doc=f"{stage}.{name}")
 
 
+# 32-blocks per quantizing program of the routing launches, measured on the H200 (2026-11-30,
+# bench/notes/decode-path-1-4.md, "a separate route launch"; longer programs lost on 2026-12-07).
+QUANT_BLOCKS = 16
+
+
 @dataclass(frozen=True, kw_only=True, repr=False)
 class Tiles:
     """What both paths' tiles hold (docs/tiles.md, "A row"); the launchers, replace, as_dict and the
@@ -33,7 +38,7 @@ class Tiles:
     stage1: Stage
     stage2: Stage
     n_tiles2: int
-    quant_blocks: int = 16
+    quant_blocks: int = QUANT_BLOCKS
 
     def __post_init__(self):
         # Every call's plan key holds the tiles: hashed once here, not field by field per call.

@@ -395,10 +395,9 @@ def test_the_variants_rows_are_read_while_measuring_and_put_back(gluon):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="measures on an NVIDIA GPU")
 def test_on_the_gpu_one_shape_is_measured_and_reported(tmp_path, capsys, monkeypatch):
     from bench.h200 import harness
-    from bench.runner.timing import Device
 
-    # twice the L2, then HOST_LEAD_S of GPU work: the official 62.5 GiB flush would stay reserved in this worker
-    monkeypatch.setattr(harness, "fitting_device", lambda: Device("cuda", "l2", lead_s=harness.HOST_LEAD_S))
+    # the official 62.5 GiB flush would stay reserved in this worker
+    monkeypatch.setattr(harness, "fitting_device", harness.l2_device)
     argv = ["--shapes", "I512-E32+1-k8+1-bs16", "--reps", "2", "--ceilings", "4.24,715", "--out", str(tmp_path)]
     assert stream.main(argv) == 0
     results = json.loads((tmp_path / "stream.json").read_text())
