@@ -18,7 +18,8 @@ tail tiles, a register cap lifted), a sweep for one warm machine:
 
   python -m bench.h200.ab --shapes bs16 bs128 --neighbours --reps 8
 
-Writes ab.json and ab.md under --out ($OUT by default) after every shape.
+Writes ab.json and ab.md under --out ($OUT by default) after every shape. `python -m bench.h200.occupancy` takes the
+same --shapes, --variant and --neighbours and screens the candidates on the CPU first (compiled for sm_90).
 """
 
 from __future__ import annotations
@@ -103,6 +104,34 @@ def candidates(shape, variants: list[tuple[str, dict]], with_neighbours: bool = 
     return out, skipped
 
 
+def candidate_parser(prog: str, doc: str):
+    """The command line of a tool that takes a shape's candidates as this one does: --shapes, --variant and
+    --neighbours (bench.h200.occupancy screens the same candidates on the CPU)."""
+    from bench.runner.preflight import doc_parser
+
+    parser = doc_parser(prog, doc)
+    parser.add_argument("--shapes", nargs="+", required=True, help="name substrings or indices of official shapes")
+    parser.add_argument("--variant", action="append", default=[], help="[NAME=]FIELD=V[,FIELD=V...]")
+    parser.add_argument("--neighbours", action="store_true", help="also the static tiles' one-field neighbours")
+    return parser
+
+
+def chosen_candidates(parser, args) -> tuple[list, list] | None:
+    """(variants, official cases) of candidate_parser's arguments; None after the parser's one-line error."""
+    from bench.h200.harness import official_cases
+
+    try:
+        variants = [parse_variant(v) for v in args.variant]
+    except ValueError as error:
+        parser.fail(str(error))
+        return None
+    cases = official_cases(args.shapes)
+    if not cases:
+        parser.fail(f"--shapes {' '.join(args.shapes)}: no official shape matches")
+        return None
+    return variants, cases
+
+
 def launchable(case: dict, tiles: dict, limit_s: float) -> tuple[dict, list[str]]:
     """The candidates (name -> tiles) that run on this GPU, each tried once in a process that can be killed
     (bench.h200.trial), and a line for each that does not: refused at its launch (a ring too deep for the GPU's
@@ -131,12 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from bench.runner.case_args import UsageError
-    from bench.runner.preflight import check_out_dir, doc_parser, positive_float, positive_int
+    from bench.runner.preflight import USAGE_STATUS, check_out_dir, positive_float, positive_int
 
-    parser = doc_parser("python -m bench.h200.ab", __doc__)
-    parser.add_argument("--shapes", nargs="+", required=True, help="name substrings or indices of official shapes")
-    parser.add_argument("--variant", action="append", default=[], help="[NAME=]FIELD=V[,FIELD=V...]")
-    parser.add_argument("--neighbours", action="store_true", help="also the static tiles' one-field neighbours")
+    parser = candidate_parser("python -m bench.h200.ab", __doc__)
     parser.add_argument("--reps", type=positive_int, default=8, help="timed inputs per candidate and pass")
     parser.add_argument(
         "--try-limit-s", type=positive_float, default=120.0, help="a candidate's first call, compiles included"
@@ -144,17 +170,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.environ.get("OUT", str(ROOT / "bench" / "out" / "ab")))
     args = parser.parse_args(argv)
 
-    from bench.h200.harness import official_cases
-
     if not (args.variant or args.neighbours):
         return parser.fail("--variant or --neighbours: nothing to set against the static tiles")
-    try:
-        variants = [parse_variant(v) for v in args.variant]
-    except ValueError as error:
-        return parser.fail(str(error))
-    cases = official_cases(args.shapes)
-    if not cases:
-        return parser.fail(f"--shapes {' '.join(args.shapes)}: no official shape matches")
+    chosen = chosen_candidates(parser, args)
+    if chosen is None:
+        return USAGE_STATUS
+    variants, cases = chosen
     import torch
 
     if not torch.cuda.is_available() or torch.version.hip is not None:
