@@ -1,6 +1,6 @@
 """`python -m bench.h200.occupancy`: a shape's static tiles and variants of them compiled for sm_90 on this
 machine, nothing run. Per GEMM launch: its registers, warps and shared memory, the programs an SM holds and
-what limits them, and its K loops' instructions, wgmma waits and spills.
+what limits them, and its K loop body's instructions, wgmma waits and spills.
 
 What bench.h200.ab would time, screened first. On the H200 the decode's instructions want more warps an SM to
 hide behind (bench/notes/nvidia-speed.md); a variant that fits no more programs an SM, waits for every wgmma or
