@@ -39,6 +39,18 @@ def test_a_bad_shape_or_variant_is_one_line(argv, says, capsys):
     assert len(err) == 1 and says in err[0]
 
 
+def test_a_candidate_that_does_not_compile_is_listed_with_why(monkeypatch, capsys):
+    def fails(case, tiles):
+        raise RuntimeError("ptxas fatal: out of registers\nthe rest of its log")
+
+    monkeypatch.setattr(occupancy, "gemm_rows", fails)
+    assert occupancy.main(["--shapes", "0", "--variant", "capped=max_regs1=64"]) == 0
+    rows = capsys.readouterr().out.splitlines()[2:]
+    assert [row.split("|")[2].strip() for row in rows] == [
+        f"{name}: compile failed: RuntimeError: ptxas fatal: out of registers" for name in ("static", "capped")
+    ]
+
+
 def test_the_table_compiles_each_candidate_for_sm90_and_fits_its_programs():
     args = ["--shapes", "0", "--variant", "capped=max_regs1=64", "--variant", "wrong=gluon1=3"]
     done = fresh_run("-m", "bench.h200.occupancy", *args)
