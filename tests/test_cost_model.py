@@ -174,6 +174,31 @@ def test_sass_splits_the_mma_loop_from_the_rest():
     )
 
 
+NESTED = """\
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                                   /* 0x000 */
+        /*0010*/                   LDGSTS.E.BYPASS.128 [R2], desc[UR4][R6.64] ;              /* 0x000 */
+        /*0020*/                   IMAD R2, R3, R4, R5 ;                                     /* 0x000 */
+        /*0030*/                   IGMMA.64x128x32.S32.S8.S8 R24, R88, gdesc[UR8], R24 ;     /* 0x000 */
+        /*0040*/                   PRMT R6, R6, 0x5410, R7 ;                                 /* 0x000 */
+        /*0050*/              @!P4 BRA 0x20 ;                                                /* 0x000 */
+        /*0060*/                   FFMA R8, R8, R9, R10 ;                                    /* 0x000 */
+        /*0070*/              @!P5 BRA 0x10 ;                                                /* 0x000 */
+        /*0080*/                   EXIT ;                                                    /* 0x000 */
+"""
+
+
+def test_the_k_loop_is_the_shortest_loop_holding_an_mma():
+    from bench.h200 import sass
+
+    lines = sass.instructions(NESTED)
+    assert [len(body) for body in sass.loops(lines)] == [4, 7]  # the inner loop, then the one around it
+    assert [sass.opcode(t) for t in sass.k_loop(lines)] == ["IMAD", "IGMMA", "PRMT", "BRA"]
+    assert sass.k_loop(sass.instructions(NESTED.replace("IGMMA.64x128x32.S32.S8.S8", "IADD3"))) == []
+    kernel = sass.split(NESTED)
+    assert (kernel.loop.instructions, kernel.loop.mma, kernel.rest.instructions) == (4, 1, 5)
+    assert kernel.loop.tensor_flops == 2 * 64 * 128 * 32 / 4  # int8 ops, a quarter per warp
+
+
 def test_one_programs_path_takes_the_short_branch_and_enters_loops_once():
     from bench.gfx950.cfg import Instruction, shortest_path
 

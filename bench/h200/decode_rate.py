@@ -166,8 +166,8 @@ def compiled_for_sm90() -> dict:
 
     import torch
 
-    from bench.h200.compile import compiling_for_sm90, loops
-    from bench.h200.sass import disassemble, instructions, opcode, resources
+    from bench.h200.sass import disassemble, instructions, k_loop, opcode, resources
+    from bench.h200.sm90 import compiling_for_sm90
 
     w, s, a = weight_set(SETS["E-257 bs-16"], K_DIM, torch.device("cpu"))
     out = torch.empty((w.shape[0], ROWS))
@@ -175,9 +175,10 @@ def compiled_for_sm90() -> dict:
         for light in (True, False):
             launch(w, s, a, out, light, True, False)
     compiled = {}
-    for mode, (kernel, _grid) in zip(("light", "decode"), driver.launches, strict=True):
+    for mode, launched in zip(("light", "decode"), driver.launches, strict=True):
+        kernel = launched.kernel
         text = disassemble(kernel.asm["cubin"])
-        body = min((b for b in loops(instructions(text)) if any("HGMMA" in t for t in b)), key=len)
+        body = k_loop(instructions(text))
         ops = [opcode(t) for t in body]
         compiled[mode] = {
             "loop": len(body),

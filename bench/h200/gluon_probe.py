@@ -8,7 +8,7 @@ partition (one or two warpgroups, VARIANTS) waits for a slot, runs wgmma on it a
 for the MMA (that step's with lag 0, the previous step's with lag 1) and frees the slot it read,
 then stores C through shared memory with TMA. On an NVIDIA GPU it checks C against
 torch on a small product (C's memory poisoned with NaN first) and times 4096^3 beside torch's matmul
-(triton.testing.do_bench); without one it compiles the kernel for sm_90 (bench/h200/compile.py's
+(triton.testing.do_bench); without one it compiles the kernel for sm_90 (bench/h200/sm90.py's
 compile-only driver) and prints what the SASS holds. Works with triton 3.6 and 3.9 (the TMA copies
 were renamed in between).
 """
@@ -143,12 +143,12 @@ VARIANTS = {
 
 def compiled_for_sm90(variant: str) -> dict:
     """Compile one of VARIANTS for sm_90 on this machine; what its SASS holds."""
-    from bench.h200.compile import compiling_for_sm90
     from bench.h200.sass import disassemble
+    from bench.h200.sm90 import compiling_for_sm90
 
     with compiling_for_sm90() as driver:
         ws_gemm(*inputs(512, 512, 1024, "cpu"), **VARIANTS[variant])
-    kernel, _grid = driver.launches[-1]
+    kernel = driver.launches[-1].kernel
     text = disassemble(kernel.asm["cubin"])
     counts = {name: len(re.findall(rf"\b{mark}\b", text)) for name, mark in SASS_MARKS.items()}
     return {"warps": kernel.metadata.num_warps, "shared": kernel.metadata.shared, **counts}

@@ -477,32 +477,21 @@ def decoded_gemm(operands: dict, c: torch.Tensor, decode: str = "int8", chunk: i
 LOOP_OPS = ("IGMMA", "HGMMA", "PRMT", "LOP3", "SHF", "IADD3", "IMAD", "FFMA", "HMUL2", "LDS", "SYNCS", "BAR")
 
 
-def _k_loop(text: str) -> list[str]:
-    """An MMA warpgroup's K loop: the first loop holding MMAs that holds no other such loop (the
-    partitions' copies are alike; the loop around them all is longer)."""
-    from bench.h200.compile import loops
-    from bench.h200.sass import instructions
-
-    hot = [body for body in loops(instructions(text)) if any(re.search(r"\b[IH]GMMA", t) for t in body)]
-    inner = [b for b in hot if not any(o is not b and len(o) < len(b) and set(o) <= set(b) for o in hot)]
-    return inner[0] if inner else []
-
-
 def compiled_for_sm90(variant: str) -> dict:
     """Compile one of VARIANTS for sm_90 on this machine; what its SASS holds: the MMA kinds, and
     per 32-wide K step the instructions of a warp in the K loop (a loop iteration is 128 wide)."""
-    from bench.h200.compile import compiling_for_sm90
-    from bench.h200.sass import disassemble, opcode, resources
+    from bench.h200.sass import disassemble, instructions, k_loop, opcode, resources
+    from bench.h200.sm90 import compiling_for_sm90
 
     tiles = VARIANTS[variant]
     inputs = probe_inputs(256, 128, 1024, tiles["chunk"], "cpu")
     with compiling_for_sm90() as driver:
         operands = launch_operands(inputs, tiles["decode"])
         decoded_gemm(operands, torch.empty(256, 128), **tiles)
-    kernel, _grid = driver.launches[-1]
+    kernel = driver.launches[-1].kernel
     text = disassemble(kernel.asm["cubin"])
     kinds = Counter(m[0] for m in re.findall(r"\b([IH]GMMA\.\w+(\.\w+)*)", text))
-    body = _k_loop(text)
+    body = k_loop(instructions(text))
     ops = Counter(opcode(t) for t in body)
     # the promotion: the bias adds, the fused multiply-adds and the scales' loads; with CHUNK > 4
     # blocks its block runs on one K step in CHUNK / 4
@@ -526,15 +515,15 @@ def reference_loop(variant: str) -> dict:
     """The bf16 Gluon probe's K loop (gluon_probe.ws_gemm, bf16 A from shared memory), per 32-wide K
     step, for the same comparison."""
     from bench.h200 import gluon_probe
-    from bench.h200.compile import compiling_for_sm90
-    from bench.h200.sass import disassemble, opcode
+    from bench.h200.sass import disassemble, instructions, k_loop, opcode
+    from bench.h200.sm90 import compiling_for_sm90
 
     tiles = gluon_probe.VARIANTS[variant]
     with compiling_for_sm90() as driver:
         gluon_probe.ws_gemm(*gluon_probe.inputs(512, 512, 1024, "cpu"), **tiles)
-    kernel, _grid = driver.launches[-1]
+    kernel = driver.launches[-1].kernel
     text = disassemble(kernel.asm["cubin"])
-    body = _k_loop(text)
+    body = k_loop(instructions(text))
     ops = Counter(opcode(t) for t in body)
     return {
         "mma_kinds": dict(Counter(m[0] for m in re.findall(r"\b(HGMMA\.\w+(\.\w+)*)", text))),

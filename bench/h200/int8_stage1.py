@@ -333,8 +333,8 @@ def _triton_version() -> str:
 def compiled_for_sm90(shape: str) -> dict:
     """The probe compiled for sm_90 on this machine (an official shape's decode-table tile): what the SASS of
     its chunk loop (two K steps) holds."""
-    from bench.h200.compile import compiling_for_sm90, loops
-    from bench.h200.sass import disassemble, instructions, opcode, resources
+    from bench.h200.sass import disassemble, instructions, k_loop, opcode, resources
+    from bench.h200.sm90 import compiling_for_sm90
     from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import tile_config
     from problem.cases import BENCHMARKS, case_name
@@ -348,10 +348,9 @@ def compiled_for_sm90(shape: str) -> dict:
     a = torch.empty(n, h, dtype=torch.int8)
     with compiling_for_sm90() as driver:
         launch(data, tiles, a, torch.empty(n, h // 256), torch.empty(n * topk * 8, i, dtype=torch.bfloat16))
-    kernel, _grid = driver.launches[-1]
+    kernel = driver.launches[-1].kernel
     text = disassemble(kernel.asm["cubin"])
-    hot = [body for body in loops(instructions(text)) if any(re.search(r"\bIGMMA", t) for t in body)]
-    body = min(hot, key=len) if hot else []
+    body = k_loop(instructions(text))
     res = resources(kernel.asm["cubin"])
     return {
         "registers": res.registers,

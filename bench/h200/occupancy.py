@@ -57,8 +57,7 @@ def launch_figures(launch) -> dict:
     """What one launch's compiled kernel holds (bench.gfx950.driver's record of a compile-only launch): its
     resources, wgmmas, waits and copies, the instructions and spills of its K loops, and the markers of the
     overlap's handshake (polls, releases, fences)."""
-    from bench.h200.compile import loops
-    from bench.h200.sass import disassemble, instructions, resources
+    from bench.h200.sass import disassemble, instructions, k_loop, loops, resources
 
     kernel = launch.kernel
     text = disassemble(kernel.asm["cubin"])
@@ -69,8 +68,7 @@ def launch_figures(launch) -> dict:
     loop = [line for body in hot for line in body]
     # the K loops themselves: hot loops that hold no other (stage 2's tile loop holds its K loop)
     inner = [line for b in hot if not any(o is not b and set(o) < set(b) for o in hot) for line in b]
-    # the K loop's body: the shortest loop that issues wgmmas (one K step, or two where the loop is unrolled)
-    body = min((b for b in hot if re.search(r"\bHGMMA\b", str(b))), key=len, default=[])
+    body = k_loop(lines)  # one K step, or two where the loop is unrolled
     return {
         "mma": len(re.findall(r"\bHGMMA\b", text)),
         "waits": len(re.findall(r"WARPGROUP\.DEPBAR", text)),
@@ -135,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
     from bench.h200.ab import candidate_parser, candidates, chosen_candidates
-    from bench.h200.compile import fast_decode_on
+    from bench.h200.sm90 import fast_decode_on
     from bench.runner.case_args import case_shape
     from bench.runner.preflight import USAGE_STATUS
 
@@ -154,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, t in tiles.items():
             try:
                 launches[label] = gemm_rows(case, t)
-            except Exception as error:  # a tile that does not compile is a result, as in bench.h200.compile
+            except Exception as error:  # a tile that does not compile is a result
                 left_out.append(
                     f"{label}: compile failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
                 )

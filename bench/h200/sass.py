@@ -2,8 +2,10 @@
 work of its warpgroup MMAs, and the registers and shared memory a program holds.
 
 The SASS comes from cuobjdump (shipped in triton's NVIDIA backend, triton/backends/nvidia/bin/):
-one instruction a line, `/*addr*/ [@pred] OPCODE operands ;`, branches to absolute addresses. The K
-loop is the innermost loop holding MMAs: the text from a backward branch's target down to the branch.
+one instruction a line, `/*addr*/ [@pred] OPCODE operands ;`, branches to absolute addresses. A loop is
+the text from a backward branch's target down to the branch; the K loop is the shortest loop holding MMAs
+(one K step, or two where the compiler unrolled it; the loop of a warp-specialized kernel's partitions,
+around them all, is far longer).
 Its counts are per iteration as compiled (the static body: a conditional block inside counts as if
 taken). Every instruction a warp issues counts once, as ncu's smsp__inst_executed counts it.
 Tensor-core work: HGMMA.64xNx16 (a warpgroup of 4 warps over the SM's 4 sub-partitions) is
@@ -21,7 +23,7 @@ from pathlib import Path
 
 _LINE = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 _BRANCH = re.compile(r"\bBRA(?:\.\w+)*\s+(?:`?\(?)0x([0-9a-f]+)")
-_HGMMA = re.compile(r"\bHGMMA\.(\d+)x(\d+)x(\d+)")
+_WGMMA = re.compile(r"\b[HI]GMMA\.(\d+)x(\d+)x(\d+)")  # bf16 (HGMMA) and int8 (IGMMA) warpgroup MMAs
 _HMMA = re.compile(r"\bHMMA\.16(8)(\d+)")  # HMMA.16816: m16 n8 k16
 _RESOURCES = re.compile(r"REG:(\d+)\s+STACK:(\d+)\s+SHARED:(\d+)\s+LOCAL:(\d+)")
 
@@ -80,10 +82,10 @@ def opcode(instruction: str) -> str:
 
 def tensor_flops(instruction: str) -> float:
     """Flops this instruction puts on its own warp's sub-partition's tensor core (0: not an MMA)."""
-    found = _HGMMA.search(instruction)
+    found = _WGMMA.search(instruction)
     if found:
         m, n, k = (int(x) for x in found.groups())
-        return 2 * m * n * k / 4  # a warpgroup's MMA, shared by its four warps' sub-partitions
+        return 2 * m * n * k / 4  # a warpgroup's MMA, shared by its four warps' sub-partitions (int8: ops)
     found = _HMMA.search(instruction)
     if found:
         n, k = (int(x) for x in found.groups())
@@ -92,7 +94,35 @@ def tensor_flops(instruction: str) -> float:
 
 
 def is_mma(instruction: str) -> bool:
-    return opcode(instruction) in ("HGMMA", "HMMA")
+    return opcode(instruction) in ("HGMMA", "IGMMA", "HMMA")
+
+
+def loop_spans(lines: list[tuple[int, str]]) -> list[range]:
+    """The index ranges into instructions() of every loop: a backward branch's target down to the branch."""
+    where = {addr: i for i, (addr, _) in enumerate(lines)}
+    spans = []
+    for i, (addr, text) in enumerate(lines):
+        branch = _BRANCH.search(text)
+        if branch and int(branch[1], 16) < addr and int(branch[1], 16) in where:
+            spans.append(range(where[int(branch[1], 16)], i + 1))
+    return spans
+
+
+def loops(lines: list[tuple[int, str]]) -> list[list[str]]:
+    """The instructions of every loop (loop_spans)."""
+    return [[lines[i][1] for i in span] for span in loop_spans(lines)]
+
+
+def _k_loop_span(lines: list[tuple[int, str]]) -> range | None:
+    """The shortest loop holding an MMA; None where none does."""
+    hot = [span for span in loop_spans(lines) if any(is_mma(lines[i][1]) for i in span)]
+    return min(hot, key=len, default=None)
+
+
+def k_loop(lines: list[tuple[int, str]]) -> list[str]:
+    """The K loop's instructions: the shortest loop holding an MMA; empty where none does."""
+    span = _k_loop_span(lines)
+    return [lines[i][1] for i in span] if span else []
 
 
 @dataclass
@@ -144,22 +174,11 @@ def program_path(lines: list[tuple[int, str]]) -> list[str]:
 
 
 def split(text: str) -> Kernel:
-    """The innermost loop holding MMAs (the shortest span from a backward branch's target to the
-    branch) and everything else."""
+    """The K loop (k_loop) and everything else."""
     lines = instructions(text)
-    body = [t for _, t in lines]
-    best = None
-    for addr, instruction in lines:
-        found = _BRANCH.search(instruction)
-        if not found or int(found[1], 16) >= addr:
-            continue
-        start = int(found[1], 16)
-        span = [t for a, t in lines if start <= a <= addr]
-        if any(map(is_mma, span)) and (best is None or len(span) < len(best[2])):
-            best = (start, addr, span)
-    total, path = counts(body), counts(program_path(lines))
-    if best is None:
+    total, path = counts([t for _, t in lines]), counts(program_path(lines))
+    span = _k_loop_span(lines)
+    if span is None:
         return Kernel(loop=None, rest=total, total=total, path=path)
-    start, end, span = best
-    rest = [t for a, t in lines if not start <= a <= end]
-    return Kernel(loop=counts(span), rest=counts(rest), total=total, path=path)
+    rest = [t for i, (_, t) in enumerate(lines) if i not in span]
+    return Kernel(loop=counts([lines[i][1] for i in span]), rest=counts(rest), total=total, path=path)

@@ -52,7 +52,7 @@ def decode_launches(params: dict, tiles=None, native: bool = False) -> list:
     the tile table's register caps."""
     from bench.gfx950.driver import SM90, compile_only
     from bench.gfx950.run import compile_inputs
-    from bench.h200.compile import fast_decode_on
+    from bench.h200.sm90 import fast_decode_on
     from moe_triton import plan
     from moe_triton.fused_moe import fused_moe_triton
     from problem.validation import validate_inputs
