@@ -1,6 +1,6 @@
 """The Gluon kernels compiled for sm_90 on the CPU (tests/test_gluon_stage1.py, test_gluon_stage2.py):
 what the SASS and PTX of each launch of one kernel hold (bench.h200.occupancy.launch_figures), for (case,
-tiles) pairs, compiled the H200's way by bench.h200.twin.decode_launches in a fresh process with
+tiles) pairs, compiled the H200's way by bench.h200.sm90.decode_launches in a fresh process with
 TRITON_INTERPRET unset (the kernels of the test process were made for the interpreter when moe_triton was
 imported); compiled_by runs a bench probe's own summary of what it compiles in such a process."""
 
@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 COMPILE_DRIVER = """
 import json, sys
 from bench.h200.occupancy import launch_figures
-from bench.h200.twin import decode_launches
+from bench.h200.sm90 import decode_launches
 from moe_triton.tiles import TileConfig
 
 function, pairs = json.loads(sys.argv[1])

@@ -113,7 +113,7 @@ def test_a_bad_case_is_a_one_line_error():
 
 INTERRUPTED = """
 import os, runpy, signal, sys, time
-from bench.h200 import twin
+from bench.h200 import sm90
 
 
 def interrupted(*args, **kwargs):  # the first compile, as a Ctrl-C in the terminal would find it
@@ -123,7 +123,7 @@ def interrupted(*args, **kwargs):  # the first compile, as a Ctrl-C in the termi
 
 # a shell's background job starts with SIGINT ignored, and Python then installs no handler for it
 signal.signal(signal.SIGINT, signal.default_int_handler)
-twin.decode_launches = interrupted
+sm90.decode_launches = interrupted
 sys.argv = ["silu_code", "--cases", "smoke:0"]
 runpy.run_module("bench.numerics.silu_code", run_name="__main__")
 """

@@ -98,7 +98,7 @@ def launch_figures(launch) -> dict:
 
 def gemm_rows(case: dict, tiles) -> list[dict]:
     """The figures of each GEMM launch (the stages) of one call of case on tiles, compiled for sm_90."""
-    from bench.h200.twin import decode_launches
+    from bench.h200.sm90 import decode_launches
 
     rows = []
     for launch in decode_launches(case, tiles):

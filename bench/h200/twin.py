@@ -43,32 +43,6 @@ BF16_BYTES = 2  # the decode path's activations (a1, a2)
 SWEEP_BYTES_PER_WARP = 32 * 16 * 4
 
 
-# ---------------------------------------------------------------- compiling for sm_90
-
-
-def decode_launches(params: dict, tiles=None, native: bool = False) -> list:
-    """Compile (never run) every launch of one decode-path call for sm_90 (the native path's with
-    native), as the launcher launches it on the H200: the fast decode, programmatic dependent launch,
-    the tile table's register caps."""
-    from bench.gfx950.driver import SM90, compile_only
-    from bench.gfx950.run import compile_inputs
-    from bench.h200.sm90 import fast_decode_on
-    from moe_triton import plan
-    from moe_triton.fused_moe import fused_moe_triton
-    from problem.validation import validate_inputs
-
-    data = compile_inputs(params)
-    validate_inputs(data)
-    hidden, w1, w2, w1_scale, w2_scale, *_, topk_weights, topk_ids, _config = data
-    plan.clear_plans()  # a recorded plan would replay instead of launching
-    try:
-        with fast_decode_on(), compile_only(SM90) as driver:  # the CPU tensors stand for CUDA ones
-            fused_moe_triton(hidden, w1, w2, w1_scale, w2_scale, topk_weights, topk_ids, tiles=tiles, native=native)
-    finally:
-        plan.clear_plans()
-    return driver.launches
-
-
 def static_record(launch) -> dict:
     from bench.h200 import sass
 
@@ -96,6 +70,7 @@ def compile_static() -> dict:
 
     from bench.gfx950.driver import SM90, compile_only
     from bench.h200.calibrate import stream_kernel
+    from bench.h200.sm90 import decode_launches
     from problem.cases import BENCHMARKS, TESTS, case_name
 
     os.environ["TRITON_INTERPRET"] = "0"

@@ -16,7 +16,7 @@ def compiled_h_kernels(params: dict) -> list[tuple[str, str, str, list[str]]]:
     """(target, path, kernel, problems) of every launch that computes h in one call of a case, compiled (never
     run) for sm_90 and gfx950 as the launchers launch them there."""
     from bench.gfx950.run import launch_case
-    from bench.h200.twin import decode_launches
+    from bench.h200.sm90 import decode_launches
     from bench.runner.case_args import case_shape
     from moe_triton.tiles_nvidia import GLUON_TUNED, gluon_variant, tile_config
 
