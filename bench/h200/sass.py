@@ -128,7 +128,7 @@ def k_loop(lines: list[tuple[int, str]]) -> list[str]:
 @dataclass
 class Counts:
     instructions: int  # warp instructions issued
-    mma: int  # HGMMA / HMMA instructions among them
+    mma: int  # HGMMA / IGMMA / HMMA instructions among them
     tensor_flops: float  # on the warp's sub-partition
 
     def __add__(self, other: Counts) -> Counts:
