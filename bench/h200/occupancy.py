@@ -57,17 +57,26 @@ def launch_figures(launch) -> dict:
     """What one launch's compiled kernel holds (bench.gfx950.driver's record of a compile-only launch): its
     resources, wgmmas, waits and copies, the instructions and spills of its K loops, and the markers of the
     overlap's handshake (polls, releases, fences)."""
-    from bench.h200.sass import disassemble, instructions, k_loop, loops, resources
+    from bench.h200.sass import disassemble, instructions, k_loop, loop_spans, resources
 
     kernel = launch.kernel
     text = disassemble(kernel.asm["cubin"])
     lines = instructions(text)
     # the K loops: loops of a few hundred instructions that issue wgmmas or cp.async (the loop that dispatches
     # a warp-specialized kernel's partitions, around them all, is thousands long)
-    hot = [body for body in loops(lines) if len(body) <= 1000 and re.search(r"HGMMA|LDGSTS", str(body))]
-    loop = [line for body in hot for line in body]
+    hot = [
+        span
+        for span in loop_spans(lines)
+        if len(span) <= 1000 and any(re.search(r"HGMMA|LDGSTS", lines[i][1]) for i in span)
+    ]
+    loop = [lines[i][1] for span in hot for i in span]
     # the K loops themselves: hot loops that hold no other (stage 2's tile loop holds its K loop)
-    inner = [line for b in hot if not any(o is not b and set(o) < set(b) for o in hot) for line in b]
+    inner = [
+        lines[i][1]
+        for span in hot
+        if not any(o != span and span.start <= o.start and o.stop <= span.stop for o in hot)
+        for i in span
+    ]
     body = k_loop(lines)  # one K step, or two where the loop is unrolled
     return {
         "mma": len(re.findall(r"\bHGMMA\b", text)),
@@ -136,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     from bench.h200.sm90 import fast_decode_on
     from bench.runner.case_args import case_shape
     from bench.runner.preflight import USAGE_STATUS
+    from bench.runner.worker import error_summary
 
     parser = candidate_parser("python -m bench.h200.occupancy", __doc__)
     args = parser.parse_args(argv)
@@ -152,10 +162,9 @@ def main(argv: list[str] | None = None) -> int:
         for label, t in tiles.items():
             try:
                 launches[label] = gemm_rows(case, t)
-            except Exception as error:  # a tile that does not compile is a result
-                left_out.append(
-                    f"{label}: compile failed: {type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
-                )
+            except Exception as error:  # a tile that does not compile is a result: its type and first line
+                summary = error_summary(error)[: len(type(error).__name__) + 2 + 160]
+                left_out.append(f"{label}: compile failed: {summary}")
         results[name] = {"launches": launches, "left_out": left_out}
     print("\n".join(table(results)))
     return 0
