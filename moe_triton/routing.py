@@ -75,10 +75,11 @@ def route_decode(
     a2_ready: torch.Tensor,
     launches: int = 2,
     quant_blocks: int = QUANT_BLOCKS,
+    slot_span: int = 32,
 ) -> tuple[Routing, torch.Tensor]:
     """The decode path's routing for blocks of block_m rows in `launches` (1 or 2) launches, `out` and `a2_ready`
     (int32, the overlap's counts of a2 columns per routing block) zeroed, and a1: the hidden states in a bf16 buffer
-    in k_slot column order, quant_blocks 32-element blocks a quantizing program."""
+    in k_slot column order of slot_span, quant_blocks 32-element blocks a quantizing program."""
     n_tokens, d_hidden = hidden_states.shape
     device = hidden_states.device
     n_slots = topk_ids.numel()
@@ -86,7 +87,7 @@ def route_decode(
     a1 = get_buffer("a1", (n_tokens, d_hidden), torch.bfloat16, device)
     fast = target.fast_decode(device)
     pdl = target.pdl_options(fast)
-    options = dict(QUANT_BLOCKS=quant_blocks, FAST=fast, **pdl)
+    options = dict(QUANT_BLOCKS=quant_blocks, SLOT_SPAN=slot_span, FAST=fast, **pdl)
     if launches == 1:
         plan.launch(
             moe_route_prep_kernel,

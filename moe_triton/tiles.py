@@ -106,6 +106,8 @@ class TileConfig(Tiles):
     paired1: int = 0
     overlap: int = 0
     route_launches: int = 2
+    slot_span1: int = 32
+    slot_span2: int = 32
 
 
 @dataclass(frozen=True, kw_only=True, repr=False)

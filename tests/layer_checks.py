@@ -1,6 +1,7 @@
-"""Shared by the Triton backend's tests: a small layer to run and the comparison with
+"""Shared by the Triton backend's tests: a small layer to run, the comparison with
 reference.ref_kernel (bit for bit under the CPU interpreter, where both accumulate in fp32; the
-leaderboard's tolerance on a GPU, where stage 2 adds bf16 atomically)."""
+leaderboard's tolerance on a GPU, where stage 2 adds bf16 atomically) and a torch model of the
+activation buffers' column order."""
 
 import types
 
@@ -38,6 +39,15 @@ def small_case(**overrides):
 GPU_CASES = [pytest.param(case, id=f"smoke{i}") for i, case in enumerate(SMOKE)] + [
     pytest.param(small_case(**overrides), id=name) for name, overrides in ODD_SHAPES.items()
 ]
+
+
+def k_slot(cols: torch.Tensor, span: int) -> torch.Tensor:
+    """kernels/decode.py's k_slot: column 32B + 8t + 4b + 2s + h of each 128 to 32B + 16s + 8h + 2t + b (span 32)
+    or to 32t + 16s + 8h + 2B + b (span 128)."""
+    r = cols % 128
+    block, word, b, s, h = r >> 5, (r >> 3) & 3, (r >> 2) & 1, (r >> 1) & 1, r & 1
+    outer, thread = (word, block) if span == 128 else (block, word)
+    return cols - r + 32 * outer + 16 * s + 8 * h + 2 * thread + b
 
 
 def assert_matches_reference(data, out):

@@ -9,7 +9,7 @@ output, on small odd shapes; bench/h200/gluon_check.py checks the official ones.
 import pytest
 import torch
 from gluon_compile import compiled_launches
-from layer_checks import GPU_CASES, assert_matches_reference, small_case
+from layer_checks import GPU_CASES, assert_matches_reference, k_slot, small_case
 
 from bench.h200.gluon_check import routed_a2
 from bench.runner.case_args import SMOKE, case_shape
@@ -36,12 +36,6 @@ def run(data, tiles):
 
 
 # ------------------------------------------------------------------------------- the tiling, in torch
-
-
-def k_slot(cols: torch.Tensor) -> torch.Tensor:
-    """kernels/decode.py's k_slot."""
-    r = cols % 32
-    return cols - r + (((r >> 1) & 1) << 4) + ((r & 1) << 3) + ((r >> 3) << 1) + ((r >> 2) & 1)
 
 
 def ring_row(r: torch.Tensor, d_inter: int) -> torch.Tensor:
@@ -94,7 +88,7 @@ def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> t
                 cols = col0 + 32 * g + 8 * torch.arange(4)[:, None] + torch.arange(8)[None, :]
                 # SPEC 3.3 on each token's 32 columns (one block), times 2^FAST_EXP
                 values = quant_dequant_activation(h.permute(2, 0, 1).reshape(block_m, 32)) * 2.0**FAST
-                a2[block * block_m : (block + 1) * block_m, k_slot(cols.flatten())] = values
+                a2[block * block_m : (block + 1) * block_m, k_slot(cols.flatten(), 32)] = values
     return a2[real].bfloat16()
 
 

@@ -96,7 +96,7 @@ def test_a_torch_model_of_the_gluon_stage_2_tiling_gives_the_plain_products_and_
     # the plain down GEMM of each real sorted row: a2's columns back in natural order, w2 dequantized
     tokens, slots = sorted_ids[real] & 0xFFFFFF, sorted_ids[real] >> 24
     experts = sorted_expert_ids[real // tiles.block_m].long()
-    natural = a2[real][:, k_slot(torch.arange(a2.shape[1]))].double()
+    natural = a2[real][:, k_slot(torch.arange(a2.shape[1]), 32)].double()
     weights = dequantize(w2.reshape(-1, w2.shape[2]), w2s).reshape(*w2.shape[:2], -1).double()
     plain = torch.einsum("rk,rnk->rn", natural, weights[experts]).float() * topk_weights[tokens, slots][:, None]
     assert torch.equal(got[real].view(torch.int16), plain.bfloat16().view(torch.int16))

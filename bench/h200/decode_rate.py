@@ -1,16 +1,19 @@
 """`python -m bench.h200.decode_rate`: how fast the decode path's weight stream can run on this NVIDIA GPU, without
 routing: the decode stage 1's programs (64 weight rows each over all of K, its tile: 4 warps, K steps of 256, three
 stages, 128 registers, one wgmma wait a step, a 16-row activation tile) on the stage-1 weight bytes of a benchmark
-shape (its experts hit times gate_up's rows), in three modes:
+shape (its experts hit times gate_up's rows), in four modes:
 
   stream  the same bytes read by a plain streaming kernel (bench.h200.calibrate's), one program a weight tile;
   light   the decode stage 1's K step with a stand-in for the decode: the same loads and MMA, four instructions
           a weight word instead of about twenty-one, meaningless values;
-  decode  the decode stage 1's K step itself (kernels/decode.py's _weight_step, the fast decode).
+  decode  the decode stage 1's K step itself (kernels/decode.py's _weight_step, the fast decode);
+  decode128  the same with the activations in k_slot order of span 128 (the tiles' slot_span1 128): a thread
+          decodes one 32-block's four words of each 128 columns, one scale byte for the four.
 
 Each is timed the way bench/tune/tiles.py times a kernel (an L2 flush, events around one launch, the median).
 stream against light says what the K step's structure (copies, barriers, the MMA and its wait) costs beside the
-bytes, light against decode what the decode's instructions cost. The decode mode is first checked against a torch
+bytes, light against decode what the decode's instructions cost, decode against decode128 what the scale bytes a word
+cost. The decode modes are first checked against a torch
 model of its product on a small set. Writes decode_rate.json and .md under --out.
 """
 
@@ -43,7 +46,7 @@ def _light_step(acc, a, w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K: tl.const
     words, ws = weight_tile(w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K)
     x = tl.reshape(words, (COLS, G, 4)) ^ tl.reshape(ws, (COLS, G, 1)).to(tl.int32)
     codes = tl.join(tl.join(_as_pairs(x), _as_pairs(x ^ 0x1111)), tl.join(_as_pairs(x ^ 0x2222), _as_pairs(x ^ 0x3333)))
-    w = in_slot_order(codes, COLS, BLOCK_K)
+    w = in_slot_order(codes, COLS, BLOCK_K, 32)
     return tl.dot(w, tl.trans(a), acc)
 
 
@@ -68,10 +71,11 @@ def decode_rate_kernel(
     BLOCK_K: tl.constexpr,
     FAST: tl.constexpr,
     INTERPRET: tl.constexpr,
+    SPAN: tl.constexpr,
 ):
     """Program p: out [N, ROWS] fp32 rows [COLS p, COLS p + COLS) = weight rows of w ([N, k_dim / 2] fp4 bytes) and s
     ([N, k_dim / 32] e8m0), decoded (times 2^-FAST_EXP with FAST), times the columns of a ([ROWS, k_dim] bf16) in
-    k_slot order, as the decode stage 1 computes it; with LIGHT the stand-in decode (_light_step) instead."""
+    k_slot order of SPAN, as the decode stage 1 computes it; with LIGHT the stand-in decode (_light_step) instead."""
     w_rows = (tl.program_id(0) * COLS + tl.arange(0, COLS)).to(tl.int64)
     acc = tl.zeros((COLS, ROWS), dtype=tl.float32)
     for k0 in range(0, k_dim, BLOCK_K):
@@ -79,14 +83,14 @@ def decode_rate_kernel(
         if LIGHT:
             acc = _light_step(acc, a, w_ptr, s_ptr, w_rows, k_dim, k0, BLOCK_K, COLS)
         else:
-            acc = _weight_step(acc, a, w_ptr, s_ptr, w_rows, k_dim, k0, BLOCK_K, COLS, FAST, INTERPRET)
+            acc = _weight_step(acc, a, w_ptr, s_ptr, w_rows, k_dim, k0, BLOCK_K, COLS, FAST, INTERPRET, SPAN)
         acc = _whole_dot(acc, ROWS, COLS // 2, FAST)
     tl.store(out_ptr + w_rows[:, None] * ROWS + tl.arange(0, ROWS)[None, :], acc)
 
 
 @triton.jit
-def _slots_kernel(out_ptr, N: tl.constexpr):
-    tl.store(out_ptr + tl.arange(0, N), k_slot(tl.arange(0, N)))
+def _slots_kernel(out_ptr, N: tl.constexpr, SPAN: tl.constexpr):
+    tl.store(out_ptr + tl.arange(0, N), k_slot(tl.arange(0, N), SPAN))
 
 
 def weight_set(rows: int, k_dim: int, device, seed: int = 0):
@@ -101,35 +105,41 @@ def weight_set(rows: int, k_dim: int, device, seed: int = 0):
     return w.to(device), s.to(device), a.to(device)
 
 
-def launch(w, s, a, out, light: bool, fast: bool, interpret: bool) -> None:
+def launch(w, s, a, out, light: bool, fast: bool, interpret: bool, span: int = 32) -> None:
     rows, k_dim = w.shape[0], w.shape[1] * 2
     options = {} if interpret else {"num_warps": 4, "num_stages": 3, "maxnreg": 128}
-    decode_rate_kernel[(rows // COLS,)](w, s, a, out, k_dim, light, ROWS, COLS, BLOCK_K, fast, interpret, **options)
+    decode_rate_kernel[(rows // COLS,)](
+        w, s, a, out, k_dim, light, ROWS, COLS, BLOCK_K, fast, interpret, span, **options
+    )
 
 
-def expected(w, s, a, fast: bool):
-    """decode_rate_kernel's output without LIGHT, from mxfp4.codec in torch (fp64 [rows, ROWS], on the CPU)."""
+def expected(w, s, a, fast: bool, span: int = 32):
+    """decode_rate_kernel's output without LIGHT at SPAN span, from mxfp4.codec in torch (fp64 [rows, ROWS], on the
+    CPU)."""
     import torch
 
     from mxfp4.codec import dequantize
 
     k_dim = w.shape[1] * 2
     slots = torch.empty(k_dim, dtype=torch.int32, device=a.device)
-    _slots_kernel[(1,)](slots, k_dim)
+    _slots_kernel[(1,)](slots, k_dim, span)
     weights = dequantize(w.cpu(), s.cpu()).double() * (2.0**-FAST_EXP.value if fast else 1.0)
     return weights @ a.cpu()[:, slots.cpu().long()].double().T
 
 
 def check(device, fast: bool) -> bool:
-    """The decode mode on 8 programs of K 1024 against expected, within the fp32 sums' rounding (1024 exact
+    """Both decode modes on 8 programs of K 1024 against expected, within the fp32 sums' rounding (1024 exact
     products added in another order than torch's), the output poisoned first."""
     import torch
 
     w, s, a = weight_set(8 * COLS, 1024, device, seed=1)
-    out = torch.full((w.shape[0], ROWS), float("nan"), device=device)
-    launch(w, s, a, out, False, fast, device.type == "cpu")
-    want = expected(w, s, a, fast)
-    return bool(torch.allclose(out.cpu().double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max())))
+    for span in (32, 128):
+        out = torch.full((w.shape[0], ROWS), float("nan"), device=device)
+        launch(w, s, a, out, False, fast, device.type == "cpu", span)
+        want = expected(w, s, a, fast, span)
+        if not torch.allclose(out.cpu().double(), want, rtol=1e-5, atol=1e-5 * float(want.abs().max())):
+            return False
+    return True
 
 
 def time_set(name: str, rows: int, reps: int, device) -> list[dict]:
@@ -149,6 +159,7 @@ def time_set(name: str, rows: int, reps: int, device) -> list[dict]:
         "stream": lambda: stream_kernel[(programs,)](floats, sums, floats.numel() // programs, BLOCK=2048, num_warps=4),
         "light": lambda: launch(w, s, a, out, True, True, False),
         "decode": lambda: launch(w, s, a, out, False, True, False),
+        "decode128": lambda: launch(w, s, a, out, False, True, False, 128),
     }
     table = []
     for mode, run in runs.items():
@@ -160,7 +171,7 @@ def time_set(name: str, rows: int, reps: int, device) -> list[dict]:
 
 
 def compiled_for_sm90() -> dict:
-    """Both K steps compiled for sm_90 on this machine (E-257 bs-16's set): per mode the K loop's instruction count
+    """The three K steps compiled for sm_90 on this machine (E-257 bs-16's set): per mode the K loop's instruction count
     and its copies (LDGSTS) and wgmmas (HGMMA), the registers and the spill instructions."""
     import re
 
@@ -172,10 +183,10 @@ def compiled_for_sm90() -> dict:
     w, s, a = weight_set(SETS["E-257 bs-16"], K_DIM, torch.device("cpu"))
     out = torch.empty((w.shape[0], ROWS))
     with compiling_for_sm90() as driver:
-        for light in (True, False):
-            launch(w, s, a, out, light, True, False)
+        for light, span in ((True, 32), (False, 32), (False, 128)):
+            launch(w, s, a, out, light, True, False, span)
     compiled = {}
-    for mode, launched in zip(("light", "decode"), driver.launches, strict=True):
+    for mode, launched in zip(("light", "decode", "decode128"), driver.launches, strict=True):
         kernel = launched.kernel
         text = disassemble(kernel.asm["cubin"])
         body = k_loop(instructions(text))
@@ -191,12 +202,12 @@ def compiled_for_sm90() -> dict:
 
 
 def measured(reps: int, device) -> tuple[bool, str, list[dict], list[str]]:
-    """The decode mode checked, then every mode timed on each set: checked_probe_main's run."""
+    """The decode modes checked, then every mode timed on each set: checked_probe_main's run."""
     checked = check(device, True)
     rows = [row for name, n in SETS.items() for row in time_set(name, n, reps, device)]
     table = ["| set | mode | us | TB/s |", "|---|---|---:|---:|"]
     table += [f"| {r['set']} | {r['mode']} | {r['us']:.1f} | {r['tb_per_s']:.2f} |" for r in rows]
-    return checked, "the decode mode", rows, table
+    return checked, "the decode modes", rows, table
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """The decode path's kernels (SPEC 1; launcher moe_triton/decode.py; docs/triton.md, "The kernels"): raw MXFP4
 weights decoded in registers into the MMA's left operand. The bf16 activation buffers a1 and a2 hold their columns in
-k_slot order and, on the fast (NVIDIA) path, their values times 2^FAST_EXP."""
+k_slot order (a1 of the tiles' slot_span1, a2 of slot_span2) and, on the fast (NVIDIA) path, their values times
+2^FAST_EXP."""
 
 import triton
 import triton.language as tl
@@ -61,11 +62,18 @@ def mx_values(x, inv, scale):
 
 
 @triton.jit
-def k_slot(cols):
-    """Column of the activation buffers holding activation column `cols`: within each 32-block, 8t + 4b + 2s + h
-    goes to 16s + 8h + 2t + b, the order in which _fp4_to_bf16 lays out a weight word's 8 codes."""
-    r = cols % 32
-    return cols - r + (((r >> 1) & 1) << 4) + ((r & 1) << 3) + ((r >> 3) << 1) + ((r >> 2) & 1)
+def k_slot(cols, SPAN: tl.constexpr):
+    """Column of the activation buffers holding activation column `cols`: the order in which _fp4_to_bf16 lays out
+    the decoded weights, so that the thread of a row's four that the MMA's register operand gives a column decodes it.
+    Column 32B + 8t + 4b + 2s + h of each 128 (code 4b + 2s + h of word t of 32-block B) goes to
+    SPAN 32: 32B + 16s + 8h + 2t + b, thread t holding word t of every block, one scale byte a word;
+    SPAN 128: 32t + 16s + 8h + 2B + b, thread B holding block B's four words, one scale byte for all four."""
+    r = cols % 128
+    if SPAN == 128:
+        outer, thread = (r >> 3) & 3, r >> 5
+    else:
+        outer, thread = r >> 5, (r >> 3) & 3
+    return cols - r + (outer << 5) + (((r >> 1) & 1) << 4) + ((r & 1) << 3) + (thread << 1) + ((r >> 2) & 1)
 
 
 @triton.jit
@@ -84,6 +92,7 @@ def moe_prep_kernel(
     EXPERT_BINS: tl.constexpr,
     HIST_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
+    SLOT_SPAN: tl.constexpr,
     FAST: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -96,7 +105,7 @@ def moe_prep_kernel(
         if pid == 0:
             _zero_counts(a2_ready_ptr, n_ready)
     else:
-        _a1_share(pid - n_chunks, hidden_ptr, a1_ptr, out_ptr, n_tokens, d_hidden, QUANT_BLOCKS, FAST)
+        _a1_share(pid - n_chunks, hidden_ptr, a1_ptr, out_ptr, n_tokens, d_hidden, QUANT_BLOCKS, SLOT_SPAN, FAST)
 
 
 @triton.jit
@@ -121,6 +130,7 @@ def moe_route_prep_kernel(
     MAX_EXPERT_BLOCKS: tl.constexpr,
     COUNT_CHUNK: tl.constexpr,
     QUANT_BLOCKS: tl.constexpr,
+    SLOT_SPAN: tl.constexpr,
     FAST: tl.constexpr,
     PDL: tl.constexpr,
 ):
@@ -147,7 +157,7 @@ def moe_route_prep_kernel(
         if pid == 0:
             _zero_counts(a2_ready_ptr, n_ready)
     else:
-        _a1_share(pid - n_experts, hidden_ptr, a1_ptr, out_ptr, n_tokens, d_hidden, QUANT_BLOCKS, FAST)
+        _a1_share(pid - n_experts, hidden_ptr, a1_ptr, out_ptr, n_tokens, d_hidden, QUANT_BLOCKS, SLOT_SPAN, FAST)
 
 
 @triton.jit
@@ -159,17 +169,27 @@ def _zero_counts(a2_ready_ptr, n_ready):
 
 
 @triton.jit
-def _a1_share(q, hidden_ptr, a1_ptr, out_ptr, n_tokens, d_hidden, QUANT_BLOCKS: tl.constexpr, FAST: tl.constexpr):
+def _a1_share(
+    q,
+    hidden_ptr,
+    a1_ptr,
+    out_ptr,
+    n_tokens,
+    d_hidden,
+    QUANT_BLOCKS: tl.constexpr,
+    SLOT_SPAN: tl.constexpr,
+    FAST: tl.constexpr,
+):
     """Quantization program q's QUANT_BLOCKS 32-blocks of the hidden states, taken as one flat array (no block
-    straddles rows: d_hidden % 32 == 0): a1 written in k_slot order, the output's same elements zeroed."""
+    straddles rows, nor does k_slot's span: d_hidden % 128 == 0): a1 written in k_slot order, the output's same
+    elements zeroed."""
     blocks = q * QUANT_BLOCKS + tl.arange(0, QUANT_BLOCKS)
     lanes = tl.arange(0, 32)
     mask = (blocks < n_tokens * (d_hidden // 32))[:, None]
     offs = blocks[:, None].to(tl.int64) * 32 + lanes[None, :]
     x = tl.load(hidden_ptr + offs, mask=mask, other=0.0).to(tl.float32)
     a1 = _mx_round_trip(x, QUANT_BLOCKS, 32, FAST_EXP if FAST else 0)
-    a1_offs = blocks[:, None].to(tl.int64) * 32 + k_slot(lanes)[None, :]
-    tl.store(a1_ptr + a1_offs, a1.to(tl.bfloat16), mask=mask)
+    tl.store(a1_ptr + k_slot(offs, SLOT_SPAN), a1.to(tl.bfloat16), mask=mask)
     tl.store(out_ptr + offs, tl.zeros((QUANT_BLOCKS, 32), dtype=out_ptr.dtype.element_ty), mask=mask)
 
 
@@ -211,10 +231,10 @@ def code_pairs(x):
 
 
 @triton.jit
-def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr):
+def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST: tl.constexpr, SPAN: tl.constexpr):
     """MXFP4 weights, int32 words [ROWS, BLOCK_K/8] (low nibble first) and e8m0 scales [ROWS, BLOCK_K/32] ->
-    [ROWS, BLOCK_K] in k_slot order (SPEC 3.1). FAST: bf16 value * 2^-FAST_EXP, exact for scale bytes 58..191 and
-    255 (NaN); otherwise fp32 holding the exact bf16 value for every scale byte."""
+    [ROWS, BLOCK_K] in k_slot order of SPAN (SPEC 3.1). FAST: bf16 value * 2^-FAST_EXP, exact for scale bytes
+    58..191 and 255 (NaN); otherwise fp32 holding the exact bf16 value for every scale byte."""
     G: tl.constexpr = BLOCK_K // 32
     x = tl.reshape(words, (ROWS, G, 4))
     p0, p1, p2, p3 = code_pairs(x)
@@ -231,7 +251,7 @@ def _fp4_to_bf16(words, scales, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, FAST:
         s = tl.reshape(scales, (ROWS, G, 1, 1, 1, 1)).to(tl.int32)
         scale = tl.where(s == 0, 0x00400000, tl.where(s == 255, 0x7FC00000, s << 23))
         codes = codes * scale.to(tl.float32, bitcast=True)
-    return in_slot_order(codes, ROWS, BLOCK_K)
+    return in_slot_order(codes, ROWS, BLOCK_K, SPAN)
 
 
 @triton.jit
@@ -241,9 +261,12 @@ def fast_pair_scale(s):
 
 
 @triton.jit
-def in_slot_order(codes, ROWS: tl.constexpr, BLOCK_K: tl.constexpr):
+def in_slot_order(codes, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SPAN: tl.constexpr):
     """_fp4_to_bf16's joined code pairs ([ROWS, BLOCK_K / 32, word t, b, h, s] in any shape of that element order:
-    code 2s + h + 4b of word t) -> [ROWS, BLOCK_K] in k_slot order."""
+    code 2s + h + 4b of word t) -> [ROWS, BLOCK_K] in k_slot order of SPAN (BLOCK_K a multiple of SPAN)."""
+    if SPAN == 128:
+        codes = tl.reshape(codes, (ROWS, BLOCK_K // 128, 4, 4, 2, 2, 2))  # [..., block B, word t, b, h, s]
+        return tl.reshape(tl.permute(codes, (0, 1, 3, 6, 5, 2, 4)), (ROWS, BLOCK_K))
     codes = tl.reshape(codes, (ROWS, BLOCK_K // 32, 4, 2, 2, 2))
     return tl.reshape(tl.permute(codes, (0, 1, 5, 4, 2, 3)), (ROWS, BLOCK_K))
 
@@ -284,12 +307,13 @@ def _weight_step(
     COLS: tl.constexpr,
     FAST: tl.constexpr,
     INTERPRET: tl.constexpr,
+    SPAN: tl.constexpr,
 ):
-    """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ a^T, a the activation tile [ROWS, BLOCK_K] (_act_tile)
-    and W its [N, K/2] bytes and [N, K/32] scales (64-bit row indices). The CPU interpreter's tl.dot multiplies bf16
-    bit patterns, so there both operands go in as fp32."""
+    """acc [COLS, ROWS] += MXFP4 W[w_rows, k0:k0+BLOCK_K] @ a^T, a the activation tile [ROWS, BLOCK_K] (_act_tile, in
+    k_slot order of SPAN) and W its [N, K/2] bytes and [N, K/32] scales (64-bit row indices). The CPU interpreter's
+    tl.dot multiplies bf16 bit patterns, so there both operands go in as fp32."""
     words, ws = weight_tile(w_ptr, w_scale_ptr, w_rows, k_dim, k0, BLOCK_K)
-    w = _fp4_to_bf16(words, ws, COLS, BLOCK_K, FAST)
+    w = _fp4_to_bf16(words, ws, COLS, BLOCK_K, FAST, SPAN)
     if INTERPRET:
         return tl.dot(w.to(tl.float32), tl.trans(a.to(tl.float32)), acc, input_precision="ieee")
     return tl.dot(w.to(tl.bfloat16), tl.trans(a), acc)
@@ -329,6 +353,8 @@ def moe_stage1_kernel(
     JUDGE: tl.constexpr,
     OVERLAP: tl.constexpr,
     PDL: tl.constexpr,
+    SLOT_SPAN1: tl.constexpr,
+    SLOT_SPAN2: tl.constexpr,
 ):
     after_previous_launch(PDL)
     block, tile = block_and_tile(OVERLAP)
@@ -346,12 +372,14 @@ def moe_stage1_kernel(
     acc = tl.zeros((2 * BLOCK_N, ROWS), dtype=tl.float32)
     for k0 in range(0, d_hidden, BLOCK_K):
         a = _act_tile(a1_ptr, tokens.to(tl.int64), valid, d_hidden, k0, BLOCK_K)
-        acc = _weight_step(acc, a, w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET)
+        acc = _weight_step(
+            acc, a, w1_ptr, w1_scale_ptr, w_rows, d_hidden, k0, BLOCK_K, 2 * BLOCK_N, FAST, INTERPRET, SLOT_SPAN1
+        )
         acc = _whole_dot(acc, ROWS, BLOCK_N, FAST)
     gate, up = tl.split(tl.reshape(tl.trans(acc), (ROWS, BLOCK_N, 2)))
     h = gated_h(gate, up, JUDGE, INTERPRET)
     a2 = _mx_round_trip(h, ROWS, BLOCK_N, FAST_EXP if FAST else 0)
-    out_offs = rows[:, None].to(tl.int64) * d_inter + k_slot(cols)[None, :]
+    out_offs = rows[:, None].to(tl.int64) * d_inter + k_slot(cols, SLOT_SPAN2)[None, :]
     tl.store(a2_ptr + out_offs, a2.to(tl.bfloat16), mask=(cols < d_inter)[None, :])
     if OVERLAP:
         a2_columns_done(a2_ready_ptr, block, tl.minimum(BLOCK_N, d_inter - tile * BLOCK_N))
@@ -383,6 +411,7 @@ def moe_stage2_kernel(
     INTERPRET: tl.constexpr,
     OVERLAP: tl.constexpr,
     PDL: tl.constexpr,
+    SLOT_SPAN: tl.constexpr,
 ):
     block, group = stage2_start(a2_ready_ptr, d_inter, OVERLAP, PDL)
     if skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
@@ -402,7 +431,9 @@ def moe_stage2_kernel(
         k0 = (step % K_STEPS) * BLOCK_K
         if K_STEPS > 1:
             a = _act_tile(a2_ptr, rows.to(tl.int64), rows >= 0, d_inter, k0, BLOCK_K)
-        acc = _weight_step(acc, a, w2_ptr, w2_scale_ptr, w_rows, d_inter, k0, BLOCK_K, BLOCK_N, FAST, INTERPRET)
+        acc = _weight_step(
+            acc, a, w2_ptr, w2_scale_ptr, w_rows, d_inter, k0, BLOCK_K, BLOCK_N, FAST, INTERPRET, SLOT_SPAN
+        )
         if step % K_STEPS == K_STEPS - 1:
             y = tl.trans(acc) * weight[:, None]
             out_offs = tokens[:, None].to(tl.int64) * d_hidden + cols[None, :]

@@ -49,7 +49,7 @@ def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.const
         gl.join(scaled_pairs(p2, scale), scaled_pairs(p3, scale)),
     )
     return gl.convert_layout(
-        in_slot_order(codes, WG_ROWS, K_PART),
+        in_slot_order(codes, WG_ROWS, K_PART, 32),
         gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2),
         assert_trivial=True,
     )

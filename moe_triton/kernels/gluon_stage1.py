@@ -188,7 +188,7 @@ def store_a2(
     warp = gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, layout)))
     row = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))
     token = gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))
-    cols = k_slot(col0 + G * GROUP + gl.expand_dims(warp, 1) * 8 + gl.expand_dims(row, 0))
+    cols = k_slot(col0 + G * GROUP + gl.expand_dims(warp, 1) * 8 + gl.expand_dims(row, 0), 32)
     rows = (row0 + token).to(gl.int64) * d_inter
     offs = gl.expand_dims(cols, 2) + gl.expand_dims(gl.expand_dims(rows, 0), 1)
     if MASKED:
