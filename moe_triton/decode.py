@@ -13,8 +13,8 @@ from problem.shapes import Shape
 
 def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
     """The tiles that this path cannot run on this shape and device (the Gluon stages need sm_90, K
-    steps of 128 (or 256 in stage 1, 512 on one warpgroup), 2 or 4 MMA warpgroups (or one in stage 1), 32-bit
-    offsets and a1 and a2 in k_slot order of span 32): a ValueError naming the field."""
+    steps of 128 (or 256 in stage 1, 512 on one warpgroup), 2 or 4 MMA warpgroups (or one in stage 1) and 32-bit
+    offsets): a ValueError naming the field."""
     if cfg.tail_m and not (16 <= cfg.tail_m < cfg.block_m and cfg.tail_m & (cfg.tail_m - 1) == 0):
         raise ValueError(
             f"tiles: tail_m {cfg.tail_m} must be 0 or a power of two from 16 to below block_m {cfg.block_m}"
@@ -75,13 +75,9 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             f"{cfg.gluon2} and {cfg.tail_m}"
         )
     for stage, span, block_k in ((1, cfg.slot_span1, cfg.block_k1), (2, cfg.slot_span2, cfg.block_k2)):
-        gluon = cfg.gluon1 or (stage == 2 and cfg.gluon2)  # a2 is written by stage 1 and read by stage 2
-        if span not in (32, 128) or (span == 128 and (gluon or block_k % 128)):
+        if span not in (32, 128) or block_k % span:
             raise ValueError(
-                f"tiles: slot_span{stage} must be 32, or 128 where the decode kernels write and read "
-                f"{'a1' if stage == 1 else 'a2'} (no gluon1"
-                + (" nor gluon2" if stage == 2 else "")
-                + f") in K steps of 128 or more, not {span} with block_k{stage} {block_k}"
+                f"tiles: slot_span{stage} must be 32 or 128, and divide block_k{stage}, not {span} with {block_k}"
             )
     if not (cfg.gluon1 or cfg.gluon2):
         return
@@ -160,20 +156,15 @@ def stage1(call: plan.Call, layer: plan.Layer, routing: Routing, a1: tuple[torch
 
         grid = block_grid(layer.n_blocks, shape.d_inter // cfg.block_n1, cfg.overlap)
         options = gluon_options(cfg.block_k1, cfg.stages1, cfg.gluon1, cfg.block_n1 // 32, cfg.max_regs1, fast)
-        options["FOLD"] = cfg.tail_m if cfg.fold1 else 0
-        options["PAIRED"] = cfg.paired1
+        options.update(FOLD=cfg.tail_m if cfg.fold1 else 0, PAIRED=cfg.paired1)
         if cfg.overlap:
             options.update(OVERLAP=1, a2_ready_ptr=a2_ready(layer, call.out.device))
     else:
         kernel = moe_stage1_kernel
         grid = block_grid(layer.n_blocks, triton.cdiv(shape.d_inter, cfg.block_n1), cfg.overlap)
         options = triton_options(cfg.block_n1, cfg.block_k1, cfg.warps1, cfg.stages1, cfg.max_regs1, fast)
-        options.update(
-            a2_ready_ptr=a2_ready(layer, call.out.device),
-            OVERLAP=cfg.overlap,
-            SLOT_SPAN1=cfg.slot_span1,
-            SLOT_SPAN2=cfg.slot_span2,
-        )
+        options.update(a2_ready_ptr=a2_ready(layer, call.out.device), OVERLAP=cfg.overlap)
+    options.update(SLOT_SPAN1=cfg.slot_span1, SLOT_SPAN2=cfg.slot_span2)
     args = layer.stage1_args(call, routing, a1) + (shape.n_tokens, shape.d_hidden, shape.d_inter)
     # silu's launch option before the others: the JIT keys its kernels on the options in their order; with the
     # overlap one launch (the fold's main launch also takes the tails no block folds)
@@ -193,7 +184,7 @@ def stage2(call: plan.Call, layer: plan.Layer, routing: Routing) -> None:
         grid = block_grid(layer.n_blocks, shape.d_hidden // (cfg.block_n2 * cfg.n_tiles2), cfg.overlap)
         options = gluon_options(cfg.block_k2, cfg.stages2, cfg.gluon2, cfg.block_n2 // 64, cfg.max_regs2, fast)
         options.update(a2_ready_ptr=a2_ready(layer, call.out.device), OVERLAP=cfg.overlap)
-        options["FOLD"] = cfg.tail_m if cfg.fold2 else 0
+        options.update(FOLD=cfg.tail_m if cfg.fold2 else 0, SLOT_SPAN=cfg.slot_span2)
     else:
         kernel = moe_stage2_kernel
         groups = triton.cdiv(triton.cdiv(shape.d_hidden, cfg.block_n2), cfg.n_tiles2)

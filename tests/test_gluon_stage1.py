@@ -43,21 +43,23 @@ def ring_row(r: torch.Tensor, d_inter: int) -> torch.Tensor:
     return (r // 64) * 32 + ((r % 64) // 16) * 8 + r % 8 + ((r // 8) % 2) * d_inter
 
 
-def decoded_slot(words: torch.Tensor, scale_words: torch.Tensor, step: int) -> torch.Tensor:
-    """A ring slot's weights [rows, 128] at K step `step` in k_slot order, times 2^-FAST_EXP, as
-    the MMA warps decode them: word t of 32-block j holds slots 32 j + 16 s + 8 h + 2 t + b (code
-    4 b + 2 s + h), its scale byte j of the step's int32 of scales."""
+def decoded_slot(words: torch.Tensor, scale_words: torch.Tensor, step: int, span: int) -> torch.Tensor:
+    """A ring slot's weights [rows, 128] at K step `step` in k_slot order of span, times 2^-FAST_EXP,
+    as the MMA warps decode them: word t of 32-block j holds slots 32 j + 16 s + 8 h + 2 t + b (code
+    4 b + 2 s + h; span 128: 32 t + 16 s + 8 h + 2 j + b), its scale byte j of the step's int32 of
+    scales."""
     rows = words.shape[0]
     w = words[:, step * 16 : (step + 1) * 16].to(torch.int64) & 0xFFFFFFFF  # 4 blocks x 4 words
     codes = torch.stack([(w >> (4 * c)) & 0xF for c in range(8)], dim=-1)  # [rows, 16 words, 8 codes]
     value = E2M1[codes & 7] * torch.where(codes >= 8, -1.0, 1.0)
     s = (scale_words[:, step].to(torch.int64)[:, None] >> (8 * torch.arange(4))) & 0xFF  # [rows, 4 blocks]
     value = value.view(rows, 4, 4, 8) * torch.exp2(s.double() - 127 - FAST)[:, :, None, None]
-    out = torch.empty(rows, 4, 32, dtype=torch.float64)
-    t, c = torch.meshgrid(torch.arange(4), torch.arange(8), indexing="ij")
+    out = torch.empty(rows, 128, dtype=torch.float64)
+    j, t, c = torch.meshgrid(torch.arange(4), torch.arange(4), torch.arange(8), indexing="ij")
     b, s_, h = c >> 2, (c >> 1) & 1, c & 1
-    out[:, :, (16 * s_ + 8 * h + 2 * t + b).flatten()] = value.reshape(rows, 4, 32).double()
-    return out.reshape(rows, 128)
+    outer, thread = (t, j) if span == 128 else (j, t)
+    out[:, (32 * outer + 16 * s_ + 8 * h + 2 * thread + b).flatten()] = value.reshape(rows, 128).double()
+    return out
 
 
 def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -78,7 +80,7 @@ def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> t
         for col0 in range(0, d_inter, 32 * num_wg):
             rows = int(sorted_expert_ids[block]) * two_inter + col0 + ring_row(torch.arange(64 * num_wg), d_inter)
             acc = sum(
-                decoded_slot(words[rows], scale_words[rows], i) @ acts[:, i * 128 : (i + 1) * 128].T
+                decoded_slot(words[rows], scale_words[rows], i, tiles.slot_span1) @ acts[:, i * 128 : (i + 1) * 128].T
                 for i in range(d_hidden // 128)
             ).float()
             for g in range(num_wg):
@@ -88,16 +90,17 @@ def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> t
                 cols = col0 + 32 * g + 8 * torch.arange(4)[:, None] + torch.arange(8)[None, :]
                 # SPEC 3.3 on each token's 32 columns (one block), times 2^FAST_EXP
                 values = quant_dequant_activation(h.permute(2, 0, 1).reshape(block_m, 32)) * 2.0**FAST
-                a2[block * block_m : (block + 1) * block_m, k_slot(cols.flatten(), 32)] = values
+                a2[block * block_m : (block + 1) * block_m, k_slot(cols.flatten(), tiles.slot_span2)] = values
     return a2[real].bfloat16()
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the model reads the interpreter's a1 and a2")
+@pytest.mark.parametrize("span", [32, 128])
 @pytest.mark.parametrize("block_n", [32, 64, 128])
 @pytest.mark.parametrize("case", SMOKE[:2], ids=["smoke0", "smoke1"])
-def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit(case, block_n):
+def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit(case, block_n, span):
     data = generate_input(**case)
-    tiles = case_tiles(data)
+    tiles = case_tiles(data).replace(slot_span1=span, slot_span2=span)
     run(data, tiles)
     real, want = routed_a2(data, tiles.block_m)
     # the interpreter's a1 is the portable path's (no 2^FAST_EXP): scale it as the GPU's is
@@ -118,6 +121,27 @@ def test_each_parts_codes_take_their_own_blocks_scale_byte(block_k, split):
                 byte = (part * (k_part // 32)) % 4 + word // 4
                 block = (i * block_k + part * k_part + 8 * word) // 32  # the 32-block of the word's codes
                 assert (scale_word, byte) == divmod(block, 4)
+
+
+@pytest.mark.parametrize("block_k, split", [(128, 1), (128, 2), (128, 4), (256, 2), (256, 4), (512, 4)])
+def test_each_part_of_span_128_decodes_the_columns_its_activations_hold(block_k, split):
+    # decoded_blocks: part p of its 128 columns takes words q T + u of each 32-block B (q = p % (4 / T), T words a
+    # block in the part), with block B's scale byte B; its codes must be the activation columns that k_slot of span
+    # 128 puts in the part's slots, which the wgmma pairs them with
+    k_part = block_k // split
+    words_a_block = k_part // 32
+    for i in range(3):
+        for part in range(split):
+            start = i * block_k + part * k_part  # the part's first slot
+            group, q = start // 128, part % (4 // words_a_block)
+            columns = []
+            for block in range(4):
+                for u in range(words_a_block):
+                    word = 4 * block + q * words_a_block + u  # of the group's 16
+                    columns += [group * 128 + 8 * word + c for c in range(8)]
+                    assert (group * 128 + 8 * word) // 32 == 4 * group + block  # the block of scale byte `block`
+            slots = k_slot(torch.tensor(columns), 128)
+            assert sorted(slots.tolist()) == list(range(start, start + k_part)), (block_k, split, part)
 
 
 # ---------------------------------------------------------------------------------- compiled, sm_90

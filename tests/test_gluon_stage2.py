@@ -67,7 +67,7 @@ def model_products(data, tiles: TileConfig, a2: torch.Tensor) -> torch.Tensor:
         for col0 in range(0, d_hidden, 64 * num_wg):
             rows = int(sorted_expert_ids[block]) * d_hidden + col0 + ring_col(torch.arange(64 * num_wg))
             acc = sum(
-                decoded_slot(words[rows], scale_words[rows], i) @ acts[:, i * 128 : (i + 1) * 128].T
+                decoded_slot(words[rows], scale_words[rows], i, tiles.slot_span2) @ acts[:, i * 128 : (i + 1) * 128].T
                 for i in range(d_inter // 128)
             ).float()
             for g in range(num_wg):
@@ -79,10 +79,10 @@ def model_products(data, tiles: TileConfig, a2: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the model reads the interpreter's a2")
-@pytest.mark.parametrize("block_n", [128, 256])
-def test_a_torch_model_of_the_gluon_stage_2_tiling_gives_the_plain_products_and_the_decode_output(block_n):
+@pytest.mark.parametrize("block_n, span", [(128, 32), (256, 32), (128, 128)])
+def test_a_torch_model_of_the_gluon_stage_2_tiling_gives_the_plain_products_and_the_decode_output(block_n, span):
     data = generate_input(**SMOKE[0])
-    tiles = case_tiles(data)
+    tiles = case_tiles(data).replace(slot_span2=span)
     out = run(data, tiles)
     hidden, w2, w2s, topk_weights, ids = data[0], data[2], data[4], data[9], data[10]
     n_tokens, d_hidden = hidden.shape
@@ -96,7 +96,7 @@ def test_a_torch_model_of_the_gluon_stage_2_tiling_gives_the_plain_products_and_
     # the plain down GEMM of each real sorted row: a2's columns back in natural order, w2 dequantized
     tokens, slots = sorted_ids[real] & 0xFFFFFF, sorted_ids[real] >> 24
     experts = sorted_expert_ids[real // tiles.block_m].long()
-    natural = a2[real][:, k_slot(torch.arange(a2.shape[1]), 32)].double()
+    natural = a2[real][:, k_slot(torch.arange(a2.shape[1]), span)].double()
     weights = dequantize(w2.reshape(-1, w2.shape[2]), w2s).reshape(*w2.shape[:2], -1).double()
     plain = torch.einsum("rk,rnk->rn", natural, weights[experts]).float() * topk_weights[tokens, slots][:, None]
     assert torch.equal(got[real].view(torch.int16), plain.bfloat16().view(torch.int16))

@@ -263,12 +263,16 @@ def fast_pair_scale(s):
 @triton.jit
 def in_slot_order(codes, ROWS: tl.constexpr, BLOCK_K: tl.constexpr, SPAN: tl.constexpr):
     """_fp4_to_bf16's joined code pairs ([ROWS, BLOCK_K / 32, word t, b, h, s] in any shape of that element order:
-    code 2s + h + 4b of word t) -> [ROWS, BLOCK_K] in k_slot order of SPAN (BLOCK_K a multiple of SPAN)."""
+    code 2s + h + 4b of word t) -> [ROWS, BLOCK_K] in k_slot order of SPAN (BLOCK_K a multiple of SPAN). SPAN 128
+    also takes a part of 128 columns (BLOCK_K 32 or 64) as [ROWS, block B, its words of the part, b, h, s]."""
     if SPAN == 128:
-        codes = tl.reshape(codes, (ROWS, BLOCK_K // 128, 4, 4, 2, 2, 2))  # [..., block B, word t, b, h, s]
-        return tl.reshape(tl.permute(codes, (0, 1, 3, 6, 5, 2, 4)), (ROWS, BLOCK_K))
-    codes = tl.reshape(codes, (ROWS, BLOCK_K // 32, 4, 2, 2, 2))
-    return tl.reshape(tl.permute(codes, (0, 1, 5, 4, 2, 3)), (ROWS, BLOCK_K))
+        # [..., block B of each 128, word t, b, h, s] -> [..., t, s, h, B, b]
+        WORDS: tl.constexpr = min(BLOCK_K // 32, 4)
+        shape: tl.constexpr = (ROWS, BLOCK_K // (32 * WORDS), 4, WORDS, 2, 2, 2)
+        codes = tl.permute(tl.reshape(codes, shape), (0, 1, 3, 6, 5, 2, 4))
+    else:
+        codes = tl.permute(tl.reshape(codes, (ROWS, BLOCK_K // 32, 4, 2, 2, 2)), (0, 1, 5, 4, 2, 3))
+    return tl.reshape(codes, (ROWS, BLOCK_K))
 
 
 @triton.jit

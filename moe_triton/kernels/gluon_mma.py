@@ -1,7 +1,7 @@
 """What the sm_90 Gluon stages share: a ring of STAGES slots, each one K step (BLOCK_K 128; in stage 1 also 256, and
 512 on one warpgroup) of weight words [W_ROWS, BLOCK_K / 8] int32, their scales (one int32 of four e8m0 bytes a row
 and 128 columns) and activation rows [ROWS, BLOCK_K] bf16, filled by a loader behind mbarriers; MMA warpgroup G
-decodes ring rows [64 G, 64 G + 64) into wgmma's register operand."""
+decodes ring rows [64 G, 64 G + 64) into wgmma's register operand, in the k_slot order of the activations' SPAN."""
 
 import triton
 from triton.experimental import gluon
@@ -15,6 +15,15 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from moe_triton.kernels.decode import code_pairs, fast_pair_scale, in_slot_order, scaled_pairs
+
+
+@triton.constexpr_function
+def words_layout(acc_layout, span):
+    """The register layout in which an MMA warpgroup loads its weight words from the ring, as a 32-bit wgmma operand
+    whose 4 threads a row hold k_width consecutive words: span 32, word t of every 32-block by thread t; span 128,
+    the four words of 32-block B of each 128 columns by thread B."""
+    return gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=4 if span == 128 else 1)
+
 
 # triton 3.6 names cp.async async_copy_global_to_shared; later ones async_load.
 cp_async = getattr(async_copy, "async_load", None) or async_copy.async_copy_global_to_shared
@@ -38,7 +47,7 @@ def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.const
     """Columns [part K_PART, (part + 1) K_PART) of a warpgroup's 64 weight rows as wgmma's bf16 register operand
     (_fp4_to_bf16's fast path); sw: each row's four scale bytes of the 128 columns that hold the part. Loaded as a
     32-bit operand, a thread holds the words whose codes decode into its own operand values, so no data moves."""
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    w_layout: gl.constexpr = words_layout(acc_layout, 32)
     words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
     word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
     s = (gl.expand_dims(sw, 1) >> (8 * ((part * (K_PART // 32)) % 4 + gl.expand_dims(word, 0) // 4))) & 0xFF
@@ -56,6 +65,38 @@ def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.const
 
 
 @gluon.jit
+def decoded_blocks(group_words, sw, part, acc_layout: gl.constexpr, K_PART: gl.constexpr):
+    """decoded_weights in span 128: columns [part K_PART, (part + 1) K_PART) of the 128 whose words group_words holds
+    (words_layout's, [64, 16]), each of a row's four threads decoding one 32-block's words with one scale byte."""
+    T: gl.constexpr = K_PART // 32  # words of each 32-block in the part
+    if T == 4:
+        words = gl.reshape(group_words, [WG_ROWS, 4, 4])  # [row, block B, word t]
+    else:
+        # [row, B, part q, its word]: the part's words picked from the thread's registers (a sum over q of
+        # compile-time selects; gl.split of this linear layout fails to type-check on triton 3.6)
+        words = gl.reshape(group_words, [WG_ROWS, 4, 4 // T, T])
+        parts: gl.constexpr = words.type.layout
+        q = gl.arange(0, 4 // T, layout=gl.SliceLayout(0, gl.SliceLayout(1, gl.SliceLayout(3, parts))))
+        q = gl.expand_dims(gl.expand_dims(gl.expand_dims(q, 0), 1), 3)
+        words = gl.sum(gl.where(q == part % (4 // T), words, 0), axis=2)
+    layout: gl.constexpr = words.type.layout
+    rows: gl.constexpr = gl.SliceLayout(1, gl.SliceLayout(2, layout))
+    block = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))
+    s = (gl.expand_dims(gl.convert_layout(sw, rows, assert_trivial=True), 1) >> (8 * gl.expand_dims(block, 0))) & 0xFF
+    scale = gl.broadcast(gl.expand_dims(fast_pair_scale(s), 2), words)[0]
+    p0, p1, p2, p3 = code_pairs(words)
+    codes = gl.join(
+        gl.join(scaled_pairs(p0, scale), scaled_pairs(p1, scale)),
+        gl.join(scaled_pairs(p2, scale), scaled_pairs(p3, scale)),
+    )
+    return gl.convert_layout(
+        in_slot_order(codes, WG_ROWS, K_PART, 128),
+        gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2),
+        assert_trivial=True,
+    )
+
+
+@gluon.jit
 def mma_step(
     acc,
     i,
@@ -64,17 +105,19 @@ def mma_step(
     BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr,
     SPLIT: gl.constexpr,
+    SPAN: gl.constexpr,
     folded=None,
     STEPS: gl.constexpr = 1,
 ):
-    """K steps i .. i + STEPS - 1 of warpgroup G: in SPLIT parts along k a step, decode and issue a wgmma, each
+    """K steps i .. i + STEPS - 1 of warpgroup G: in SPLIT parts along k a step, decode (in the k_slot order of SPAN,
+    the activations') and issue a wgmma, each
     decode overlapping the wgmma before it (with STEPS 2, a step's first decode the step before's last wgmma);
     then release the slots. folded (STEPS 1): (acc_t, t_ring) of a folded block (stage 1), a second wgmma on the
     same weights; returns (acc, acc_t) then."""
     gl.static_assert((STEPS == 1) or (folded is None), "mma_step: a folded block takes one K step a wait")
     w_ring, s_ring, a_ring, ready, empty = ring
     acc_layout: gl.constexpr = acc.type.layout
-    w_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=1)
+    w_layout: gl.constexpr = words_layout(acc_layout, SPAN)
     K_PART: gl.constexpr = BLOCK_K // SPLIT
     SCALE_WORDS: gl.constexpr = BLOCK_K // 128
     gl.static_assert(
@@ -92,7 +135,12 @@ def mma_step(
             if part % (SPLIT // SCALE_WORDS) == 0:  # the scale word of the 128 columns this part starts
                 scales = s_ring.index(slot * SCALE_WORDS + part * K_PART // 128).slice(G * WG_ROWS, WG_ROWS)
                 sw = scales.load(gl.SliceLayout(1, w_layout))
-            w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
+                if SPAN == 128:  # and their words, which the parts of those columns share
+                    group_words = w_slot.slice(part * K_PART // 8, 16, dim=1).load(w_layout)
+            if SPAN == 128:
+                w = decoded_blocks(group_words, sw, part, acc_layout, K_PART)
+            else:
+                w = decoded_weights(w_slot, sw, part, acc_layout, K_PART)
             a_part = a_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
             if folded is not None:
                 t_part = t_ring.index(slot).slice(part * K_PART, K_PART, dim=1).permute([1, 0])
@@ -128,18 +176,19 @@ def mma_steps(
     BLOCK_K: gl.constexpr,
     STAGES: gl.constexpr,
     SPLIT: gl.constexpr,
+    SPAN: gl.constexpr,
     PAIRED: gl.constexpr,
 ):
     """acc after warpgroup G's K steps 0 .. steps - 1 (mma_step), with PAIRED two steps a wgmma wait (an odd last
     alone)."""
     if PAIRED:
         for i in range(0, steps - 1, 2):
-            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, STEPS=2)
+            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, SPAN, STEPS=2)
         if steps % 2:
-            acc = mma_step(acc, steps - 1, ring, G, BLOCK_K, STAGES, SPLIT)
+            acc = mma_step(acc, steps - 1, ring, G, BLOCK_K, STAGES, SPLIT, SPAN)
     else:
         for i in range(steps):
-            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT)
+            acc = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, SPAN)
     return acc
 
 

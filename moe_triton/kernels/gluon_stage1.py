@@ -108,6 +108,7 @@ def _one_warpgroup(
     CK: gl.constexpr,
     SPLIT: gl.constexpr,
     PAIRED: gl.constexpr,
+    SPANS: gl.constexpr,
 ):
     """One warpgroup both fills the ring and decodes it (no partitions): the 64 weight rows of h columns
     [col0, col0 + 32), STAGES K steps in flight, the next copies issued once a step's (or, PAIRED, two steps')
@@ -124,12 +125,12 @@ def _one_warpgroup(
     acc = gl.zeros([2 * GROUP, ROWS], gl.float32, acc_layout)
     STEPS: gl.constexpr = 2 if PAIRED else 1  # K steps a wgmma wait
     for i in range(0, steps - STEPS + 1, STEPS):
-        acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT, STEPS=STEPS)
+        acc = mma_step(acc, i, ring, 0, BLOCK_K, STAGES, SPLIT, SPANS[0], STEPS=STEPS)
         for j in range(i + STAGES, gl.minimum(i + STAGES + STEPS, steps)):
             fill_slot(j, ring, sources, step_offsets(j, BLOCK_K), valid, STAGES)
     if steps % STEPS:
-        acc = mma_step(acc, steps - 1, ring, 0, BLOCK_K, STAGES, SPLIT)
-    store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
+        acc = mma_step(acc, steps - 1, ring, 0, BLOCK_K, STAGES, SPLIT, SPANS[0])
+    store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False, SPANS[1])
 
 
 @gluon.jit
@@ -144,6 +145,7 @@ def _mma_and_epilogue(
     SPLIT: gl.constexpr,
     FOLD: gl.constexpr,
     PAIRED: gl.constexpr,
+    SPANS: gl.constexpr,
 ):
     """MMA warpgroup G: the 32 h columns of group G, then their a2 from its registers (and the
     folded block's, FOLD > 0). shared: what every MMA warpgroup takes (the kernel's mma_args)."""
@@ -159,19 +161,29 @@ def _mma_and_epilogue(
         )
         acc_t = gl.zeros([2 * GROUP, FOLD], gl.float32, t_layout)
         for i in range(d_hidden // BLOCK_K):
-            acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
-        store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True)
+            acc, acc_t = mma_step(acc, i, ring, G, BLOCK_K, STAGES, SPLIT, SPANS[0], (acc_t, t_ring))
+        store_a2(acc_t, a2_ptr, (block + 1) * BLOCK_M, col0, d_inter, G, FOLD, CK, fold, True, SPANS[1])
     else:
-        acc = mma_steps(acc, d_hidden // BLOCK_K, ring, G, BLOCK_K, STAGES, SPLIT, PAIRED)
-    store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False)
+        acc = mma_steps(acc, d_hidden // BLOCK_K, ring, G, BLOCK_K, STAGES, SPLIT, SPANS[0], PAIRED)
+    store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, G, ROWS, CK, fold, False, SPANS[1])
 
 
 @gluon.jit
 def store_a2(
-    acc, a2_ptr, row0, col0, d_inter, G: gl.constexpr, ROWS: gl.constexpr, CK: gl.constexpr, store, MASKED: gl.constexpr
+    acc,
+    a2_ptr,
+    row0,
+    col0,
+    d_inter,
+    G: gl.constexpr,
+    ROWS: gl.constexpr,
+    CK: gl.constexpr,
+    store,
+    MASKED: gl.constexpr,
+    SPAN: gl.constexpr,
 ):
-    """The epilogue of one accumulator of ROWS sorted rows from row0: a2 of group G's columns;
-    with MASKED, written only where store holds (a folded block's, when this program folds it)."""
+    """The epilogue of one accumulator of ROWS sorted rows from row0: a2 of group G's columns, in k_slot order of
+    SPAN; with MASKED, written only where store holds (a folded block's, when this program folds it)."""
     # [warp, gate or up, row in 8, token] -> gate and up [warp, row, token] of columns 8 warp + row
     # (ring_row), in the registers that hold them
     gate, up = gl.split(gl.permute(gl.reshape(acc, [4, 2, 8, ROWS]), [0, 2, 3, 1]))
@@ -188,7 +200,7 @@ def store_a2(
     warp = gl.arange(0, 4, layout=gl.SliceLayout(1, gl.SliceLayout(2, layout)))
     row = gl.arange(0, 8, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))
     token = gl.arange(0, ROWS, layout=gl.SliceLayout(0, gl.SliceLayout(1, layout)))
-    cols = k_slot(col0 + G * GROUP + gl.expand_dims(warp, 1) * 8 + gl.expand_dims(row, 0), 32)
+    cols = k_slot(col0 + G * GROUP + gl.expand_dims(warp, 1) * 8 + gl.expand_dims(row, 0), SPAN)
     rows = (row0 + token).to(gl.int64) * d_inter
     offs = gl.expand_dims(cols, 2) + gl.expand_dims(gl.expand_dims(rows, 0), 1)
     if MASKED:
@@ -221,16 +233,18 @@ def moe_gluon_stage1_kernel(
     FOLD: gl.constexpr,
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
+    SLOT_SPAN1: gl.constexpr,
+    SLOT_SPAN2: gl.constexpr,
     PAIRED: gl.constexpr = 0,
     OVERLAP: gl.constexpr = 0,
     a2_ready_ptr=None,
 ):
-    """a1 (bf16, k_slot order, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32: [E * 2 * d_inter,
-    d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2, 32 NUM_WG columns of h per program. d_hidden is a
-    multiple of BLOCK_K (128 or 256; 512 on one warpgroup), d_inter of 32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see
-    folds_tail. MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). OVERLAP: count the
-    stored columns in a2_ready_ptr, as the decode stage 1 does, in one launch with FOLD (docs/triton.md, "Stage 2
-    block by block")."""
+    """a1 (bf16, k_slot order of SLOT_SPAN1, times 2^FAST_EXP), w1's fp4 bytes and e8m0 scales (as int32:
+    [E * 2 * d_inter, d_hidden / 8] and [E * 2 * d_inter, d_hidden / 128]) -> a2 (k_slot order of SLOT_SPAN2), 32
+    NUM_WG columns of h per program. d_hidden is a multiple of BLOCK_K (128 or 256; 512 on one warpgroup), d_inter of
+    32 NUM_WG; num_warps 4. FOLD (TAIL_M or 0): see folds_tail. MMA_REGS, LOADER_REGS: the worker partitions'
+    registers per thread (setmaxnreg). OVERLAP: count the stored columns in a2_ready_ptr, as the decode stage 1 does,
+    in one launch with FOLD (docs/triton.md, "Stage 2 block by block")."""
     gl.static_assert(
         (BLOCK_K == 128) or (BLOCK_K == 256) or ((BLOCK_K == 512) and (NUM_WG == 1)),
         "gluon stage 1: BLOCK_K is 128 or 256, or 512 on one warpgroup",
@@ -238,6 +252,7 @@ def moe_gluon_stage1_kernel(
     gl.static_assert((NUM_WG == 1) or (NUM_WG == 2) or (NUM_WG == 4), "gluon stage 1: NUM_WG is 1, 2 or 4")
     after_previous_launch(PDL)
     CK: gl.constexpr = JUDGE == "ck"
+    SPANS: gl.constexpr = (SLOT_SPAN1, SLOT_SPAN2)  # a1's order, which the decode takes, and a2's
     if NUM_WG == 1:
         block, group = block_and_tile(OVERLAP)
         if not skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M):
@@ -245,7 +260,7 @@ def moe_gluon_stage1_kernel(
             w_row0 = gl.load(sorted_expert_ids_ptr + block) * 2 * d_inter + col0
             ptrs = (w_ptr, w_scale_ptr, a1_ptr, sorted_ids_ptr)
             tile = (block, w_row0, d_inter, n_tokens, d_hidden)
-            _one_warpgroup(ptrs, a2_ptr, tile, col0, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, SPLIT, PAIRED)
+            _one_warpgroup(ptrs, a2_ptr, tile, col0, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, SPLIT, PAIRED, SPANS)
         if OVERLAP:
             a2_columns_done(a2_ready_ptr, block, GROUP)
     else:
@@ -285,11 +300,11 @@ def moe_gluon_stage1_kernel(
                     [
                         (
                             _mma_and_epilogue,
-                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD, PAIRED),
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD, PAIRED, SPANS),
                         ),
                         (
                             _mma_and_epilogue,
-                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD, PAIRED),
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD, PAIRED, SPANS),
                         ),
                         (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                     ],
@@ -301,19 +316,19 @@ def moe_gluon_stage1_kernel(
                     [
                         (
                             _mma_and_epilogue,
-                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD, PAIRED),
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 0, SPLIT, MAIN_FOLD, PAIRED, SPANS),
                         ),
                         (
                             _mma_and_epilogue,
-                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD, PAIRED),
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 1, SPLIT, MAIN_FOLD, PAIRED, SPANS),
                         ),
                         (
                             _mma_and_epilogue,
-                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD, PAIRED),
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 2, SPLIT, MAIN_FOLD, PAIRED, SPANS),
                         ),
                         (
                             _mma_and_epilogue,
-                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD, PAIRED),
+                            (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, CK, 3, SPLIT, MAIN_FOLD, PAIRED, SPANS),
                         ),
                         (_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, MAIN_FOLD)),
                     ],

@@ -102,6 +102,7 @@ def _mma_and_scatter(
     N_TILES: gl.constexpr,
     TOPK: gl.constexpr,
     FOLD: gl.constexpr,
+    SPAN: gl.constexpr,
 ):
     """MMA warpgroup G: its 64 columns of each output tile, added into out from its registers, and with FOLD those of
     the folded block's first FOLD rows from the same decoded weights. shared: what every MMA warpgroup takes (the
@@ -124,12 +125,12 @@ def _mma_and_scatter(
         if FOLD:
             acc_t = t_zeros
             for k in range(k_steps):
-                acc, acc_t = mma_step(acc, tile * k_steps + k, ring, G, BLOCK_K, STAGES, SPLIT, (acc_t, t_ring))
+                acc, acc_t = mma_step(acc, tile * k_steps + k, ring, G, BLOCK_K, STAGES, SPLIT, SPAN, (acc_t, t_ring))
             t_row0 = (block + 1) * BLOCK_M
             _scatter(acc_t, out_ptr, topk_weights_ptr, sorted_ids_ptr, t_row0, first, (n_tokens, d_hidden), TOPK, fold)
         else:
             for k in range(k_steps):
-                acc = mma_step(acc, tile * k_steps + k, ring, G, BLOCK_K, STAGES, SPLIT)
+                acc = mma_step(acc, tile * k_steps + k, ring, G, BLOCK_K, STAGES, SPLIT, SPAN)
         _scatter(acc, out_ptr, topk_weights_ptr, sorted_ids_ptr, block * BLOCK_M, first, (n_tokens, d_hidden), TOPK)
 
 
@@ -192,9 +193,10 @@ def moe_gluon_stage2_kernel(
     N_TILES: gl.constexpr,
     MMA_REGS: gl.constexpr,
     LOADER_REGS: gl.constexpr,
+    SLOT_SPAN: gl.constexpr,
     FOLD: gl.constexpr = 0,
 ):
-    """a2 (bf16, k_slot order, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (as int32: [E * d_hidden,
+    """a2 (bf16, k_slot order of SLOT_SPAN, times 2^FAST_EXP), w2's fp4 bytes and e8m0 scales (as int32: [E * d_hidden,
     d_inter / 8] and [E * d_hidden, d_inter / 128]) -> out += routing weight x down GEMM, N_TILES tiles of 64 NUM_WG
     columns per program. d_inter is a multiple of BLOCK_K (128), d_hidden of 64 NUM_WG N_TILES; num_warps 4.
     MMA_REGS, LOADER_REGS: the worker partitions' registers per thread (setmaxnreg). OVERLAP: wait for this block's
@@ -207,6 +209,7 @@ def moe_gluon_stage2_kernel(
     skip = skip_block(block, sorted_ids_ptr, num_valid_ids_ptr, n_tokens, BLOCK_M, ROWS, TAIL_M)
     # the main launch folds the next block (MAIN_FOLD); the tail launch skips the folded ones
     MAIN_FOLD: gl.constexpr = FOLD if ROWS == BLOCK_M else 0
+    SPAN: gl.constexpr = SLOT_SPAN
     fold = block < 0  # a runtime false: the partitions take it as a value either way
     if MAIN_FOLD:
         fold = folds_tail(block, sorted_ids_ptr, num_valid_ids_ptr, sorted_expert_ids_ptr, n_tokens, BLOCK_M, FOLD)
@@ -231,11 +234,11 @@ def moe_gluon_stage2_kernel(
                 [
                     (
                         _mma_and_scatter,
-                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 0, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD),
+                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 0, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD, SPAN),
                     ),
                     (
                         _mma_and_scatter,
-                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 1, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD),
+                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 1, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD, SPAN),
                     ),
                     (_down_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, N_TILES, MAIN_FOLD)),
                 ],
@@ -247,19 +250,19 @@ def moe_gluon_stage2_kernel(
                 [
                     (
                         _mma_and_scatter,
-                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 0, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD),
+                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 0, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD, SPAN),
                     ),
                     (
                         _mma_and_scatter,
-                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 1, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD),
+                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 1, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD, SPAN),
                     ),
                     (
                         _mma_and_scatter,
-                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 2, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD),
+                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 2, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD, SPAN),
                     ),
                     (
                         _mma_and_scatter,
-                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 3, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD),
+                        (mma_args, BLOCK_M, ROWS, BLOCK_K, STAGES, 3, SPLIT, NUM_WG, N_TILES, TOPK, MAIN_FOLD, SPAN),
                     ),
                     (_down_loader, (loader_args, BLOCK_M, ROWS, BLOCK_K, STAGES, NUM_WG, N_TILES, MAIN_FOLD)),
                 ],
