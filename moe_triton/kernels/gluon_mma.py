@@ -51,17 +51,7 @@ def decoded_weights(w_slot, sw, part, acc_layout: gl.constexpr, K_PART: gl.const
     words = w_slot.slice(part * (K_PART // 8), K_PART // 8, dim=1).load(w_layout)
     word = gl.arange(0, K_PART // 8, layout=gl.SliceLayout(0, w_layout))
     s = (gl.expand_dims(sw, 1) >> (8 * ((part * (K_PART // 32)) % 4 + gl.expand_dims(word, 0) // 4))) & 0xFF
-    scale = fast_pair_scale(s)
-    p0, p1, p2, p3 = code_pairs(words)
-    codes = gl.join(
-        gl.join(scaled_pairs(p0, scale), scaled_pairs(p1, scale)),
-        gl.join(scaled_pairs(p2, scale), scaled_pairs(p3, scale)),
-    )
-    return gl.convert_layout(
-        in_slot_order(codes, WG_ROWS, K_PART, 32),
-        gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2),
-        assert_trivial=True,
-    )
+    return _operand(words, fast_pair_scale(s), acc_layout, K_PART, 32)
 
 
 @gluon.jit
@@ -84,13 +74,20 @@ def decoded_blocks(group_words, sw, part, acc_layout: gl.constexpr, K_PART: gl.c
     block = gl.arange(0, 4, layout=gl.SliceLayout(0, gl.SliceLayout(2, layout)))
     s = (gl.expand_dims(gl.convert_layout(sw, rows, assert_trivial=True), 1) >> (8 * gl.expand_dims(block, 0))) & 0xFF
     scale = gl.broadcast(gl.expand_dims(fast_pair_scale(s), 2), words)[0]
+    return _operand(words, scale, acc_layout, K_PART, 128)
+
+
+@gluon.jit
+def _operand(words, scale, acc_layout: gl.constexpr, K_PART: gl.constexpr, SPAN: gl.constexpr):
+    """A part's words and their scales' bf16 pairs (one each a word) -> wgmma's bf16 register operand, columns in
+    k_slot order of SPAN; convert_layout(..., assert_trivial=True) proves at compile time that no data moves."""
     p0, p1, p2, p3 = code_pairs(words)
     codes = gl.join(
         gl.join(scaled_pairs(p0, scale), scaled_pairs(p1, scale)),
         gl.join(scaled_pairs(p2, scale), scaled_pairs(p3, scale)),
     )
     return gl.convert_layout(
-        in_slot_order(codes, WG_ROWS, K_PART, 128),
+        in_slot_order(codes, WG_ROWS, K_PART, SPAN),
         gl.DotOperandLayout(operand_index=0, parent=acc_layout, k_width=2),
         assert_trivial=True,
     )
