@@ -108,8 +108,8 @@ def mma_step(
 ):
     """K steps i .. i + STEPS - 1 of warpgroup G: in SPLIT parts along k a step, decode (in the k_slot order of SPAN,
     the activations') and issue a wgmma, each decode overlapping the wgmma before it (with STEPS 2, a step's first
-    decode the step before's last wgmma); then release the slots. folded (STEPS 1): (acc_t, t_ring) of a folded block (stage 1), a second wgmma on the
-    same weights; returns (acc, acc_t) then."""
+    decode the step before's last wgmma); then release the slots. folded (STEPS 1): (acc_t, t_ring) of a folded
+    block (stage 1), a second wgmma on the same weights; returns (acc, acc_t) then."""
     gl.static_assert((STEPS == 1) or (folded is None), "mma_step: a folded block takes one K step a wait")
     w_ring, s_ring, a_ring, ready, empty = ring
     acc_layout: gl.constexpr = acc.type.layout
