@@ -95,9 +95,11 @@ def model_a2(data, tiles: TileConfig, a1: torch.Tensor, real: torch.Tensor) -> t
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the model reads the interpreter's a1 and a2")
-@pytest.mark.parametrize("span", [32, 128])
-@pytest.mark.parametrize("block_n", [32, 64, 128])
-@pytest.mark.parametrize("case", SMOKE[:2], ids=["smoke0", "smoke1"])
+@pytest.mark.parametrize(
+    "case, block_n, span",
+    [pytest.param(SMOKE[c], n, 32, id=f"smoke{c}-{n}") for c in (0, 1) for n in (32, 64, 128)]
+    + [pytest.param(SMOKE[0], n, 128, id=f"smoke0-{n}-span128") for n in (32, 128)],
+)
 def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit(case, block_n, span):
     data = generate_input(**case)
     tiles = case_tiles(data).replace(slot_span1=span, slot_span2=span)
