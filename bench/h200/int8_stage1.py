@@ -196,7 +196,7 @@ def moe_int8_stage1_kernel(
             sw = gl.expand_dims(gl.convert_layout(sw, gl.SliceLayout(1, acc_layout)), 1)
             acc = promote(acc, acc_i, sw, gl.expand_dims(sa, 0))
             sa = gl.load(sa_ptrs + gl.minimum(c + 1, chunks - 1), mask=a_valid, other=0.0)
-        store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False)
+        store_a2(acc, a2_ptr, block * BLOCK_M, col0, d_inter, 0, ROWS, CK, block >= 0, False, 32)
 
 
 # ----------------------------------------------------------------------------- host side
