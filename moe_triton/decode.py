@@ -74,10 +74,14 @@ def check(shape: Shape, cfg: TileConfig, n_blocks: int, device) -> None:
             f"tiles: fold2 must be 0 or 1, and 1 only with gluon2 and tail_m, not {cfg.fold2} with "
             f"{cfg.gluon2} and {cfg.tail_m}"
         )
-    for stage, span, block_k in ((1, cfg.slot_span1, cfg.block_k1), (2, cfg.slot_span2, cfg.block_k2)):
-        if span not in (32, 128) or block_k % span:
+    spans = ((1, cfg.slot_span1, cfg.block_k1, cfg.gluon1), (2, cfg.slot_span2, cfg.block_k2, cfg.gluon2))
+    for stage, span, block_k, gluon in spans:
+        # the decode kernel at K steps of 128 keeps span 128's operand in registers only through warp shuffles
+        # (sm_90, triton 3.6: 317 instructions a stage-1 step against span 32's 242)
+        if span not in (32, 128) or block_k % span or (span == 128 and not gluon and block_k < 256):
             raise ValueError(
-                f"tiles: slot_span{stage} must be 32 or 128, and divide block_k{stage}, not {span} with {block_k}"
+                f"tiles: slot_span{stage} must be 32 or 128, and 128 only in K steps of 256 or more (128 on the "
+                f"Gluon stages), not {span} with block_k{stage} {block_k}"
             )
     if not (cfg.gluon1 or cfg.gluon2):
         return

@@ -88,11 +88,14 @@ def test_the_span_128_layer_gives_the_reference_with_a1_and_a2_in_its_order(case
         assert torch.equal(t.view(torch.uint8), b.view(torch.uint8))
 
 
+SAYS = "must be 32 or 128, and 128 only in K steps of 256 or more (128 on the Gluon stages)"
+
+
 @pytest.mark.parametrize(
     ("changes", "says"),
     [
-        (dict(slot_span1=64), "slot_span1 must be 32 or 128, and divide block_k1, not 64 with 256"),
-        (dict(slot_span2=128, block_k2=64), "slot_span2 must be 32 or 128, and divide block_k2, not 128 with 64"),
+        (dict(slot_span1=64), f"slot_span1 {SAYS}, not 64 with block_k1 256"),
+        (dict(slot_span2=128, block_k2=128), f"slot_span2 {SAYS}, not 128 with block_k2 128"),
     ],
 )
 def test_a_span_that_the_kernels_cannot_take_is_refused(changes, says):
