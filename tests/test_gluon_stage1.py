@@ -14,7 +14,7 @@ from layer_checks import GPU_CASES, assert_matches_reference, k_slot, small_case
 from bench.h200.gluon_check import routed_a2
 from bench.runner.case_args import SMOKE, case_shape
 from bench.tune.tiles import case_tiles
-from buffers import _pool
+from buffers import get_buffer
 from moe_triton import decode as decode_launcher
 from moe_triton import target
 from moe_triton.fused_moe import fused_moe_triton
@@ -45,9 +45,8 @@ def ring_row(r: torch.Tensor, d_inter: int) -> torch.Tensor:
 
 def decoded_slot(words: torch.Tensor, scale_words: torch.Tensor, step: int, span: int) -> torch.Tensor:
     """A ring slot's weights [rows, 128] at K step `step` in k_slot order of span, times 2^-FAST_EXP,
-    as the MMA warps decode them: word t of 32-block j holds slots 32 j + 16 s + 8 h + 2 t + b (code
-    4 b + 2 s + h; span 128: 32 t + 16 s + 8 h + 2 j + b), its scale byte j of the step's int32 of
-    scales."""
+    as the MMA warps decode them: code c of word t of 32-block j (column 32 j + 8 t + c) at its
+    k_slot, its scale byte j of the step's int32 of scales."""
     rows = words.shape[0]
     w = words[:, step * 16 : (step + 1) * 16].to(torch.int64) & 0xFFFFFFFF  # 4 blocks x 4 words
     codes = torch.stack([(w >> (4 * c)) & 0xF for c in range(8)], dim=-1)  # [rows, 16 words, 8 codes]
@@ -55,10 +54,7 @@ def decoded_slot(words: torch.Tensor, scale_words: torch.Tensor, step: int, span
     s = (scale_words[:, step].to(torch.int64)[:, None] >> (8 * torch.arange(4))) & 0xFF  # [rows, 4 blocks]
     value = value.view(rows, 4, 4, 8) * torch.exp2(s.double() - 127 - FAST)[:, :, None, None]
     out = torch.empty(rows, 128, dtype=torch.float64)
-    j, t, c = torch.meshgrid(torch.arange(4), torch.arange(4), torch.arange(8), indexing="ij")
-    b, s_, h = c >> 2, (c >> 1) & 1, c & 1
-    outer, thread = (t, j) if span == 128 else (j, t)
-    out[:, (32 * outer + 16 * s_ + 8 * h + 2 * thread + b).flatten()] = value.reshape(rows, 128).double()
+    out[:, k_slot(torch.arange(128), span)] = value.reshape(rows, 128).double()
     return out
 
 
@@ -106,7 +102,7 @@ def test_a_torch_model_of_the_gluon_tiling_gives_the_decode_paths_a2_bit_for_bit
     run(data, tiles)
     real, want = routed_a2(data, tiles.block_m)
     # the interpreter's a1 is the portable path's (no 2^FAST_EXP): scale it as the GPU's is
-    a1 = next(b for (name, shape, *_), b in _pool.items() if name == "a1" and shape == data[0].shape)
+    a1 = get_buffer("a1", tuple(data[0].shape), torch.bfloat16, data[0].device)
     got = model_a2(data, gluon_variant(tiles, block_n, stages=3, parts=2), a1.double() * 2.0**FAST, real)
     assert torch.equal(got.float() * 2.0**-FAST, want.float())
 

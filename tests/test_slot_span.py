@@ -40,10 +40,6 @@ def layer(data, tiles):
     return fused_moe_triton(hidden, w1, w2, w1s, w2s, topk_weights, topk_ids, tiles)
 
 
-def pooled(name: str, shape: tuple[int, int]) -> torch.Tensor:
-    return next(b for key, b in buffers._pool.items() if key[0] == name and tuple(key[1]) == shape)
-
-
 def test_the_model_of_k_slot_is_a_permutation_within_each_span():
     cols = torch.arange(512)
     for span in (32, 128):
@@ -71,7 +67,7 @@ def test_the_span_128_layer_gives_the_reference_with_a1_and_a2_in_its_order(case
     assert_same_sums(out, plain, topk_ids.shape[1])
     # a1: the hidden states quantized and dequantized (times 2^FAST_EXP on the fast path), columns in k_slot order
     scale = 2.0**FAST_EXP.value if target.fast_decode(hidden.device) else 1.0
-    a1 = pooled("a1", tuple(hidden.shape)).float().cpu()
+    a1 = buffers.get_buffer("a1", tuple(hidden.shape), torch.bfloat16, hidden.device).float().cpu()
     want = (quant_dequant_activation(hidden.float()) * scale).bfloat16().float().cpu()
     cols = torch.arange(hidden.shape[1])
     assert torch.equal(a1[:, k_slot(cols, span1)], want)
